@@ -1,0 +1,32 @@
+# The two commands of the README: `make up` runs the system, `make test` runs every test.
+# Both install what they need into .venv from requirements.lock first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install up test lint bench
+
+$(BIN)/hiwallet: requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(BIN)/hiwallet
+
+install: $(BIN)/hiwallet
+
+up: install
+	$(BIN)/hiwallet migrate
+	$(BIN)/hiwallet up
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+test: install lint
+	$(BIN)/hiwallet migrate
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/hiwallet migrate
+	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)

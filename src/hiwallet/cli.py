@@ -1,0 +1,50 @@
+"""``hiwallet``: the command line. Commands only translate arguments; the work lives below."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+
+app = typer.Typer(no_args_is_help=True, help="HiWallet: wallets on a double-entry ledger.")
+console = Console()
+
+
+@app.command()
+def migrate(
+    database: Annotated[
+        list[str] | None,
+        typer.Option("--db", help="A database key (wallet, identity, ...); all when omitted."),
+    ] = None,
+) -> None:
+    """Create the databases and apply their numbered migrations (idempotent, concurrency-safe)."""
+    settings = get_settings()
+    keys = database or [
+        k for k in db.DATABASES if (settings.migrations_dir / k).is_dir()
+    ]
+
+    async def _run() -> None:
+        for key in keys:
+            done = await db.migrate(key, settings=settings)
+            what = ", ".join(f"{v:04d}" for v in done) or "nothing new"
+            console.print(f"[bold]{db.DATABASES[key]}[/bold]: {what}")
+
+    asyncio.run(_run())
+
+
+def _register_subcommands() -> None:
+    from hiwallet.ledger.cli import ledger_app
+
+    app.add_typer(ledger_app, name="ledger")
+
+
+_register_subcommands()
+
+
+if __name__ == "__main__":
+    app()

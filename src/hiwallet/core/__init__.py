@@ -1,0 +1,1 @@
+"""The shared kernel: settings, database, ids, money. It depends on no service package."""

@@ -1,0 +1,24 @@
+"""Named SQL queries, kept in ``.sql`` files (as procrastinate's ``sql/queries.sql``).
+
+A file holds blocks introduced by ``-- name: some_query``; the text up to the next such line is
+the query. Code asks for a query by name, so SQL stays SQL and stays greppable.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+
+
+def load_queries(path: Path) -> dict[str, str]:
+    text = path.read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"query {name!r} defined twice in {path}")
+        queries[name] = body.strip()
+    return queries

@@ -1,0 +1,1 @@
+"""The ledger core (the architecture document's WalletService.Core)."""

@@ -1,0 +1,48 @@
+"""A fresh database per test, cloned from a migrated template (as procrastinate's conftest).
+
+Migrating once per session and cloning per test keeps tests independent and fast: CREATE
+DATABASE ... TEMPLATE copies files, it does not replay SQL.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import asyncpg
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+
+# The pid keeps two test runs on one machine (a developer's and a CI check) apart.
+_PREFIX = f"hwt{os.getpid()}"
+
+
+async def _admin() -> asyncpg.Connection:
+    return await asyncpg.connect(db.dsn_for("postgres", get_settings()))
+
+
+async def drop_database(name: str) -> None:
+    conn = await _admin()
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def make_template(key: str) -> str:
+    """Create and migrate the template database of ``key`` for this test session."""
+    name = f"{_PREFIX}_tpl_{key}"
+    await drop_database(name)
+    await db.migrate(key, database=name)
+    return name
+
+
+async def clone(template: str) -> str:
+    name = f"{_PREFIX}_{uuid.uuid4().hex[:12]}"
+    conn = await _admin()
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    finally:
+        await conn.close()
+    return name
