@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -60,6 +60,7 @@ async def create_pool(
     settings: Settings | None = None,
     min_size: int | None = None,
     max_size: int | None = None,
+    init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
     settings = settings or get_settings()
     try:
@@ -69,6 +70,7 @@ async def create_pool(
             max_size=settings.db_pool_max_size if max_size is None else max_size,
             command_timeout=settings.db_command_timeout_s,
             server_settings=server_settings(settings),
+            init=init,
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(f"cannot open a pool to {database}: {exc}") from exc

@@ -1,0 +1,81 @@
+-- The ledger's named queries. Every statement on a wallet-owned table names one bucket
+-- (`bucket = $n`) or joins on equal buckets, so it routes to one shard on Citus.
+
+-- name: post
+SELECT ledger.post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+
+-- name: post_batch
+SELECT ledger.post_batch($1)
+
+-- name: ensure_system_accounts
+SELECT ledger.ensure_system_accounts($1, $2, $3)
+
+-- name: open_account
+INSERT INTO ledger.accounts (bucket, id, role, purse, currency, owner, created_at)
+VALUES ($1, $2, 'user_wallet', $3, $4, $5, clock_timestamp())
+ON CONFLICT (bucket, id) DO NOTHING
+
+-- name: get_account
+SELECT bucket, id, role, purse, currency, owner, balance, held, version
+  FROM ledger.accounts WHERE bucket = $1 AND id = $2
+
+-- name: get_accounts
+SELECT bucket, id, role, purse, currency, owner, balance, held, version
+  FROM ledger.accounts WHERE bucket = $1 AND id = ANY ($2::text[])
+
+-- name: system_balance
+-- A system account's balance is the sum of its sub-accounts; a report, not a posting input.
+SELECT coalesce(sum(balance), 0) FROM ledger.accounts
+ WHERE role = $1 AND currency = $2 AND ($3::text IS NULL OR id LIKE '%:' || $3 || ':' || $2)
+
+-- name: statement
+SELECT account_id, version, transaction_id, type, ref, amount, currency, balance_after, posted_at
+  FROM ledger.lines
+ WHERE bucket = $1 AND account_id = $2 AND version > $3
+ ORDER BY version
+ LIMIT $4
+
+-- name: transaction_home
+SELECT id, home_bucket, buckets, type, actor, ref, refund_of, metadata, posted_at
+  FROM ledger.transactions WHERE bucket = $1 AND id = $2
+
+-- name: transaction_lines
+SELECT account_id, version, transaction_id, type, ref, amount, currency, balance_after, posted_at
+  FROM ledger.lines
+ WHERE bucket = ANY ($1::smallint[]) AND transaction_id = $2
+ ORDER BY bucket, account_id, version
+
+-- name: refund_of
+SELECT id FROM ledger.transactions WHERE bucket = $1 AND refund_of = $2 AND bucket = home_bucket
+
+-- name: balance_as_of
+SELECT balance_after FROM ledger.lines
+ WHERE bucket = $1 AND account_id = $2 AND posted_at <= $3
+ ORDER BY posted_at DESC, version DESC
+ LIMIT 1
+
+-- name: promo_batches
+SELECT id, account_id, funder_account, funded_by, amount, remaining, expires_at, grant_transaction_id
+  FROM ledger.promo_batches
+ WHERE bucket = $1 AND account_id = $2
+ ORDER BY expires_at, id
+
+-- name: expired_promo_batches
+SELECT id, account_id, expire_to_account, amount, remaining, expires_at
+  FROM ledger.promo_batches
+ WHERE bucket = $1 AND remaining > 0 AND expires_at <= $2
+ ORDER BY expires_at, id
+ LIMIT $3
+
+-- name: place_hold
+SELECT ledger.place_hold($1, $2, $3, $4)
+
+-- name: release_hold
+SELECT ledger.release_hold($1, $2, $3)
+
+-- name: get_hold
+SELECT account_id, key, amount, status, transaction_id, created_at, closed_at
+  FROM ledger.holds WHERE bucket = $1 AND account_id = $2 AND key = $3
+
+-- name: buckets_in_use
+SELECT DISTINCT bucket FROM ledger.accounts ORDER BY bucket

@@ -1,0 +1,461 @@
+"""The ledger's adapter to PostgreSQL: posting through ``ledger.post``, holds, and reads.
+
+One posting is one database transaction around one call of the posting function; outbox rows
+or an idempotency record of a caller can join that transaction through :meth:`LedgerStore.post`
+given an open connection (the unit of work of the service that owns them).
+
+Driver errors are translated here, in :func:`translate`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from hiwallet.core.queries import load_queries
+from hiwallet.ledger import errors
+from hiwallet.ledger.accounts import (
+    BUCKETS,
+    CENTRAL_BUCKET,
+    Role,
+    bucket_of,
+    cash_account,
+    check_currency,
+    promo_account,
+    system_account,
+)
+from hiwallet.ledger.faults import NO_FAULTS, FaultInjector, FaultPoint
+from hiwallet.ledger.model import (
+    AccountState,
+    HoldResult,
+    Leg,
+    LineResult,
+    Posting,
+    PostResult,
+    PromoBatch,
+    Statement,
+    StatementLine,
+    TransactionView,
+    WalletBalance,
+)
+from hiwallet.ledger.rules import check_amount, check_text
+from hiwallet.ledger.verify import VerifyReport, verify
+
+Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
+
+DEFAULT_PROVIDERS = ("stripe", "bank")
+MAX_BATCH = 1_000
+MAX_STATEMENT_PAGE = 500
+# A deadlock or serialization failure is retried with the same id: idempotency makes the retry
+# safe. Kept small; a lock timeout is not retried (something holds a lock far too long).
+RETRY_ATTEMPTS = 3
+_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+_SQLSTATE_ERRORS: dict[str, type[errors.LedgerError]] = {
+    "HW001": errors.InsufficientFunds,
+    "HW002": errors.AccountNotFound,
+    "HW003": errors.TransactionIdReused,
+    "HW004": errors.CurrencyMismatch,
+    "HW005": errors.HoldNotUsable,
+    "HW006": errors.NotRefundable,
+    "HW007": errors.NothingToExpire,
+    "HW008": errors.InvalidPosting,
+}
+# The database's last line of defence, named in the migrations. If one fires, the check in the
+# posting function above it was missed: report it as what it protects.
+_CONSTRAINT_ERRORS: dict[str, type[errors.LedgerError]] = {
+    "accounts_customer_not_negative": errors.InsufficientFunds,
+    "accounts_held_within_balance": errors.InsufficientFunds,
+    "transactions_refunded_once": errors.NotRefundable,
+}
+
+
+def translate(exc: BaseException) -> errors.LedgerError:
+    """An exception from the driver, as the ledger's error."""
+    if isinstance(exc, errors.LedgerError):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        message = getattr(exc, "message", None) or str(exc)
+        if state in _SQLSTATE_ERRORS:
+            return _SQLSTATE_ERRORS[state](message, **_detail(getattr(exc, "detail", None)))
+        constraint = getattr(exc, "constraint_name", None)
+        if constraint in _CONSTRAINT_ERRORS:
+            return _CONSTRAINT_ERRORS[constraint](message, constraint=constraint)
+    return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__}: {exc}")
+
+
+def _detail(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        detail = json.loads(raw)
+    except ValueError:
+        return {"detail": raw}
+    return detail if isinstance(detail, dict) else {"detail": detail}
+
+
+def _result(raw: dict[str, Any]) -> PostResult:
+    return PostResult(
+        id=raw["id"],
+        replayed=raw["replayed"],
+        posted_at=datetime.fromisoformat(raw["posted_at"]),
+        lines=tuple(
+            LineResult(line["account"], line["version"], line["amount"], line["balance_after"])
+            for line in raw["lines"]
+        ),
+    )
+
+
+def _account(row: asyncpg.Record) -> AccountState:
+    return AccountState(
+        id=row["id"],
+        bucket=row["bucket"],
+        role=row["role"],
+        purse=row["purse"],
+        currency=row["currency"],
+        owner=row["owner"],
+        balance=row["balance"],
+        held=row["held"],
+        version=row["version"],
+    )
+
+
+def _line(row: asyncpg.Record) -> StatementLine:
+    return StatementLine(
+        account=row["account_id"],
+        version=row["version"],
+        transaction_id=row["transaction_id"],
+        type=row["type"],
+        ref=row["ref"],
+        amount=row["amount"],
+        currency=row["currency"],
+        balance_after=row["balance_after"],
+        posted_at=row["posted_at"],
+    )
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """jsonb as Python objects on every pooled connection."""
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+class LedgerStore:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        faults: FaultInjector = NO_FAULTS,
+        transit_legs: bool = False,
+        providers: Sequence[str] = DEFAULT_PROVIDERS,
+    ) -> None:
+        self._pool = pool
+        self._faults = faults
+        self.transit_legs = transit_legs
+        self.providers = list(providers)
+
+    # -----------------------------------------------------------------------------------------
+    # Posting
+    # -----------------------------------------------------------------------------------------
+
+    def _arguments(self, posting: Posting) -> tuple[Any, ...]:
+        legs = list(posting.legs)
+        options = dict(posting.options)
+        buckets = [bucket_of(leg.account) for leg in legs]
+        if self.transit_legs and len(set(buckets)) > 1:
+            # Each bucket's part gets a transit leg so that it balances on its own: the
+            # posting function fills the amounts once every other amount is final.
+            transit: list[int] = []
+            for b, currency in sorted({(b, leg.currency) for b, leg in zip(buckets, legs, strict=True)}):
+                legs.append(Leg(system_account(Role.TRANSIT, currency, bucket=b), 0, currency))
+                buckets.append(b)
+                transit.append(len(legs))  # 1-based, for PL/pgSQL
+            options["transit_legs"] = transit
+        return (
+            posting.id,
+            posting.home_bucket,
+            posting.type.value,
+            posting.actor,
+            posting.ref,
+            posting.request_hash(),
+            self.transit_legs,
+            posting.refund_of,
+            posting.metadata,
+            buckets,
+            [leg.account for leg in legs],
+            [leg.amount for leg in legs],
+            [leg.currency for leg in legs],
+            options,
+        )
+
+    async def post(self, posting: Posting, conn: asyncpg.Connection | None = None) -> PostResult:
+        """Post once. With ``conn`` (in an open transaction) the posting joins the caller's unit
+        of work and the caller commits; without, this is its own transaction, retried on a
+        deadlock or serialization failure."""
+        args = self._arguments(posting)
+        if conn is not None:
+            try:
+                raw = await conn.fetchval(Q["post"], *args)
+            except Exception as exc:
+                raise translate(exc) from exc
+            return _result(raw)
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                return await self._post_own_transaction(args)
+            except _RETRYABLE as exc:
+                if attempt == RETRY_ATTEMPTS:
+                    raise translate(exc) from exc
+                await asyncio.sleep(0.005 * attempt)
+            except (errors.LedgerError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def _post_own_transaction(self, args: tuple[Any, ...]) -> PostResult:
+        async with self._pool.acquire() as conn:
+            await self._faults(FaultPoint.BEFORE, conn)
+            async with conn.transaction():
+                raw = await conn.fetchval(Q["post"], *args)
+                await self._faults(FaultPoint.INSIDE, conn)
+                await self._faults(FaultPoint.AT_COMMIT, conn)
+            await self._faults(FaultPoint.AFTER_COMMIT, conn)
+        return _result(raw)
+
+    async def post_batch(self, postings: Sequence[Posting]) -> list[PostResult | errors.LedgerError]:
+        """Many postings in one database transaction and one round trip; a result for each. A
+        posting refused for a ledger reason leaves nothing and does not stop the others."""
+        if not 0 < len(postings) <= MAX_BATCH:
+            raise errors.InvalidPosting(f"a batch holds 1 to {MAX_BATCH} postings", field="postings")
+        items = []
+        for p in postings:
+            a = self._arguments(p)
+            items.append(
+                {
+                    "id": a[0],
+                    "home": a[1],
+                    "type": a[2],
+                    "actor": a[3],
+                    "ref": a[4],
+                    "hash": a[5].hex(),
+                    "parts_balanced": a[6],
+                    "refund_of": a[7],
+                    "metadata": a[8],
+                    "buckets": a[9],
+                    "accounts": a[10],
+                    "amounts": a[11],
+                    "currencies": a[12],
+                    "options": a[13],
+                }
+            )
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    raw = await conn.fetchval(Q["post_batch"], items)
+                break
+            except _RETRYABLE as exc:
+                if attempt == RETRY_ATTEMPTS:
+                    raise translate(exc) from exc
+                await asyncio.sleep(0.005 * attempt)
+            except Exception as exc:
+                raise translate(exc) from exc
+        results: list[PostResult | errors.LedgerError] = []
+        for item in raw:
+            if "ok" in item:
+                results.append(_result(item["ok"]))
+            else:
+                err = item["error"]
+                kind = _SQLSTATE_ERRORS.get(err["sqlstate"], errors.LedgerUnavailable)
+                results.append(kind(err["message"], **(err["detail"] or {})))
+        return results
+
+    # -----------------------------------------------------------------------------------------
+    # Accounts
+    # -----------------------------------------------------------------------------------------
+
+    async def ensure_system_accounts(self, currency: str, buckets: Sequence[int] | None = None) -> None:
+        """Create the system sub-accounts of ``currency`` (all buckets by default). Idempotent."""
+        check_currency(currency)
+        todo = range(BUCKETS) if buckets is None else sorted({CENTRAL_BUCKET, *buckets})
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.executemany(Q["ensure_system_accounts"], [(b, currency, self.providers) for b in todo])
+
+    async def open_wallet(self, wallet_id: str, currency: str, *, owner: str) -> WalletBalance:
+        """Open a wallet's two accounts (cash, promo). Opening it again answers as it is."""
+        check_currency(currency)
+        b = bucket_of(wallet_id)
+        if b == CENTRAL_BUCKET:
+            raise errors.InvalidPosting("bucket 0 is for system accounts", field="wallet")
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(Q["ensure_system_accounts"], CENTRAL_BUCKET, currency, self.providers)
+                await conn.execute(Q["ensure_system_accounts"], b, currency, self.providers)
+                await conn.executemany(
+                    Q["open_account"],
+                    [
+                        (b, cash_account(wallet_id), "cash", currency, owner),
+                        (b, promo_account(wallet_id), "promo", currency, owner),
+                    ],
+                )
+        except Exception as exc:
+            raise translate(exc) from exc
+        return await self.wallet_balance(wallet_id)
+
+    async def account(self, account_id: str) -> AccountState:
+        try:
+            row = await self._pool.fetchrow(Q["get_account"], bucket_of(account_id), account_id)
+        except errors.LedgerError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+        if row is None:
+            raise errors.AccountNotFound(f"no account {account_id}", account=account_id)
+        return _account(row)
+
+    async def wallet_balance(self, wallet_id: str) -> WalletBalance:
+        cash, promo = cash_account(wallet_id), promo_account(wallet_id)
+        try:
+            rows = await self._pool.fetch(Q["get_accounts"], bucket_of(wallet_id), [cash, promo])
+        except errors.LedgerError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+        by_id = {r["id"]: _account(r) for r in rows}
+        if cash not in by_id or promo not in by_id:
+            raise errors.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
+        c, p = by_id[cash], by_id[promo]
+        return WalletBalance(wallet_id, c.currency, cash=c.balance, promo=p.balance, held=c.held)
+
+    async def system_balance(self, role: Role, currency: str, provider: str | None = None) -> int:
+        """The balance of a system account: the sum of its per-bucket sub-accounts."""
+        value = await self._pool.fetchval(Q["system_balance"], role.value, currency, provider)
+        return int(value)
+
+    # -----------------------------------------------------------------------------------------
+    # Reading
+    # -----------------------------------------------------------------------------------------
+
+    async def statement(self, account_id: str, *, cursor: str | None = None, limit: int = 50) -> Statement:
+        """Lines in version order; ``cursor`` is the last version seen (opaque to callers)."""
+        if not 1 <= limit <= MAX_STATEMENT_PAGE:
+            raise errors.InvalidPosting(f"limit must be 1..{MAX_STATEMENT_PAGE}", field="limit")
+        after = 0
+        if cursor is not None:
+            if not cursor.isdigit() or len(cursor) > 18:
+                raise errors.InvalidPosting("malformed cursor", field="cursor")
+            after = int(cursor)
+        rows = await self._pool.fetch(Q["statement"], bucket_of(account_id), account_id, after, limit + 1)
+        lines = tuple(_line(r) for r in rows[:limit])
+        next_cursor = str(lines[-1].version) if len(rows) > limit else None
+        return Statement(lines, next_cursor)
+
+    async def transaction(self, transaction_id: str) -> TransactionView:
+        home = bucket_of(transaction_id)
+        head = await self._pool.fetchrow(Q["transaction_home"], home, transaction_id)
+        if head is None or head["home_bucket"] != home:
+            raise errors.AccountNotFound(f"no transaction {transaction_id}", transaction_id=transaction_id)
+        lines = await self._pool.fetch(Q["transaction_lines"], head["buckets"], transaction_id)
+        return TransactionView(
+            id=head["id"],
+            type=head["type"],
+            actor=head["actor"],
+            ref=head["ref"],
+            refund_of=head["refund_of"],
+            posted_at=head["posted_at"],
+            metadata=head["metadata"],
+            legs=tuple(_line(r) for r in lines),
+        )
+
+    async def refund_of(self, transaction_id: str) -> str | None:
+        """The id of the refund of ``transaction_id``, if there is one."""
+        value = await self._pool.fetchval(Q["refund_of"], bucket_of(transaction_id), transaction_id)
+        return None if value is None else str(value)
+
+    async def balance_as_of(self, account_id: str, at: datetime) -> int:
+        """The balance the account had at ``at``: the balance its last line before then left."""
+        await self.account(account_id)
+        value = await self._pool.fetchval(Q["balance_as_of"], bucket_of(account_id), account_id, at)
+        return 0 if value is None else int(value)
+
+    async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
+        promo = promo_account(wallet_id)
+        rows = await self._pool.fetch(Q["promo_batches"], bucket_of(wallet_id), promo)
+        return [
+            PromoBatch(
+                id=r["id"],
+                account=r["account_id"],
+                funder_account=r["funder_account"],
+                funded_by=r["funded_by"],
+                amount=r["amount"],
+                remaining=r["remaining"],
+                expires_at=r["expires_at"],
+                grant_transaction_id=r["grant_transaction_id"],
+            )
+            for r in rows
+        ]
+
+    async def expired_promo_batches(
+        self, bucket: int, now: datetime, limit: int = 100
+    ) -> list[asyncpg.Record]:
+        return list(await self._pool.fetch(Q["expired_promo_batches"], bucket, now, limit))
+
+    async def buckets_in_use(self) -> list[int]:
+        return [r["bucket"] for r in await self._pool.fetch(Q["buckets_in_use"])]
+
+    # -----------------------------------------------------------------------------------------
+    # Holds
+    # -----------------------------------------------------------------------------------------
+
+    async def place_hold(self, wallet_id: str, key: str, amount: int) -> HoldResult:
+        amount, key = check_amount(amount), check_text(key, "key")
+        account = cash_account(wallet_id)
+        raw = await self._call(Q["place_hold"], bucket_of(wallet_id), account, key, amount)
+        return _hold(account, key, raw)
+
+    async def release_hold(self, wallet_id: str, key: str) -> HoldResult:
+        key = check_text(key, "key")
+        account = cash_account(wallet_id)
+        raw = await self._call(Q["release_hold"], bucket_of(wallet_id), account, key)
+        return _hold(account, key, raw)
+
+    async def _call(self, query: str, *args: Any) -> Any:
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                return await conn.fetchval(query, *args)
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        async with self._pool.acquire() as conn:
+            return await verify(conn, progress=progress)
+
+    @asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[asyncpg.Connection]:
+        """One connection in one transaction, for a caller that writes more than the posting
+        (an idempotency record, an outbox row) and wants it all or nothing."""
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield conn
+        except errors.LedgerError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+
+
+def _hold(account: str, key: str, raw: dict[str, Any]) -> HoldResult:
+    return HoldResult(
+        account=account,
+        key=key,
+        status=raw["status"],
+        amount=raw["amount"],
+        held=raw["held"],
+        balance=raw["balance"],
+        replayed=raw["replayed"],
+    )
