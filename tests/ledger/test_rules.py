@@ -1,0 +1,368 @@
+"""Every posting rule, with the legs of the architecture document's examples (in kuruş)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hiwallet.ledger.accounts import Role, cash_account, promo_account, system_account
+from hiwallet.ledger.errors import HoldNotUsable, InsufficientFunds, NothingToExpire, NotRefundable
+from hiwallet.ledger.model import PostResult, TxType
+from hiwallet.ledger.service import Ledger
+from tests.ledger.conftest import TL, assert_verified, cash, funded_wallet
+
+A, B = 7, 900  # two buckets, so that transfers cross shards as they will on Citus
+
+
+def legs(result: PostResult) -> dict[str, int]:
+    """The legs a rule wrote, transit legs aside (they must net to zero among themselves)."""
+    transit = [line.amount for line in result.lines if ":sys:transit:" in line.account]
+    assert sum(transit) == 0
+    return {line.account: line.amount for line in result.lines if ":sys:transit:" not in line.account}
+
+
+def clearing(provider: str, bucket: int) -> str:
+    return system_account(Role.CLEARING, "TRY", bucket=bucket, provider=provider)
+
+
+def revenue(bucket: int) -> str:
+    return system_account(Role.REVENUE, "TRY", bucket=bucket)
+
+
+async def test_topup(ledger: Ledger) -> None:
+    w = (await ledger.open_wallet("alice", bucket=A)).wallet_id
+    r = await ledger.topup("t1", w, 100 * TL, provider="stripe", actor="test", ref="pi_1")
+    assert legs(r) == {cash_account(w): 100 * TL, clearing("stripe", A): -100 * TL}
+    # a top-up by bank transfer goes to the bank's clearing account
+    r = await ledger.topup("t2", w, 100 * TL, provider="bank", actor="test", ref="wire_1")
+    assert legs(r) == {cash_account(w): 100 * TL, clearing("bank", A): -100 * TL}
+    assert await ledger.store.system_balance(Role.CLEARING, "TRY", "stripe") == -100 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_p2p(ledger: Ledger) -> None:
+    sender = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    receiver = await funded_wallet(ledger, "bob", 0, bucket=B)
+    r = await ledger.transfer("p1", sender, receiver, 100 * TL, actor="alice", ref="dinner")
+    assert legs(r) == {cash_account(sender): -100 * TL, cash_account(receiver): 100 * TL}
+    assert (await ledger.store.transaction(r.id)).type == "p2p"
+    await assert_verified(ledger.store)
+
+
+@pytest.mark.parametrize("type_", [TxType.B2P, TxType.B2B])
+async def test_business_transfers(ledger: Ledger, type_: TxType) -> None:
+    business = await funded_wallet(ledger, "acme", 100 * TL, bucket=A)
+    other = await funded_wallet(ledger, "someone", 0, bucket=B)
+    r = await ledger.transfer("b1", business, other, 30 * TL, actor="acme", ref="payout", type_=type_)
+    assert legs(r) == {cash_account(business): -30 * TL, cash_account(other): 30 * TL}
+    assert (await ledger.store.transaction(r.id)).type == type_.value
+
+
+async def test_payment_with_fee(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 200 * TL, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    r = await ledger.payment("pay1", payer, merchant, 100 * TL, actor="alice", ref="order-1")
+    assert legs(r) == {cash_account(payer): -102 * TL, cash_account(merchant): 100 * TL, revenue(A): 2 * TL}
+    await assert_verified(ledger.store)
+
+
+async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
+    now = datetime.now(UTC)
+    late = await ledger.promo_grant("g-late", payer, 30 * TL, expires_at=now + timedelta(days=30),
+                                    actor="acme", ref="promo", business=merchant)
+    early = await ledger.promo_grant("g-early", payer, 10 * TL, expires_at=now + timedelta(days=1),
+                                     actor="ops", ref="campaign-1")
+    r = await ledger.payment("pay1", payer, merchant, 100 * TL, actor="alice", ref="order-1")
+    # the document's numbers: promo −40, cash −62, receiver +100, revenue +2
+    assert legs(r) == {
+        promo_account(payer): -40 * TL,
+        cash_account(payer): -62 * TL,
+        cash_account(merchant): 100 * TL,
+        revenue(A): 2 * TL,
+    }
+    batches = {b.id: b.remaining for b in await ledger.store.promo_batches(payer)}
+    assert batches == {early.id: 0, late.id: 0}
+
+    # with less to pay than promo holds, the earliest-expiring batch is spent first
+    await ledger.promo_grant("g3", payer, 30 * TL, expires_at=now + timedelta(days=30), actor="ops", ref="c")
+    g4 = await ledger.promo_grant("g4", payer, 30 * TL, expires_at=now + timedelta(days=2), actor="ops", ref="c")
+    r = await ledger.payment("pay2", payer, merchant, 10 * TL, actor="alice", ref="order-2")
+    assert legs(r)[promo_account(payer)] == -(10 * TL + 20)  # 10 TL and its 2 % fee, all promo
+    assert cash_account(payer) not in legs(r)
+    batches = {b.id: b.remaining for b in await ledger.store.promo_batches(payer)}
+    assert batches[g4.id] == 30 * TL - 10 * TL - 20
+    await assert_verified(ledger.store)
+
+
+async def test_expired_promo_is_not_spent(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    await ledger.promo_grant("g1", payer, 10 * TL, expires_at=datetime.now(UTC) + timedelta(milliseconds=1),
+                             actor="ops", ref="c")
+    await ledger.store._pool.execute("SELECT pg_sleep(0.01)")
+    r = await ledger.payment("pay1", payer, merchant, 10 * TL, actor="alice", ref="o")
+    assert promo_account(payer) not in legs(r)
+
+
+async def test_promo_grant_business_and_campaign(ledger: Ledger) -> None:
+    business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
+    customer = await funded_wallet(ledger, "alice", 0, bucket=A)
+    later = datetime.now(UTC) + timedelta(days=7)
+    r = await ledger.promo_grant("g1", customer, 40 * TL, expires_at=later, actor="acme", ref="welcome",
+                                 business=business)
+    assert legs(r) == {cash_account(business): -40 * TL, promo_account(customer): 40 * TL}
+    r = await ledger.promo_grant("g2", customer, 10 * TL, expires_at=later, actor="ops", ref="campaign-7")
+    assert legs(r) == {system_account(Role.PROMO_EXPENSE, "TRY", bucket=A): -10 * TL,
+                       promo_account(customer): 10 * TL}
+    balance = await ledger.store.wallet_balance(customer)
+    assert (balance.cash, balance.promo, balance.available) == (0, 50 * TL, 50 * TL)
+    batches = await ledger.store.promo_batches(customer)
+    assert sorted((b.funded_by, b.amount, b.remaining) for b in batches) == [
+        ("business", 40 * TL, 40 * TL), ("platform", 10 * TL, 10 * TL)]
+    await assert_verified(ledger.store)
+
+
+async def test_business_cannot_grant_more_than_it_has(ledger: Ledger) -> None:
+    business = await funded_wallet(ledger, "acme", 10 * TL, bucket=B)
+    customer = await funded_wallet(ledger, "alice", 0, bucket=A)
+    with pytest.raises(InsufficientFunds):
+        await ledger.promo_grant("g1", customer, 40 * TL, expires_at=datetime.now(UTC) + timedelta(days=1),
+                                 actor="acme", ref="x", business=business)
+
+
+async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledger) -> None:
+    business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
+    customer = await funded_wallet(ledger, "alice", 0, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    await ledger.promo_grant("g1", customer, 40 * TL, expires_at=soon, actor="acme", ref="p", business=business)
+    await ledger.promo_grant("g2", customer, 10 * TL, expires_at=soon + timedelta(seconds=1), actor="ops",
+                             ref="c")
+    # spend 20.40 of it: the business batch (earliest) keeps 19.60
+    await ledger.payment("pay", customer, merchant, 20 * TL, actor="alice", ref="o")
+    assert await ledger.expire_promos(actor="job", now=datetime.now(UTC)) == 0  # nothing expired yet
+
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    await ledger.store._pool.execute("SELECT pg_sleep(2.1)")
+    assert await ledger.expire_promos(actor="job", now=later) == 2
+    lines = (await ledger.store.statement(promo_account(customer))).lines
+    expiry = [line for line in lines if line.type == "promo_expiry"]
+    assert sorted(line.amount for line in expiry) == [-(1960), -(10 * TL)]
+    by_tx = {line.transaction_id: await ledger.store.transaction(line.transaction_id) for line in expiry}
+    destinations = {
+        leg.account: leg.amount
+        for tx in by_tx.values() for leg in tx.legs if leg.amount > 0 and ":sys:transit:" not in leg.account
+    }
+    assert destinations == {cash_account(business): 1960,
+                            system_account(Role.PROMO_BREAKAGE, "TRY", bucket=A): 10 * TL}
+    assert (await ledger.store.wallet_balance(customer)).promo == 0
+    # a second run finds nothing
+    assert await ledger.expire_promos(actor="job", now=later) == 0
+    await assert_verified(ledger.store)
+
+
+async def test_promo_expiry_refused_before_time(ledger: Ledger) -> None:
+    from hiwallet.ledger import rules
+
+    customer = await funded_wallet(ledger, "alice", 0, bucket=A)
+    g = await ledger.promo_grant("g1", customer, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1),
+                                 actor="ops", ref="c")
+    breakage = system_account(Role.PROMO_BREAKAGE, "TRY", bucket=A)
+    with pytest.raises(NothingToExpire) as err:
+        await ledger.store.post(rules.promo_expiry(g.id, promo_account(customer), breakage, "TRY", actor="x"))
+    assert err.value.fields["reason"] == "not_expired"
+
+
+async def test_withdrawal_with_fee(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 200 * TL, bucket=A)
+    r = await ledger.withdrawal("wd1", w, 100 * TL, actor="alice", ref="saga-1")
+    assert legs(r) == {cash_account(w): -102 * TL, clearing("bank", A): 100 * TL, revenue(A): 2 * TL}
+    await assert_verified(ledger.store)
+
+
+async def test_withdrawal_refund_negates_all_three_legs_once(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 200 * TL, bucket=A)
+    wd = await ledger.withdrawal("wd1", w, 100 * TL, actor="alice", ref="saga-1")
+    r = await ledger.refund(wd.id, actor="saga")
+    assert legs(r) == {cash_account(w): 102 * TL, clearing("bank", A): -100 * TL, revenue(A): -2 * TL}
+    assert await cash(ledger, w) == 200 * TL
+    again = await ledger.refund(wd.id, actor="someone-else")
+    assert again.replayed and again.id == r.id
+    assert await cash(ledger, w) == 200 * TL
+    assert await ledger.store.refund_of(wd.id) == r.id
+    await assert_verified(ledger.store)
+
+
+async def test_payment_refund_restores_promo_batches(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    g = await ledger.promo_grant("g1", payer, 40 * TL, expires_at=datetime.now(UTC) + timedelta(days=3),
+                                 actor="ops", ref="c")
+    pay = await ledger.payment("pay1", payer, merchant, 100 * TL, actor="alice", ref="order-1")
+    r = await ledger.refund(pay.id, actor="shop")
+    assert legs(r) == {promo_account(payer): 40 * TL, cash_account(payer): 62 * TL,
+                       cash_account(merchant): -100 * TL, revenue(A): -2 * TL}
+    assert [b.remaining for b in await ledger.store.promo_batches(payer) if b.id == g.id] == [40 * TL]
+    assert (await ledger.store.wallet_balance(payer)).available == 140 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_refund_needs_the_receiver_to_have_the_money(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    other = await funded_wallet(ledger, "carol", 0, bucket=A)
+    pay = await ledger.payment("pay1", payer, merchant, 50 * TL, actor="alice", ref="o")
+    await ledger.transfer("drain", merchant, other, 50 * TL, actor="shop", ref="x", type_=TxType.B2P)
+    with pytest.raises(InsufficientFunds):
+        await ledger.refund(pay.id, actor="shop")
+    assert await ledger.store.refund_of(pay.id) is None
+
+
+async def test_refunds_of_refunds_and_promo_are_refused(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    other = await funded_wallet(ledger, "bob", 0, bucket=B)
+    p = await ledger.transfer("p1", w, other, 10 * TL, actor="alice", ref="x")
+    r = await ledger.refund(p.id, actor="bob")
+    with pytest.raises(NotRefundable):
+        await ledger.refund(r.id, actor="bob")
+    g = await ledger.promo_grant("g1", w, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1), actor="o",
+                                 ref="c")
+    with pytest.raises(NotRefundable):
+        await ledger.refund(g.id, actor="ops")
+
+
+async def test_settlement_of_topups_gross_and_net(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 0, bucket=A)
+    await ledger.topup("t1", w, 100 * TL, provider="stripe", actor="stripe", ref="pi")
+    await ledger.topup("t2", w, 100 * TL, provider="bank", actor="bank", ref="wire")
+    clearing_stripe = system_account(Role.CLEARING, "TRY", provider="stripe")
+    clearing_bank = system_account(Role.CLEARING, "TRY", provider="bank")
+    nostro = system_account(Role.NOSTRO, "TRY")
+    expense = system_account(Role.PROVIDER_EXPENSE, "TRY")
+    # Net: the provider keeps its fee: clearing +100, nostro −97.10, provider_expense −2.90
+    r = await ledger.settle_topups("s1", "stripe", gross=100 * TL, fee=290, model="net", actor="ops", ref="po_1")
+    assert legs(r) == {clearing_stripe: 100 * TL, nostro: -9710, expense: -290}
+    assert (await ledger.store.account(nostro)).balance == -9710  # 97.10 at the bank
+    # Gross: all of it arrives, the fee comes later as an invoice
+    r = await ledger.settle_topups("s2", "bank", gross=100 * TL, actor="ops", ref="stmt-1")
+    assert legs(r) == {clearing_bank: 100 * TL, nostro: -100 * TL}
+    r = await ledger.provider_invoice("inv1", "bank", amount=150, actor="ops", ref="inv-1")
+    assert legs(r) == {expense: -150, nostro: 150}
+    # what the providers owed is settled: the clearing accounts are back at zero in sum
+    assert await ledger.store.system_balance(Role.CLEARING, "TRY", "stripe") == 0
+    assert await ledger.store.system_balance(Role.CLEARING, "TRY", "bank") == 0
+    await assert_verified(ledger.store)
+
+
+async def test_settlement_of_withdrawals(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 200 * TL, bucket=A)
+    await ledger.withdrawal("wd1", w, 100 * TL, actor="alice", ref="saga-1")
+    r = await ledger.settle_withdrawals("sw1", "bank", owed=100 * TL, actor="ops", ref="batch-1")
+    assert legs(r) == {system_account(Role.CLEARING, "TRY", provider="bank"): -100 * TL,
+                       system_account(Role.NOSTRO, "TRY"): 100 * TL}
+    assert await ledger.store.system_balance(Role.CLEARING, "TRY", "bank") == 0
+    await assert_verified(ledger.store)
+
+
+async def test_sweep_moves_sub_accounts_into_central(ledger: Ledger) -> None:
+    for i, bucket in enumerate([A, B, 33]):
+        w = await funded_wallet(ledger, f"c{i}", 0, bucket=bucket)
+        await ledger.topup(f"t{i}", w, (i + 1) * TL, provider="stripe", actor="s", ref="pi")
+    assert await ledger.sweep(Role.CLEARING, actor="job", provider="stripe") == 3
+    central = system_account(Role.CLEARING, "TRY", provider="stripe")
+    assert (await ledger.store.account(central)).balance == -6 * TL
+    assert await ledger.store.system_balance(Role.CLEARING, "TRY", "stripe") == -6 * TL
+    assert await ledger.sweep(Role.CLEARING, actor="job", provider="stripe") == 0
+    await assert_verified(ledger.store)
+
+
+async def test_hold_capture_and_release_each_once(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    shop = await funded_wallet(ledger, "shop", 0, bucket=B)
+    h = await ledger.hold(w, "order-1", 60 * TL)
+    assert (h.status, h.held, h.replayed) == ("pending", 60 * TL, False)
+    assert (await ledger.hold(w, "order-1", 60 * TL)).replayed
+    balance = await ledger.store.wallet_balance(w)
+    assert (balance.cash, balance.held, balance.available) == (100 * TL, 60 * TL, 40 * TL)
+    # held money is not available to anything else
+    with pytest.raises(InsufficientFunds) as err:
+        await ledger.transfer("p1", w, shop, 50 * TL, actor="alice", ref="x")
+    assert err.value.fields["available"] == 40 * TL
+    with pytest.raises(InsufficientFunds):
+        await ledger.hold(w, "order-2", 41 * TL)
+
+    c = await ledger.capture(w, "order-1", 60 * TL, shop, actor="shop", ref="order-1")
+    assert legs(c) == {cash_account(w): -60 * TL, cash_account(shop): 60 * TL}
+    again = await ledger.capture(w, "order-1", 60 * TL, shop, actor="shop", ref="order-1")
+    assert again.replayed and again.id == c.id
+    with pytest.raises(HoldNotUsable):
+        await ledger.release(w, "order-1")
+    balance = await ledger.store.wallet_balance(w)
+    assert (balance.cash, balance.held) == (40 * TL, 0)
+
+    await ledger.hold(w, "order-3", 30 * TL)
+    r = await ledger.release(w, "order-3")
+    assert (r.status, r.held, r.replayed) == ("released", 0, False)
+    assert (await ledger.release(w, "order-3")).replayed
+    with pytest.raises(HoldNotUsable):
+        await ledger.capture(w, "order-3", 30 * TL, shop, actor="shop", ref="order-3")
+    await assert_verified(ledger.store)
+
+
+async def test_partial_capture_releases_the_rest(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    shop = await funded_wallet(ledger, "shop", 0, bucket=B)
+    await ledger.hold(w, "order-1", 60 * TL)
+    with pytest.raises(HoldNotUsable):
+        await ledger.capture(w, "order-1", 61 * TL, shop, actor="shop", ref="o")
+    await ledger.capture(w, "order-1", 45 * TL, shop, actor="shop", ref="o")
+    balance = await ledger.store.wallet_balance(w)
+    assert (balance.cash, balance.held, balance.available) == (55 * TL, 0, 55 * TL)
+    await assert_verified(ledger.store)
+
+
+async def test_debit_by_ref_is_taken_once(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    shop = await funded_wallet(ledger, "shop", 0, bucket=B)
+    first = await ledger.debit(w, 18 * TL, shop, actor="orders", ref="order-42")
+    assert not first.replayed
+    # asked again, even for another amount: the money for order-42 is taken; answered as before
+    for amount in (18 * TL, 25 * TL):
+        again = await ledger.debit(w, amount, shop, actor="orders", ref="order-42")
+        assert again.replayed and again.id == first.id
+    assert await cash(ledger, w) == 82 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_reads_statement_transaction_and_balance_as_of(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 0, bucket=A)
+    other = await funded_wallet(ledger, "bob", 0, bucket=B)
+    results = []
+    for i in range(7):
+        results.append(await ledger.topup(f"t{i}", w, 10 * TL, provider="stripe", actor="s", ref=f"pi_{i}"))
+    p = await ledger.transfer("p1", w, other, 25 * TL, actor="alice", ref="rent")
+
+    # paginated in version order, each line with amount, type, ref and balance after
+    seen, cursor = [], None
+    while True:
+        page = await ledger.store.statement(cash_account(w), cursor=cursor, limit=3)
+        seen.extend(page.lines)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert [line.version for line in seen] == list(range(1, 9))
+    assert [line.balance_after for line in seen] == [*(10 * TL * k for k in range(1, 8)), 45 * TL]
+    assert (seen[-1].type, seen[-1].ref, seen[-1].amount) == ("p2p", "rent", -25 * TL)
+
+    tx = await ledger.store.transaction(p.id)
+    assert (tx.type, tx.actor, tx.ref) == ("p2p", "alice", "rent")
+    assert {leg.account: leg.amount for leg in tx.legs if ":sys:transit:" not in leg.account} == {
+        cash_account(w): -25 * TL, cash_account(other): 25 * TL}
+
+    before_all = results[0].posted_at - timedelta(microseconds=1)
+    assert await ledger.store.balance_as_of(cash_account(w), before_all) == 0
+    assert await ledger.store.balance_as_of(cash_account(w), results[2].posted_at) == 30 * TL
+    assert await ledger.store.balance_as_of(cash_account(w), p.posted_at) == 45 * TL
