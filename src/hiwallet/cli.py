@@ -24,9 +24,7 @@ def migrate(
 ) -> None:
     """Create the databases and apply their numbered migrations (idempotent, concurrency-safe)."""
     settings = get_settings()
-    keys = database or [
-        k for k in db.DATABASES if (settings.migrations_dir / k).is_dir()
-    ]
+    keys = database or [k for k in db.DATABASES if (settings.migrations_dir / k).is_dir()]
 
     async def _run() -> None:
         for key in keys:
@@ -37,10 +35,28 @@ def migrate(
     asyncio.run(_run())
 
 
+@app.command()
+def run(
+    name: Annotated[str, typer.Argument(help="The deployable to run, e.g. identity.")],
+    realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
+    port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+) -> None:
+    """Run one deployable (assumes `hiwallet migrate` has run)."""
+    if name == "identity":
+        from hiwallet.identity.cli import run_identity
+
+        run_identity(realm, port, host)
+        return
+    raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
+
+
 def _register_subcommands() -> None:
+    from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
 
     app.add_typer(ledger_app, name="ledger")
+    app.add_typer(identity_app, name="identity")
 
 
 _register_subcommands()

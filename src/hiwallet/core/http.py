@@ -1,0 +1,300 @@
+"""The HTTP app factory every service uses: problem+json errors, health, readiness, metrics.
+
+Errors are answered in ONE place: a service raises a :class:`ProblemError` (or a subclass) and
+the handlers here turn it into ``application/problem+json`` (RFC 9457). Validation errors and
+anything unexpected take the same shape, so a client parses one format, and an unhandled error
+never leaks a traceback or a driver message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger(__name__)
+
+PROBLEM_BASE = "https://hiwallet.dev/problems/"
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+# A named check for /ready: returns normally when the dependency is reachable, raises otherwise.
+ReadyCheck = Callable[[], Awaitable[None]]
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def problem_type(slug: str) -> str:
+    return PROBLEM_BASE + slug
+
+
+class ProblemError(Exception):
+    """The base of every error a service answers with problem+json.
+
+    Subclasses set ``status``, ``slug`` and ``title``; an instance adds ``detail`` and any extra
+    members a client needs (RFC 9457 §3.2), e.g. ``balance`` on insufficient funds.
+    """
+
+    status: ClassVar[int] = 400
+    slug: ClassVar[str] = "bad-request"
+    title: ClassVar[str] = "Bad request"
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+    @property
+    def type(self) -> str:
+        return problem_type(self.slug)
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"type": self.type, "title": self.title, "status": self.status}
+        if self.detail:
+            body["detail"] = self.detail
+        if instance:
+            body["instance"] = instance
+        body.update(self.extra)
+        return body
+
+
+class NotFound(ProblemError):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class Unauthorized(ProblemError):
+    status = 401
+    slug = "unauthorized"
+    title = "Unauthorized"
+
+
+class Forbidden(ProblemError):
+    status = 403
+    slug = "forbidden"
+    title = "Forbidden"
+
+
+class PayloadTooLarge(ProblemError):
+    status = 413
+    slug = "payload-too-large"
+    title = "Request body too large"
+
+
+class ServiceUnavailable(ProblemError):
+    status = 503
+    slug = "service-unavailable"
+    title = "Service unavailable"
+
+
+def problem_response(error: ProblemError, instance: str | None = None) -> JSONResponse:
+    return JSONResponse(
+        error.body(instance),
+        status_code=error.status,
+        media_type=PROBLEM_CONTENT_TYPE,
+        headers=error.headers or None,
+    )
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return problem_response(exc, request.url.path)
+
+
+async def _on_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    # 422 for a well-formed body with wrong values; the field errors are what a client fixes.
+    errors = [
+        {"loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg", ""), "type": e.get("type")}
+        for e in exc.errors()
+    ]
+    body = {
+        "type": problem_type("validation-error"),
+        "title": "The request is not valid",
+        "status": 422,
+        "detail": f"{len(errors)} field(s) failed validation",
+        "instance": request.url.path,
+        "errors": errors,
+    }
+    return JSONResponse(body, status_code=422, media_type=PROBLEM_CONTENT_TYPE)
+
+
+async def _on_http_exception(request: Request, exc: Exception) -> Response:
+    # Starlette raises these for unknown routes (404) and wrong methods (405).
+    assert isinstance(exc, StarletteHTTPException)
+    slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    body = {
+        "type": problem_type(slug),
+        "title": str(exc.detail),
+        "status": exc.status_code,
+        "instance": request.url.path,
+    }
+    return JSONResponse(
+        body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=exc.headers
+    )
+
+
+async def _on_unhandled(request: Request, exc: Exception) -> Response:
+    # The traceback goes to the log, never to the client: it can carry SQL, secrets, paths.
+    log.error("unhandled error", path=request.url.path, exc_info=exc)
+    body = {
+        "type": problem_type("internal-error"),
+        "title": "Internal server error",
+        "status": 500,
+        "instance": request.url.path,
+    }
+    return JSONResponse(body, status_code=500, media_type=PROBLEM_CONTENT_TYPE)
+
+
+class BodySizeLimit:
+    """Refuse request bodies over ``max_bytes`` before the app reads them into memory."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _send_too_large(scope, send, self.max_bytes)
+            return
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    # A chunked body that lies about its size: stop reading it.
+                    raise PayloadTooLarge(f"the body exceeds {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+async def _send_too_large(scope: Scope, send: Send, max_bytes: int) -> None:
+    error = PayloadTooLarge(f"the body exceeds {max_bytes} bytes")
+    response = problem_response(error, scope.get("path"))
+    await response({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+class _Metrics:
+    """Per-app Prometheus metrics in their own registry, so several apps fit in one process."""
+
+    def __init__(self, service: str) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "http_requests_total",
+            "HTTP requests by route, method and status",
+            ["service", "method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "http_request_duration_seconds",
+            "HTTP request latency by route and method",
+            ["service", "method", "route"],
+            registry=self.registry,
+        )
+        self.service = service
+
+
+def _route_label(request: Request) -> str:
+    # The route template, not the raw path: raw paths carry ids and would explode cardinality.
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return str(path) if path else "unmatched"
+
+
+def create_app(
+    title: str,
+    *,
+    version: str = "0.1.0",
+    ready_checks: Mapping[str, ReadyCheck] | None = None,
+    lifespan: Lifespan | None = None,
+    max_body_bytes: int = 1_000_000,
+    extra_problem_handlers: Sequence[tuple[type[Exception], Any]] = (),
+) -> FastAPI:
+    """A FastAPI app with problem+json errors, ``/health``, ``/ready`` and ``/metrics``.
+
+    ``ready_checks`` are looked up at request time, so a lifespan may fill the mapping after the
+    app is built (e.g. once the database pool exists).
+    """
+    checks: Mapping[str, ReadyCheck] = ready_checks if ready_checks is not None else {}
+    app = FastAPI(title=title, version=version, lifespan=lifespan)
+    metrics = _Metrics(title)
+    app.state.metrics_registry = metrics.registry
+
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    for exc_type, handler in extra_problem_handlers:
+        app.add_exception_handler(exc_type, handler)
+    app.add_exception_handler(Exception, _on_unhandled)
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response: Response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = _route_label(request)
+            metrics.requests.labels(title, request.method, route, str(status)).inc()
+            metrics.latency.labels(title, request.method, route).observe(time.perf_counter() - started)
+
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+
+    @app.get("/health", include_in_schema=False)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", include_in_schema=False)
+    async def ready() -> Response:
+        failed: dict[str, str] = {}
+        for name, check in checks.items():
+            try:
+                await check()
+            except Exception as exc:  # any failure means "not ready"; the reason is logged
+                log.warning("readiness check failed", check=name, error=repr(exc))
+                failed[name] = "unavailable"
+        if failed:
+            error = ServiceUnavailable("a dependency is not reachable", checks=failed)
+            return problem_response(error, "/ready")
+        return JSONResponse({"status": "ready", "checks": {n: "ok" for n in checks}})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,5 @@
+"""The identity service: an OpenID provider that stands in for Keycloak, realm by realm.
+
+It speaks Keycloak's paths and shapes so that the same clients work against a real Keycloak in
+production, where only the base URL in configuration changes (docs/identity.md).
+"""

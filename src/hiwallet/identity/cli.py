@@ -1,0 +1,56 @@
+"""``hiwallet identity ...``: operator commands of the identity service."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hiwallet.core.db import DATABASES, create_pool
+from hiwallet.identity.keys import ensure_keys, rotate_keys
+from hiwallet.identity.realm import REALM_DATABASES
+from hiwallet.identity.settings import get_identity_settings
+
+identity_app = typer.Typer(no_args_is_help=True, help="The identity service (OpenID provider).")
+console = Console()
+
+RealmOption = Annotated[str, typer.Option("--realm", help="hiwallet or hiwallet-staff")]
+
+
+@identity_app.command("rotate-keys")
+def rotate_keys_command(realm: RealmOption = "hiwallet") -> None:
+    """Promote the next signing key; the old one stays in the JWKS until its tokens expire."""
+    if realm not in REALM_DATABASES:
+        raise typer.BadParameter(f"unknown realm {realm!r}", param_hint="--realm")
+    settings = get_identity_settings()
+
+    async def _run() -> str:
+        pool = await create_pool(DATABASES[REALM_DATABASES[realm]], min_size=1, max_size=2)
+        try:
+            await ensure_keys(pool, settings.key_bits)
+            kid = await rotate_keys(pool, settings.key_bits, publish_for_s=retire_after(realm))
+            await ensure_keys(pool, settings.key_bits)
+            return kid
+        finally:
+            await pool.close()
+
+    kid = asyncio.run(_run())
+    console.print(f"[bold]{realm}[/bold]: signing with {kid}")
+
+
+def retire_after(realm: str) -> int:
+    """How long a retired key stays published: the longest an access or ID token it signed can
+    live, plus a verifier's leeway."""
+    return get_identity_settings().access_token_lifetime_s + 60
+
+
+def run_identity(realm: str, port: int | None, host: str) -> None:
+    import uvicorn
+
+    from hiwallet.identity.app import create_identity_app
+
+    settings = get_identity_settings()
+    app = create_identity_app(realm, settings)
+    uvicorn.run(app, host=host, port=port or settings.default_port(realm), log_level="info")

@@ -1,0 +1,67 @@
+"""Identity settings: ``HIWALLET_IDENTITY_*`` environment variables with working local defaults."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REALMS_DIR = Path(__file__).resolve().parent / "realms"
+
+
+class IdentitySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_IDENTITY_", extra="ignore")
+
+    # The public base URLs; a token's ``iss`` is <base>/realms/<realm>, so these must be what
+    # clients and verifying services see, not an internal address.
+    public_url: str = "http://127.0.0.1:8080"
+    staff_public_url: str = "http://127.0.0.1:8180"
+    port: int = 8080
+    staff_port: int = 8180
+    realms_dir: Path = REALMS_DIR
+
+    # Lifetimes in seconds (Keycloak's defaults where it has one).
+    access_token_lifetime_s: int = 300
+    refresh_token_lifetime_s: int = 1800  # SSO session idle
+    session_max_lifetime_s: int = 36_000  # SSO session max
+    code_lifetime_s: int = 60  # authorization codes: single use, one minute
+    login_flow_lifetime_s: int = 1800  # time to fill in the login pages
+    action_token_lifetime_s: int = 43_200  # "execute actions" links: 12 hours
+
+    # Brute-force protection: ``max_login_failures`` failures, each within ``failure_window_s``
+    # of the previous one, lock the user out for ``lockout_s``.
+    max_login_failures: int = 5
+    failure_window_s: int = 900
+    lockout_s: int = 900
+
+    # argon2id (RFC 9106's second recommended option). Tests lower these to run fast.
+    argon2_time_cost: int = 3
+    argon2_memory_kib: int = 65_536
+    argon2_parallelism: int = 4
+    max_password_length: int = 256  # hashing a megabyte of "password" is a denial of service
+
+    # How long a process keeps the signing keys it read; a rotation done by another process
+    # (the CLI) is picked up within this time. The old key stays published, so nothing breaks.
+    key_cache_s: float = 10.0
+    key_bits: int = 2048
+
+    # Mail for the "execute actions" links: written to outgoing_mail, then sent over SMTP.
+    smtp_enabled: bool = True
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 1025
+    smtp_timeout_s: float = 5.0
+    mail_from: str = "no-reply@hiwallet.dev"
+
+    max_body_bytes: int = 64_000  # forms and admin JSON are small
+
+    def base_url(self, realm: str) -> str:
+        return self.staff_public_url if realm == "hiwallet-staff" else self.public_url
+
+    def default_port(self, realm: str) -> int:
+        return self.staff_port if realm == "hiwallet-staff" else self.port
+
+
+@lru_cache(maxsize=1)
+def get_identity_settings() -> IdentitySettings:
+    return IdentitySettings()
