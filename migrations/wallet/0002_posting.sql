@@ -143,7 +143,9 @@ BEGIN
         END LOOP;
         IF v_found < coalesce(array_length(v_ids, 1), 0) THEN
             SELECT x INTO v_row FROM unnest(v_ids) AS x
-             WHERE NOT EXISTS (SELECT 1 FROM ledger.accounts WHERE bucket = v_b AND id = x) LIMIT 1;
+             WHERE NOT EXISTS (SELECT 1 FROM ledger.accounts WHERE bucket = v_b AND id = x)
+             ORDER BY split_part(x, ':', 2) = 'sys', x  -- a customer's account is the likelier news
+             LIMIT 1;
             RAISE EXCEPTION 'no account %', v_row.x USING ERRCODE = 'HW002',
                 DETAIL = jsonb_build_object('account', v_row.x)::text;
         END IF;

@@ -137,16 +137,16 @@ async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledg
     business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
-    soon = datetime.now(UTC) + timedelta(seconds=1)
+    soon = datetime.now(UTC) + timedelta(milliseconds=300)
     await ledger.promo_grant("g1", customer, 40 * TL, expires_at=soon, actor="acme", ref="p", business=business)
-    await ledger.promo_grant("g2", customer, 10 * TL, expires_at=soon + timedelta(seconds=1), actor="ops",
+    await ledger.promo_grant("g2", customer, 10 * TL, expires_at=soon + timedelta(milliseconds=100), actor="ops",
                              ref="c")
     # spend 20.40 of it: the business batch (earliest) keeps 19.60
     await ledger.payment("pay", customer, merchant, 20 * TL, actor="alice", ref="o")
     assert await ledger.expire_promos(actor="job", now=datetime.now(UTC)) == 0  # nothing expired yet
 
     later = datetime.now(UTC) + timedelta(seconds=5)
-    await ledger.store._pool.execute("SELECT pg_sleep(2.1)")
+    await ledger.store._pool.execute("SELECT pg_sleep(0.5)")
     assert await ledger.expire_promos(actor="job", now=later) == 2
     lines = (await ledger.store.statement(promo_account(customer))).lines
     expiry = [line for line in lines if line.type == "promo_expiry"]

@@ -1,7 +1,15 @@
 -- Verification queries (hiwallet ledger verify). Per-bucket checks name one bucket.
 
 -- name: buckets
-SELECT DISTINCT bucket FROM ledger.accounts ORDER BY bucket
+-- Buckets with anything to check: an account that moved or holds something, a line, a hold or
+-- a promo batch. An untouched account (version 0, balance 0, nothing held, no hash) with no
+-- line, hold or batch is consistent by definition.
+SELECT bucket FROM ledger.accounts
+ WHERE version <> 0 OR balance <> 0 OR held <> 0 OR last_hash <> '\x'::bytea
+UNION SELECT bucket FROM ledger.lines
+UNION SELECT bucket FROM ledger.holds
+UNION SELECT bucket FROM ledger.promo_batches
+ORDER BY bucket
 
 -- name: line_problems
 -- Each line against the previous line of its account: versions without gaps, balances that
