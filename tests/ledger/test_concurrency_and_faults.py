@@ -1,0 +1,144 @@
+"""Concurrency against the real PostgreSQL, and faults injected before, inside and at commit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from hiwallet.ledger.errors import InsufficientFunds, LedgerError, LedgerUnavailable
+from hiwallet.ledger.faults import FaultPlan, FaultPoint
+from hiwallet.ledger.model import PostResult
+from hiwallet.ledger.service import Ledger
+from hiwallet.ledger.store import LedgerStore
+from tests.ledger.conftest import FEES, TL, assert_verified, cash, funded_wallet, snapshot
+
+
+async def test_simultaneous_payments_never_spend_more_than_the_wallet_has(ledger: Ledger) -> None:
+    payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=12)
+    # 10 TL + 2 % fee = 10.20 each: 9 fit in 100 TL, the tenth does not
+    results = await asyncio.gather(
+        *(ledger.payment(f"pay-{i}", payer, merchant, 10 * TL, actor="alice", ref=f"o{i}") for i in range(40)),
+        return_exceptions=True,
+    )
+    ok = [r for r in results if isinstance(r, PostResult)]
+    refused = [r for r in results if isinstance(r, InsufficientFunds)]
+    assert (len(ok), len(refused)) == (9, 31), results
+    assert await cash(ledger, payer) == 100 * TL - 9 * 1020
+    assert await cash(ledger, merchant) == 90 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_simultaneous_holds_and_payments_respect_available(ledger: Ledger) -> None:
+    w = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
+    other = await funded_wallet(ledger, "bob", 0, bucket=12)
+    work = [ledger.hold(w, f"h{i}", 30 * TL) for i in range(5)]
+    work += [ledger.transfer(f"t{i}", w, other, 30 * TL, actor="alice", ref="x") for i in range(5)]
+    results = await asyncio.gather(*work, return_exceptions=True)
+    succeeded = [r for r in results if not isinstance(r, BaseException)]
+    assert len(succeeded) == 3  # 3 × 30 of 100; the rest refused for funds
+    assert all(isinstance(r, InsufficientFunds) for r in results if isinstance(r, BaseException))
+    balance = await ledger.store.wallet_balance(w)
+    assert balance.available == 10 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_simultaneous_posts_of_one_id_post_once(ledger: Ledger) -> None:
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    results = await asyncio.gather(
+        *(ledger.transfer("same", a, b, 7 * TL, actor="alice", ref="x") for _ in range(30))
+    )
+    assert sum(not r.replayed for r in results) == 1
+    assert len({(r.id, r.lines) for r in results}) == 1
+    assert await cash(ledger, a) == 93 * TL and await cash(ledger, b) == 7 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_opposite_transfers_in_parallel_finish_without_deadlock(ledger: Ledger) -> None:
+    a = await funded_wallet(ledger, "alice", 1_000 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 1_000 * TL, bucket=12)
+    c = await funded_wallet(ledger, "carol", 1_000 * TL, bucket=11)
+    pairs = [(a, b), (b, a), (b, c), (c, a), (a, c), (c, b)]
+    work = [
+        ledger.transfer(f"x{i}-{j}", s, r, TL, actor="t", ref="x")
+        for i in range(40)
+        for j, (s, r) in enumerate(pairs)
+    ]
+    results = await asyncio.gather(*work, return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert not failures, failures[:3]
+    # every wallet sent and received the same, so all are back where they started
+    assert [await cash(ledger, w) for w in (a, b, c)] == [1_000 * TL] * 3
+    await assert_verified(ledger.store)
+
+
+async def test_batched_posting_gives_a_result_for_each(ledger: Ledger) -> None:
+    from hiwallet.ledger import rules
+
+    a = await funded_wallet(ledger, "alice", 10 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    postings = [rules.transfer(f"b{i}", a, b, 3 * TL, "TRY", actor="a", ref="x") for i in range(5)]
+    results = await ledger.store.post_batch([*postings, postings[0]])
+    kinds = [type(r).__name__ for r in results]
+    assert kinds == ["PostResult"] * 3 + ["InsufficientFunds"] * 2 + ["PostResult"]
+    assert isinstance(results[3], InsufficientFunds) and results[3].fields["available"] == TL
+    assert isinstance(results[5], PostResult) and results[5].replayed
+    assert await cash(ledger, b) == 9 * TL
+    await assert_verified(ledger.store)
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("point", "kill"),
+    [
+        (FaultPoint.BEFORE, False),
+        (FaultPoint.INSIDE, False),
+        (FaultPoint.INSIDE, True),  # the backend dies with the transaction open
+        (FaultPoint.AT_COMMIT, True),  # the backend dies as COMMIT is sent
+        (FaultPoint.AFTER_COMMIT, False),  # committed, answer lost
+    ],
+)
+async def test_a_fault_never_leaves_half_a_transaction(
+    ledger: Ledger, pool: asyncpg.Pool, dsn: str, transit: bool, point: FaultPoint, kill: bool
+) -> None:
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    plan = FaultPlan(point, kill_dsn=dsn if kill else None)
+    faulty = Ledger(LedgerStore(pool, faults=plan, transit_legs=transit), FEES)
+    before = await snapshot(pool)
+
+    with pytest.raises(LedgerError) as err:
+        await faulty.payment("pay-1", a, b, 10 * TL, actor="alice", ref="o1")
+    assert isinstance(err.value, LedgerUnavailable)
+    assert plan.fired == 1
+    await assert_verified(ledger.store)
+    committed = point is FaultPoint.AFTER_COMMIT
+    assert (await snapshot(pool) != before) is committed
+
+    # the caller retries with the same id: it posts exactly once
+    retry = await ledger.payment("pay-1", a, b, 10 * TL, actor="alice", ref="o1")
+    assert retry.replayed is committed
+    again = await ledger.payment("pay-1", a, b, 10 * TL, actor="alice", ref="o1")
+    assert again.replayed
+    assert await cash(ledger, a) == 100 * TL - 1020
+    assert await cash(ledger, b) == 10 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_database_down_is_unavailable(ledger: Ledger, pool: asyncpg.Pool) -> None:
+    """A pool whose server is gone answers LedgerUnavailable, not a driver error."""
+    from hiwallet.ledger import rules
+
+    broken = await asyncpg.create_pool("postgresql://127.0.0.1:1/none", min_size=0, max_size=1, timeout=1)
+    store = LedgerStore(broken)
+    posting = rules.transfer("k", "0001:w:a", "0002:w:b", 1, "TRY", actor="a", ref="r")
+    with pytest.raises(LedgerUnavailable):
+        await store.post(posting)
+    await broken.close()
