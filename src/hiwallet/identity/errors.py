@@ -44,6 +44,12 @@ class InvalidGrant(OAuthError):
     title = "Invalid grant"
 
 
+class InvalidUserCredentials(InvalidGrant):
+    """Keycloak answers wrong direct-grant credentials with 401 (and ``invalid_grant``)."""
+
+    status = 401
+
+
 class UnauthorizedClient(OAuthError):
     error = "unauthorized_client"
     title = "The client may not use this grant"

@@ -36,6 +36,7 @@ from hiwallet.identity.errors import (
     InvalidRequest,
     InvalidScope,
     InvalidToken,
+    InvalidUserCredentials,
     UnauthorizedClient,
     UnsupportedGrantType,
 )
@@ -216,7 +217,7 @@ async def _password_grant(realm: Realm, client: ClientConfig, form: Mapping[str,
         log.info("password grant refused", client=client.client_id, reason=exc.reason)
         if exc.reason == "disabled":
             raise InvalidGrant("Account disabled") from exc
-        raise InvalidGrant("Invalid user credentials") from exc
+        raise InvalidUserCredentials("Invalid user credentials") from exc
     session_id = await start_session(realm, user, client)
     return await issue(realm, client, user, session_id=session_id, scope=scope)
 

@@ -1,0 +1,161 @@
+"""Refresh rotation and reuse detection, client credentials, introspection, lockout."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from keycloak.exceptions import KeycloakAuthenticationError, KeycloakPostError
+
+from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, ServerFactory
+
+
+def refresh(idp: IdentityServer, token: str, client_id: str = "personal-mobile-api") -> httpx.Response:
+    return httpx.post(
+        idp.token_url,
+        data={"grant_type": "refresh_token", "client_id": client_id, "refresh_token": token},
+    )
+
+
+def test_refresh_rotation_and_reuse_revokes_the_family(customer_idp: IdentityServer) -> None:
+    customer_idp.create_user("hakan")
+    oidc = customer_idp.openid("personal-mobile-api")
+    first = oidc.token("hakan", PASSWORD)
+    other_session = oidc.token("hakan", PASSWORD)
+
+    second = refresh(customer_idp, first["refresh_token"])
+    assert second.status_code == 200
+    third = refresh(customer_idp, second.json()["refresh_token"])
+    assert third.status_code == 200
+    assert len({first["refresh_token"], second.json()["refresh_token"], third.json()["refresh_token"]}) == 3
+
+    # The first token, already spent, comes back: someone copied it. The family dies.
+    replay = refresh(customer_idp, first["refresh_token"])
+    assert replay.status_code == 400
+    assert replay.json()["error"] == "invalid_grant"
+    newest = refresh(customer_idp, third.json()["refresh_token"])
+    assert newest.status_code == 400 and newest.json()["error"] == "invalid_grant"
+    with pytest.raises(KeycloakAuthenticationError):
+        oidc.userinfo(third.json()["access_token"])
+    # Another login of the same user is its own family and is untouched.
+    assert refresh(customer_idp, other_session["refresh_token"]).status_code == 200
+
+
+def test_refresh_token_is_bound_to_its_client(customer_idp: IdentityServer) -> None:
+    customer_idp.create_user("irem")
+    token = customer_idp.openid("personal-mobile-api").token("irem", PASSWORD)
+    stolen = httpx.post(
+        customer_idp.token_url,
+        auth=("personal-web-bff", SECRETS["personal-web-bff"]),
+        data={"grant_type": "refresh_token", "refresh_token": token["refresh_token"]},
+    )
+    assert stolen.status_code == 400 and stolen.json()["error"] == "invalid_grant"
+    # The refused attempt did not spend it.
+    assert refresh(customer_idp, token["refresh_token"]).status_code == 200
+
+
+def test_expired_refresh_token(customer_idp: IdentityServer) -> None:
+    customer_idp.create_user("kaan")
+    token = customer_idp.openid("personal-mobile-api").token("kaan", PASSWORD)
+    customer_idp.sql("UPDATE refresh_tokens SET expires_at = now() - interval '1 second'")
+    expired = refresh(customer_idp, token["refresh_token"])
+    assert expired.json() == {"error": "invalid_grant", "error_description": "Token is not active"}
+
+
+def test_client_credentials(customer_idp: IdentityServer) -> None:
+    oidc = customer_idp.openid("merchant-demo")
+    token = oidc.token(grant_type="client_credentials")
+    assert "refresh_token" not in token  # as Keycloak: no session, no refresh token
+    claims = oidc.decode_token(token["access_token"])
+    assert claims["azp"] == "merchant-demo"
+    assert claims["preferred_username"] == "service-account-merchant-demo"
+    assert claims["aud"] == ["hiwallet-api", "business-api"]
+    # The same subject every time: the client's service-account identity is stable.
+    assert (
+        oidc.decode_token(oidc.token(grant_type="client_credentials")["access_token"])["sub"] == claims["sub"]
+    )
+
+    basic = httpx.post(
+        customer_idp.token_url,
+        auth=("merchant-demo", SECRETS["merchant-demo"]),
+        data={"grant_type": "client_credentials"},
+    )
+    assert basic.status_code == 200
+    wrong = httpx.post(
+        customer_idp.token_url,
+        auth=("merchant-demo", "not-the-secret"),
+        data={"grant_type": "client_credentials"},
+    )
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+    # A public client has no secret to prove, hence no service account.
+    public = httpx.post(
+        customer_idp.token_url,
+        data={"grant_type": "client_credentials", "client_id": "personal-mobile-api"},
+    )
+    assert public.status_code == 400 and public.json()["error"] == "unauthorized_client"
+    # A confidential client without a service account.
+    no_sa = httpx.post(
+        customer_idp.token_url,
+        auth=("personal-web-bff", SECRETS["personal-web-bff"]),
+        data={"grant_type": "client_credentials"},
+    )
+    assert no_sa.json()["error"] == "unauthorized_client"
+    unsupported = httpx.post(
+        customer_idp.token_url,
+        auth=("merchant-demo", SECRETS["merchant-demo"]),
+        data={"grant_type": "implicit"},
+    )
+    assert unsupported.json()["error"] == "unsupported_grant_type"
+
+
+def test_introspection(customer_idp: IdentityServer) -> None:
+    customer_idp.create_user("leyla")
+    token = customer_idp.openid("personal-mobile-api").token("leyla", PASSWORD)
+    business_api = customer_idp.openid("business-api")
+    active = business_api.introspect(token["access_token"])
+    assert active["active"] is True and active["preferred_username"] == "leyla"
+    assert business_api.introspect("not-a-token") == {"active": False}
+    customer_idp.openid("personal-mobile-api").logout(token["refresh_token"])
+    assert business_api.introspect(token["access_token"]) == {"active": False}
+
+
+def test_lockout_after_repeated_failures(identity_factory: ServerFactory) -> None:
+    idp = identity_factory("hiwallet", max_login_failures=3, lockout_s=2)
+    idp.create_user("murat")
+    oidc = idp.openid("personal-mobile-api")
+    for _ in range(3):
+        with pytest.raises(KeycloakAuthenticationError):
+            oidc.token("murat", "wrong")
+    # Locked: even the right password is refused, with the same answer as a wrong one.
+    with pytest.raises(KeycloakAuthenticationError) as locked:
+        oidc.token("murat", PASSWORD)
+    assert b"Invalid user credentials" in locked.value.response_body
+    [row] = idp.sql("SELECT locked_until > now() AS locked FROM users WHERE username = 'murat'")
+    assert row["locked"]
+    time.sleep(2.1)
+    assert oidc.token("murat", PASSWORD)["access_token"]
+
+
+def test_failures_below_the_limit_do_not_lock(identity_factory: ServerFactory) -> None:
+    idp = identity_factory("hiwallet", max_login_failures=3)
+    idp.create_user("nur")
+    oidc = idp.openid("personal-mobile-api")
+    for _ in range(2):
+        with pytest.raises(KeycloakAuthenticationError):
+            oidc.token("nur", "wrong")
+    assert oidc.token("nur", PASSWORD)  # resets the count
+    for _ in range(2):
+        with pytest.raises(KeycloakAuthenticationError):
+            oidc.token("nur", "wrong")
+    assert oidc.token("nur", PASSWORD)
+
+
+def test_unknown_user_and_oversized_body(customer_idp: IdentityServer) -> None:
+    with pytest.raises(KeycloakAuthenticationError):
+        customer_idp.openid("personal-mobile-api").token("ghost", PASSWORD)
+    huge = httpx.post(customer_idp.token_url, data={"grant_type": "password", "password": "x" * 100_000})
+    assert huge.status_code == 413
+    assert huge.headers["content-type"] == "application/problem+json"
+    with pytest.raises(KeycloakPostError):
+        customer_idp.openid("personal-mobile-api").token("ghost", PASSWORD, scope="openid admin")
