@@ -25,6 +25,7 @@ SELECT bucket, id, role, purse, currency, owner, balance, held, version
 
 -- name: system_balance
 -- A system account's balance is the sum of its sub-accounts; a report, not a posting input.
+-- citus: multi-shard read
 SELECT coalesce(sum(balance), 0) FROM ledger.accounts
  WHERE role = $1 AND currency = $2 AND ($3::text IS NULL OR id LIKE '%:' || $3 || ':' || $2)
 
@@ -78,4 +79,5 @@ SELECT account_id, key, amount, status, transaction_id, created_at, closed_at
   FROM ledger.holds WHERE bucket = $1 AND account_id = $2 AND key = $3
 
 -- name: buckets_in_use
+-- citus: multi-shard read (a job's work list)
 SELECT DISTINCT bucket FROM ledger.accounts ORDER BY bucket

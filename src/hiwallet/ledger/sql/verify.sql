@@ -1,6 +1,7 @@
 -- Verification queries (hiwallet ledger verify). Per-bucket checks name one bucket.
 
 -- name: buckets
+-- citus: multi-shard read
 -- Buckets with anything to check: an account that moved or holds something, a line, a hold or
 -- a promo batch. An untouched account (version 0, balance 0, nothing held, no hash) with no
 -- line, hold or batch is consistent by definition.
@@ -89,6 +90,7 @@ SELECT (SELECT count(*) FROM ledger.accounts WHERE bucket = $1) AS accounts,
        (SELECT count(*) FROM ledger.transactions WHERE bucket = $1 AND bucket = home_bucket) AS transactions
 
 -- name: unbalanced_transactions
+-- citus: multi-shard read
 -- Global: a whole transaction over all its parts. On Citus this may see a half-committed 2PC;
 -- recheck a failure after a few seconds (docs/ledger-citus.md).
 SELECT transaction_id, currency, sum(amount) AS total
@@ -97,4 +99,5 @@ SELECT transaction_id, currency, sum(amount) AS total
 HAVING sum(amount) <> 0
 
 -- name: currency_totals
+-- citus: multi-shard read
 SELECT currency, sum(balance) AS total FROM ledger.accounts GROUP BY currency HAVING sum(balance) <> 0

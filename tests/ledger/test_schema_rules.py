@@ -1,0 +1,110 @@
+"""The schema is ready for Citus: checked on plain PostgreSQL against the checked-in table map
+(src/hiwallet/ledger/citus_tables.json), as scale-out.md's checklist asks (items 1-4, 15)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from hiwallet.core.queries import load_queries
+
+LEDGER = Path(__file__).parents[2] / "src" / "hiwallet" / "ledger"
+MAP = json.loads((LEDGER / "citus_tables.json").read_text())
+DISTRIBUTED = {t for t, kind in MAP["tables"].items() if kind == "distributed"}
+KEY = MAP["distribution_column"]
+
+
+async def test_every_table_is_in_the_map(pool: asyncpg.Pool) -> None:
+    rows = await pool.fetch(
+        "SELECT schemaname || '.' || tablename AS t FROM pg_tables"
+        " WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+    )
+    assert {r["t"] for r in rows} == set(MAP["tables"])
+    assert set(MAP["tables"].values()) <= {"distributed", "reference", "local"}
+
+
+async def test_distributed_tables_lead_every_key_with_the_bucket(pool: asyncpg.Pool) -> None:
+    problems: list[str] = []
+    for table in sorted(DISTRIBUTED):
+        col = await pool.fetchrow(
+            "SELECT a.attnotnull, a.attgenerated <> '' AS attgenerated, format_type(a.atttypid, a.atttypmod) AS type"
+            " FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2",
+            table,
+            KEY,
+        )
+        if col is None or not col["attnotnull"] or col["attgenerated"] or col["type"] != "smallint":
+            problems.append(f"{table}: {KEY} must be a plain smallint NOT NULL column")
+            continue
+        # primary keys and unique indexes (constraints or not) begin with the bucket
+        for idx in await pool.fetch(
+            "SELECT i.indexrelid::regclass::text AS name,"
+            " (SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]) AS first"
+            " FROM pg_index i WHERE i.indrelid = $1::regclass AND (i.indisunique OR i.indisprimary)",
+            table,
+        ):
+            if idx["first"] != KEY:
+                problems.append(f"{table}: unique index {idx['name']} does not begin with {KEY}")
+        # foreign keys: only to distributed or reference tables, with the bucket on both sides
+        for fk in await pool.fetch(
+            "SELECT conname, confrelid::regclass::text AS target,"
+            " (SELECT attname FROM pg_attribute WHERE attrelid = conrelid AND attnum = conkey[1]) AS src,"
+            " (SELECT attname FROM pg_attribute WHERE attrelid = confrelid AND attnum = confkey[1]) AS dst"
+            " FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'f'",
+            table,
+        ):
+            kind = MAP["tables"].get(fk["target"])
+            if kind == "distributed" and (fk["src"], fk["dst"]) != (KEY, KEY):
+                problems.append(f"{table}: foreign key {fk['conname']} does not join on {KEY}")
+            elif kind not in ("distributed", "reference"):
+                problems.append(f"{table}: foreign key {fk['conname']} points at {kind} {fk['target']}")
+    assert not problems, problems
+
+
+async def test_no_sequences_or_generated_keys(pool: asyncpg.Pool) -> None:
+    """Ids and times come from the application or the posting function, never a sequence or a
+    generated column (scale-out.md checklist item 11)."""
+    seqs = await pool.fetch("SELECT sequencename FROM pg_sequences WHERE schemaname = 'ledger'")
+    assert not seqs
+    generated = await pool.fetch(
+        "SELECT attrelid::regclass::text AS t, attname FROM pg_attribute a"
+        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'ledger' AND (a.attgenerated <> '' OR a.attidentity <> '')"
+    )
+    assert not generated
+
+
+async def test_balance_trigger_is_deferred_and_reads_by_bucket(pool: asyncpg.Pool) -> None:
+    row = await pool.fetchrow(
+        "SELECT tgdeferrable, tginitdeferred FROM pg_trigger WHERE tgname = 'lines_balanced'"
+    )
+    assert row is not None and row["tgdeferrable"] and row["tginitdeferred"]
+    body = await pool.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'check_balanced'")
+    assert "WHERE bucket = NEW.bucket AND transaction_id" in body
+
+
+_TABLE_REF = re.compile(r"\bledger\.(accounts|transactions|lines|holds|promo_batches|promo_spends)\b")
+_ONE_BUCKET = re.compile(r"\bbucket\s*=\s*\$\d+")
+_BUCKET_FILTER = re.compile(r"\bbucket\s*=\s*(\$\d+|ANY\s*\(\s*\$\d+)")
+
+
+@pytest.mark.parametrize("file", ["queries.sql", "verify.sql"])
+def test_named_queries_name_their_bucket(file: str) -> None:
+    """Every named query on a distributed table filters on one bucket (or a list for a
+    transaction's parts), or says it is a multi-shard read; every locking query names one."""
+    problems = []
+    text = (LEDGER / "sql" / file).read_text()
+    for name, sql in load_queries(LEDGER / "sql" / file).items():
+        block = text[text.index(f"-- name: {name}") :].split("-- name:", 2)[1]
+        if not _TABLE_REF.search(sql) or "citus: multi-shard read" in block:
+            continue
+        if re.match(r"INSERT INTO ledger\.\w+ \(bucket,", sql):
+            continue  # an insert routes by the bucket it carries
+        if not _BUCKET_FILTER.search(sql):
+            problems.append(f"{name}: no bucket filter")
+        if "FOR UPDATE" in sql.upper() and not _ONE_BUCKET.search(sql):
+            problems.append(f"{name}: locks rows without naming one bucket")
+    assert not problems, problems
