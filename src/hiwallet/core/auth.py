@@ -230,13 +230,13 @@ class TokenVerifier:
         iat = claims.get("iat")
         if isinstance(iat, int | float) and iat > now + self.leeway:
             raise TokenRejected("the token was issued in the future")
+        # Keycloak marks access tokens typ=Bearer; ID and refresh tokens must not open doors.
+        if claims.get("typ") != "Bearer":
+            raise TokenRejected("the token is not an access token")
         aud = claims.get("aud")
         audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
         if issuer.audience not in audiences:
             raise WrongAudience(f"the token's audience does not include {issuer.audience!r}")
-        # Keycloak marks access tokens typ=Bearer; ID and refresh tokens must not open doors.
-        if claims.get("typ") != "Bearer":
-            raise TokenRejected("the token is not an access token")
         if not isinstance(claims.get("sub"), str):
             raise TokenRejected("the token has no subject")
 
