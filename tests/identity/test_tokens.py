@@ -159,3 +159,28 @@ def test_unknown_user_and_oversized_body(customer_idp: IdentityServer) -> None:
     assert huge.headers["content-type"] == "application/problem+json"
     with pytest.raises(KeycloakPostError):
         customer_idp.openid("personal-mobile-api").token("ghost", PASSWORD, scope="openid admin")
+
+
+def test_purge_removes_only_what_has_expired(customer_idp: IdentityServer) -> None:
+    from hiwallet.core.db import create_pool
+    from hiwallet.identity.housekeeping import purge_once
+    from tests.identity.conftest import run_sync
+
+    customer_idp.create_user("oya")
+    oidc = customer_idp.openid("personal-mobile-api")
+    old = oidc.token("oya", PASSWORD)
+    current = oidc.token("oya", PASSWORD)
+    old_session = oidc.decode_token(old["access_token"])["sid"]
+    customer_idp.sql("UPDATE sessions SET expires_at = now() - interval '2 days' WHERE id = $1", old_session)
+
+    async def purge() -> int:
+        pool = await create_pool(customer_idp.database, min_size=1, max_size=1)
+        try:
+            return await purge_once(pool)
+        finally:
+            await pool.close()
+
+    assert run_sync(purge()) == 1
+    sessions = {r["id"] for r in customer_idp.sql("SELECT id FROM sessions")}
+    assert old_session not in sessions and len(sessions) == 1
+    assert refresh(customer_idp, current["refresh_token"]).status_code == 200

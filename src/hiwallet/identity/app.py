@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +22,7 @@ from hiwallet.identity import admin, login, tokens
 from hiwallet.identity.authn import authenticate_client
 from hiwallet.identity.context import Realm
 from hiwallet.identity.errors import InvalidToken, InvalidUser, LoginPageError, OAuthError
+from hiwallet.identity.housekeeping import purge_forever
 from hiwallet.identity.keys import KeyRing, ensure_keys
 from hiwallet.identity.passwords import Passwords
 from hiwallet.identity.realm import MANAGE_USERS, VIEW_USERS, load_realm
@@ -293,7 +296,13 @@ def create_identity_app(
                 await pool.fetchval("SELECT 1")
 
             checks["database"] = database_ready
-            yield
+            purger = asyncio.create_task(purge_forever(pool, settings.purge_interval_s))
+            try:
+                yield
+            finally:
+                purger.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purger
         finally:
             await pool.close()
 

@@ -53,6 +53,7 @@ class IdentitySettings(BaseSettings):
     smtp_timeout_s: float = 5.0
     mail_from: str = "no-reply@hiwallet.dev"
 
+    purge_interval_s: float = 600.0  # how often expired flows, sessions and tokens are deleted
     max_body_bytes: int = 64_000  # forms and admin JSON are small
 
     def base_url(self, realm: str) -> str:

@@ -171,3 +171,19 @@ INSERT INTO outgoing_mail (id, recipient, subject, body) VALUES ($1, $2, $3, $4)
 
 -- name: mark_mail_sent
 UPDATE outgoing_mail SET sent_at = now() WHERE id = $1;
+
+-- name: purge_expired
+-- Housekeeping. Spent codes and refresh tokens are kept a day past expiry so that a late
+-- replay is still recognised as one (and revokes what it must) instead of looking unknown.
+WITH flows AS (
+    DELETE FROM login_flows WHERE expires_at < now() RETURNING 1
+), actions AS (
+    DELETE FROM action_tokens WHERE expires_at < now() - interval '1 day' RETURNING 1
+), old_sessions AS (
+    DELETE FROM sessions
+    WHERE coalesce(ended_at, expires_at) < now() - interval '1 day'
+      AND expires_at < now()  -- an ended session still inside its lifetime keeps its rows
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM flows) + (SELECT count(*) FROM actions)
+     + (SELECT count(*) FROM old_sessions) AS purged;
