@@ -155,3 +155,16 @@ def test_execute_actions_email_refuses_a_foreign_redirect(customer_idp: Identity
         )
     assert refused.value.response_code == 400
     assert customer_idp.sql("SELECT 1 FROM action_tokens") == []
+
+
+def test_admin_search_by_substring_and_paging(customer_idp: IdentityServer) -> None:
+    admin = customer_idp.admin()
+    for name in ("can.demir", "can.kaya", "cansu"):
+        customer_idp.create_user(name)
+    found = admin.get_users({"search": "can."})
+    assert sorted(u["username"] for u in found) == ["can.demir", "can.kaya"]
+    # "_" and "%" are plain characters, not wildcards.
+    assert admin.get_users({"username": "c_n"}) == []
+    assert admin.get_users({"username": "%"}) == []
+    page = admin.get_users({"search": "can", "first": 1, "max": 1})
+    assert [u["username"] for u in page] == ["can.kaya"]

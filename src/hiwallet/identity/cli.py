@@ -10,7 +10,7 @@ from rich.console import Console
 
 from hiwallet.core.db import DATABASES, create_pool
 from hiwallet.identity.keys import ensure_keys, rotate_keys
-from hiwallet.identity.realm import REALM_DATABASES
+from hiwallet.identity.realm import REALM_DATABASES, RealmConfigError
 from hiwallet.identity.settings import get_identity_settings
 
 identity_app = typer.Typer(no_args_is_help=True, help="The identity service (OpenID provider).")
@@ -52,5 +52,8 @@ def run_identity(realm: str, port: int | None, host: str) -> None:
     from hiwallet.identity.app import create_identity_app
 
     settings = get_identity_settings()
-    app = create_identity_app(realm, settings)
+    try:
+        app = create_identity_app(realm, settings)
+    except RealmConfigError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--realm") from exc
     uvicorn.run(app, host=host, port=port or settings.default_port(realm), log_level="info")

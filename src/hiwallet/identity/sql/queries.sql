@@ -39,13 +39,13 @@ LIMIT 1;
 
 -- name: find_users
 -- Admin search. $1 username, $2 email (exact or substring), $3 free search, $4 exact match.
+-- strpos, not LIKE: a "%" or "_" in the search text is a character, not a wildcard.
 SELECT * FROM users
 WHERE ($1::text IS NULL OR CASE WHEN $4 THEN username = lower($1)
-                                ELSE username LIKE '%' || lower($1) || '%' END)
+                                ELSE strpos(username, lower($1)) > 0 END)
   AND ($2::text IS NULL OR CASE WHEN $4 THEN email = lower($2)
-                                ELSE email LIKE '%' || lower($2) || '%' END)
-  AND ($3::text IS NULL OR username LIKE '%' || lower($3) || '%'
-                        OR email LIKE '%' || lower($3) || '%')
+                                ELSE strpos(email, lower($2)) > 0 END)
+  AND ($3::text IS NULL OR strpos(username, lower($3)) > 0 OR strpos(email, lower($3)) > 0)
 ORDER BY username
 OFFSET $5 LIMIT $6;
 
