@@ -184,3 +184,27 @@ def test_purge_removes_only_what_has_expired(customer_idp: IdentityServer) -> No
     sessions = {r["id"] for r in customer_idp.sql("SELECT id FROM sessions")}
     assert old_session not in sessions and len(sessions) == 1
     assert refresh(customer_idp, current["refresh_token"]).status_code == 200
+
+
+def test_concurrent_refreshes_of_one_token_cannot_both_win(customer_idp: IdentityServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    customer_idp.create_user("sibel")
+    token = customer_idp.openid("personal-mobile-api").token("sibel", PASSWORD)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: refresh(customer_idp, token["refresh_token"]), range(4)))
+    assert sorted(r.status_code for r in results).count(200) <= 1
+    assert any(r.status_code == 400 for r in results)
+    # Whoever lost saw a spent token: the family is gone, including the winner's new token.
+    winners = [r.json()["refresh_token"] for r in results if r.status_code == 200]
+    for newer in winners:
+        assert refresh(customer_idp, newer).status_code == 400
+
+
+def test_service_endpoints(customer_idp: IdentityServer) -> None:
+    assert httpx.get(customer_idp.base_url + "/health").json() == {"status": "ok"}
+    ready = httpx.get(customer_idp.base_url + "/ready")
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+    customer_idp.openid("merchant-demo").token(grant_type="client_credentials")
+    metrics = httpx.get(customer_idp.base_url + "/metrics").text
+    assert 'route="/realms/{realm_name}/protocol/openid-connect/token"' in metrics

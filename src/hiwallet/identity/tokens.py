@@ -72,7 +72,7 @@ def service_account_subject(realm: Realm, client: ClientConfig) -> str:
     return derived_id("service-account", realm.name, client.client_id)
 
 
-async def _access_claims(
+def _access_claims(
     realm: Realm, client: ClientConfig, user: User | None, session_id: str | None, scope: str
 ) -> dict[str, Any]:
     now = int(time.time())
@@ -133,7 +133,7 @@ async def issue(
     """A Keycloak-shaped token response. No refresh token without a session (service accounts,
     as Keycloak does by default)."""
     s = realm.settings
-    access = await _access_claims(realm, client, user, session_id, scope)
+    access = _access_claims(realm, client, user, session_id, scope)
     body: dict[str, Any] = {
         "access_token": await realm.keys.sign(access),
         "expires_in": s.access_token_lifetime_s,
