@@ -236,8 +236,23 @@ def test_unknown_client_and_flow(customer_idp: IdentityServer) -> None:
         auth = f"{customer_idp.issuer}/protocol/openid-connect/auth"
         unknown = browser.get(auth, params=auth_params("nobody", MOBILE_REDIRECT, None))
         assert unknown.status_code == 400 and "Client not found." in unknown.text
+        browser.cookies.set("HIWALLET_LOGIN_FLOW", "made-up")
         stale = browser.post(
             f"{customer_idp.issuer}/login-actions/authenticate",
             data={"flow": "made-up", "username": "x", "password": "y"},
         )
         assert stale.status_code == 400 and "timed out" in stale.text
+
+
+def test_login_flow_is_bound_to_the_browser(customer_idp: IdentityServer) -> None:
+    customer_idp.create_user("filiz")
+    _, challenge = pkce_pair()
+    params = auth_params("personal-mobile-api", MOBILE_REDIRECT, challenge)
+    with httpx.Client() as browser:
+        page = browser.get(f"{customer_idp.issuer}/protocol/openid-connect/auth", params=params)
+    assert "httponly" in page.headers["set-cookie"].lower()
+    with httpx.Client() as other_browser:
+        # The same form, posted from a browser that did not start the flow.
+        stolen = post_form(other_browser, customer_idp.base_url, page, username="filiz", password=PASSWORD)
+    assert stolen.status_code == 400 and "Cookie not found" in stolen.text
+    assert "location" not in stolen.headers

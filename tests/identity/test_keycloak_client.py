@@ -168,3 +168,21 @@ def test_admin_search_by_substring_and_paging(customer_idp: IdentityServer) -> N
     assert admin.get_users({"username": "%"}) == []
     page = admin.get_users({"search": "can", "first": 1, "max": 1})
     assert [u["username"] for u in page] == ["can.kaya"]
+
+
+def test_passwords_are_hashed_and_never_logged(
+    customer_idp: IdentityServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "a-very-recognisable-secret-42"
+    user_id = customer_idp.create_user("gizem", password=secret)
+    oidc = customer_idp.openid("personal-mobile-api")
+    with pytest.raises(KeycloakAuthenticationError):
+        oidc.token("gizem", secret + "-wrong")
+    oidc.token("gizem", secret)
+    customer_idp.admin().set_user_password(user_id, secret + "-2", temporary=False)
+    captured = capsys.readouterr()
+    assert "password grant refused" in captured.out  # the log is captured here...
+    assert secret not in captured.out + captured.err  # ...and holds no password
+    [row] = customer_idp.sql("SELECT * FROM users WHERE id = $1", user_id)
+    assert row["password_hash"].startswith("$argon2id$")
+    assert all(secret not in str(value) for value in row.values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -43,6 +44,8 @@ PAGE_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+
+FLOW_COOKIE = "HIWALLET_LOGIN_FLOW"
 
 router = APIRouter()
 OIDC = "/realms/{realm_name}/protocol/openid-connect"
@@ -173,13 +176,31 @@ async def logout_page(realm: Realm = Depends(get_realm)) -> HTMLResponse:
 @router.get(OIDC + "/auth")
 async def auth(request: Request, realm: Realm = Depends(get_realm)) -> Response:
     params = dict(request.query_params)
-    return step_response(realm, await login.start_login(realm, params))
+    step = await login.start_login(realm, params)
+    response = step_response(realm, step)
+    if isinstance(step, login.Page):
+        # The flow is bound to this browser, as Keycloak's AUTH_SESSION_ID: a flow id that leaks
+        # (a shared screen, a log) cannot be continued from elsewhere.
+        response.set_cookie(
+            FLOW_COOKIE,
+            step.context["hidden"]["flow"],
+            max_age=realm.settings.login_flow_lifetime_s,
+            path=f"/realms/{realm.name}/login-actions",
+            httponly=True,
+            samesite="lax",
+            secure=realm.issuer.startswith("https://"),
+        )
+    return response
 
 
 @router.post("/realms/{realm_name}/login-actions/authenticate")
 async def authenticate(request: Request, realm: Realm = Depends(get_realm)) -> Response:
     form = await form_of(request)
-    return step_response(realm, await login.submit(realm, form.get("flow", ""), form))
+    flow_id = form.get("flow", "")
+    cookie = request.cookies.get(FLOW_COOKIE, "")
+    if not flow_id or not hmac.compare_digest(cookie.encode(), flow_id.encode()):
+        raise LoginPageError("Cookie not found. Please make sure cookies are enabled in your browser.")
+    return step_response(realm, await login.submit(realm, flow_id, form))
 
 
 @router.get("/realms/{realm_name}/login-actions/action-token")
