@@ -228,6 +228,9 @@ async def test_refusals(service: Service, customer_idp: IdentityServer, staff_id
     assert_refused(await service.get("/customers-only", token["id_token"]), "invalid-token")
     assert_refused(await service.get("/bff-only", access), "wrong-client")
 
+    from_the_future = sign(customer_idp, claims | {"iat": now + 600, "exp": now + 900})
+    assert_refused(await service.get("/customers-only", from_the_future), "invalid-token")
+
     no_exp = {k: v for k, v in claims.items() if k != "exp"}
     assert_refused(await service.get("/customers-only", sign(customer_idp, no_exp)), "invalid-token")
 

@@ -227,9 +227,10 @@ class TokenVerifier:
             raise TokenRejected("the token has no expiry")
         if exp <= now - self.leeway:
             raise TokenExpired("the token has expired")
-        iat = claims.get("iat")
-        if isinstance(iat, int | float) and iat > now + self.leeway:
-            raise TokenRejected("the token was issued in the future")
+        for name in ("iat", "nbf"):
+            value = claims.get(name)
+            if isinstance(value, int | float) and value > now + self.leeway:
+                raise TokenRejected(f"the token is not valid yet ({name} is in the future)")
         # Keycloak marks access tokens typ=Bearer; ID and refresh tokens must not open doors.
         if claims.get("typ") != "Bearer":
             raise TokenRejected("the token is not an access token")
