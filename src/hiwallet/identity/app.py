@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,10 +15,11 @@ from typing import Any
 import jinja2
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hiwallet.core.auth import bearer_token
 from hiwallet.core.db import DATABASES, create_pool
-from hiwallet.core.http import NotFound, ReadyCheck, create_app
+from hiwallet.core.http import Forbidden, NotFound, ReadyCheck, create_app, problem_response
 from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
 from hiwallet.identity.authn import authenticate_client
@@ -335,4 +337,30 @@ def create_identity_app(
         extra_problem_handlers=[(OAuthError, _on_oauth_error), (LoginPageError, _on_login_error)],
     )
     app.include_router(router)
+    if realm_name == "hiwallet-staff" and settings.staff_allowed_networks:
+        app.add_middleware(InternalNetworkOnly, networks=settings.staff_allowed_networks)
     return app
+
+
+class InternalNetworkOnly:
+    """Refuse (403 problem+json) requests whose client address is outside ``networks``."""
+
+    def __init__(self, app: ASGIApp, networks: list[str]) -> None:
+        self.app = app
+        self.networks = [ipaddress.ip_network(n) for n in networks]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._allowed(scope.get("client")):
+            error = Forbidden("this service is reachable only from the internal network")
+            await problem_response(error, scope.get("path"))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, client: tuple[str, int] | None) -> bool:
+        if client is None:
+            return False
+        try:
+            address = ipaddress.ip_address(client[0])
+        except ValueError:
+            return False
+        return any(address in network for network in self.networks)

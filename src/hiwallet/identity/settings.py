@@ -53,6 +53,17 @@ class IdentitySettings(BaseSettings):
     smtp_timeout_s: float = 5.0
     mail_from: str = "no-reply@hiwallet.dev"
 
+    # The staff realm answers only these client networks (the architecture document: "reachable
+    # only from the internal network"). Behind a proxy the proxy's address is what is seen, so
+    # the proxy must enforce it too. Empty list: no restriction.
+    staff_allowed_networks: list[str] = [
+        "127.0.0.0/8",
+        "::1/128",
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "fc00::/7",
+    ]
     purge_interval_s: float = 600.0  # how often expired flows, sessions and tokens are deleted
     max_body_bytes: int = 64_000  # forms and admin JSON are small
 

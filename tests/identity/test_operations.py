@@ -1,0 +1,59 @@
+"""Operating the service: the staff realm's network restriction and the rotate-keys command."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from hiwallet.cli import app as cli
+from hiwallet.core import db
+from hiwallet.core.http import create_app
+from hiwallet.identity.app import InternalNetworkOnly
+from tests.identity.conftest import IdentityServer
+
+
+async def _ok() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("client_ip", "status"),
+    [("127.0.0.1", 200), ("10.1.2.3", 200), ("192.168.7.1", 200), ("203.0.113.9", 403), ("2001:db8::1", 403)],
+)
+async def test_staff_realm_answers_only_the_internal_network(client_ip: str, status: int) -> None:
+    inner = create_app("net-test")
+    inner.add_middleware(InternalNetworkOnly, networks=["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"])
+    transport = httpx.ASGITransport(app=inner, client=(client_ip, 5555))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.get("/health")
+    assert response.status_code == status
+    if status == 403:
+        assert response.json()["type"] == "https://hiwallet.dev/problems/forbidden"
+
+
+def test_staff_server_is_restricted_by_default(staff_idp: IdentityServer) -> None:
+    # The test server listens on 127.0.0.1, inside the default internal networks.
+    assert "127.0.0.0/8" in staff_idp.settings.staff_allowed_networks
+    assert httpx.get(staff_idp.issuer + "/.well-known/openid-configuration").status_code == 200
+
+
+def test_rotate_keys_command(customer_idp: IdentityServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Point the command at this test's database instead of hiwallet_identity.
+    monkeypatch.setitem(db.DATABASES, "identity", customer_idp.database)
+    before = {
+        k["kid"] for k in httpx.get(customer_idp.issuer + "/protocol/openid-connect/certs").json()["keys"]
+    }
+    [active_before] = customer_idp.sql("SELECT kid FROM signing_keys WHERE status = 'active'")
+
+    result = CliRunner().invoke(cli, ["identity", "rotate-keys", "--realm", "hiwallet"])
+    assert result.exit_code == 0, result.output
+
+    [active_after] = customer_idp.sql("SELECT kid FROM signing_keys WHERE status = 'active'")
+    assert active_after["kid"] != active_before["kid"]
+    assert active_after["kid"] in result.output
+    after = {
+        k["kid"] for k in httpx.get(customer_idp.issuer + "/protocol/openid-connect/certs").json()["keys"]
+    }
+    # The promoted key was already published; the old one stays until its tokens expire.
+    assert after == before
