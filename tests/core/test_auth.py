@@ -1,0 +1,53 @@
+"""core.auth without an identity server: what happens when the issuer cannot be reached."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from fastapi import Depends
+from joserfc import jwt
+from joserfc.jwk import RSAKey
+
+from hiwallet.core.auth import Principal, TokenVerifier, TrustedIssuer, require_principal
+from hiwallet.core.http import create_app
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_unreachable_issuer_is_503_not_401() -> None:
+    base = f"http://127.0.0.1:{closed_port()}"
+    issuer = TrustedIssuer.keycloak(base, "hiwallet", "customer", "hiwallet-api")
+    verifier = TokenVerifier([issuer], timeout_seconds=1)
+    app = create_app("auth-test")
+
+    @app.get("/me")
+    async def me(p: Principal = Depends(require_principal(verifier))) -> str:
+        return p.subject
+
+    key = RSAKey.generate_key(2048, private=True)
+    claims = {
+        "iss": issuer.issuer_url,
+        "sub": "x",
+        "aud": "hiwallet-api",
+        "typ": "Bearer",
+        "exp": 4_000_000_000,
+    }
+    token = jwt.encode({"alg": "RS256", "kid": "k1"}, claims, key, algorithms=["RS256"])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        response = await client.get("/me", headers={"Authorization": f"Bearer {token}"})
+    await verifier.aclose()
+    # The caller did nothing wrong: the provider is down, so this is ours to report.
+    assert response.status_code == 503
+    assert response.json()["type"] == "https://hiwallet.dev/problems/issuer-unavailable"
+
+
+def test_a_verifier_needs_an_issuer() -> None:
+    with pytest.raises(ValueError):
+        TokenVerifier([])
