@@ -62,7 +62,9 @@ async def snapshot(pool: asyncpg.Pool) -> Counts:
     )
     balances = {
         r["id"]: r["balance"] * 1_000_003 + r["held"]
-        for r in await pool.fetch("SELECT id, balance, held FROM ledger.accounts WHERE balance <> 0 OR held <> 0")
+        for r in await pool.fetch(
+            "SELECT id, balance, held FROM ledger.accounts WHERE balance <> 0 OR held <> 0"
+        )
     }
     return Counts(row["t"], row["l"], row["h"], row["b"], balances)
 

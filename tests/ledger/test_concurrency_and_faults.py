@@ -20,7 +20,10 @@ async def test_simultaneous_payments_never_spend_more_than_the_wallet_has(ledger
     merchant = await funded_wallet(ledger, "shop", 0, bucket=12)
     # 10 TL + 2 % fee = 10.20 each: 9 fit in 100 TL, the tenth does not
     results = await asyncio.gather(
-        *(ledger.payment(f"pay-{i}", payer, merchant, 10 * TL, actor="alice", ref=f"o{i}") for i in range(40)),
+        *(
+            ledger.payment(f"pay-{i}", payer, merchant, 10 * TL, actor="alice", ref=f"o{i}")
+            for i in range(40)
+        ),
         return_exceptions=True,
     )
     ok = [r for r in results if isinstance(r, PostResult)]

@@ -58,7 +58,11 @@ async def test_refused_for_balance_leaves_nothing_and_the_id_can_be_retried(ledg
     with pytest.raises(InsufficientFunds) as err:
         await ledger.transfer("k1", a, b, 10 * TL, actor="alice", ref="x")
     assert err.value.fields == {
-        "account": cash_account(a), "balance": 5 * TL, "available": 5 * TL, "amount": 10 * TL}
+        "account": cash_account(a),
+        "balance": 5 * TL,
+        "available": 5 * TL,
+        "amount": 10 * TL,
+    }
     assert await snapshot(ledger.store._pool) == before
     await ledger.topup("more", a, 5 * TL, provider="stripe", actor="s", ref="pi")
     r = await ledger.transfer("k1", a, b, 10 * TL, actor="alice", ref="x")
@@ -138,8 +142,15 @@ async def test_transfer_to_itself_is_refused(ledger: Ledger) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("ref", "r" * 201), ("actor", "a" * 201), ("key", "k" * 91), ("ref", ""), ("actor", "  "),
-     ("key", "no spaces"), ("key", "new\nline")],
+    [
+        ("ref", "r" * 201),
+        ("actor", "a" * 201),
+        ("key", "k" * 91),
+        ("ref", ""),
+        ("actor", "  "),
+        ("key", "no spaces"),
+        ("key", "new\nline"),
+    ],
 )
 async def test_oversized_or_empty_fields_are_refused(ledger: Ledger, field: str, value: str) -> None:
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
@@ -157,8 +168,13 @@ async def test_the_database_refuses_an_unbalanced_posting(ledger: Ledger, pool: 
     """Even a posting built around the rules (and their assertion) cannot commit unbalanced."""
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
     b = await funded_wallet(ledger, "bob", 0, bucket=3)
-    bad = Posting(id="0003:bad", type=TxType.P2P, actor="x", ref="x",
-                  legs=(Leg(cash_account(a), -TL, "TRY"), Leg(cash_account(b), 2 * TL, "TRY")))
+    bad = Posting(
+        id="0003:bad",
+        type=TxType.P2P,
+        actor="x",
+        ref="x",
+        legs=(Leg(cash_account(a), -TL, "TRY"), Leg(cash_account(b), 2 * TL, "TRY")),
+    )
     before = await snapshot(pool)
     with pytest.raises(Exception, match="unbalanced"):
         await ledger.store.post(bad)

@@ -71,10 +71,18 @@ async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> N
     payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
     now = datetime.now(UTC)
-    late = await ledger.promo_grant("g-late", payer, 30 * TL, expires_at=now + timedelta(days=30),
-                                    actor="acme", ref="promo", business=merchant)
-    early = await ledger.promo_grant("g-early", payer, 10 * TL, expires_at=now + timedelta(days=1),
-                                     actor="ops", ref="campaign-1")
+    late = await ledger.promo_grant(
+        "g-late",
+        payer,
+        30 * TL,
+        expires_at=now + timedelta(days=30),
+        actor="acme",
+        ref="promo",
+        business=merchant,
+    )
+    early = await ledger.promo_grant(
+        "g-early", payer, 10 * TL, expires_at=now + timedelta(days=1), actor="ops", ref="campaign-1"
+    )
     r = await ledger.payment("pay1", payer, merchant, 100 * TL, actor="alice", ref="order-1")
     # the document's numbers: promo −40, cash −62, receiver +100, revenue +2
     assert legs(r) == {
@@ -88,7 +96,9 @@ async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> N
 
     # with less to pay than promo holds, the earliest-expiring batch is spent first
     await ledger.promo_grant("g3", payer, 30 * TL, expires_at=now + timedelta(days=30), actor="ops", ref="c")
-    g4 = await ledger.promo_grant("g4", payer, 30 * TL, expires_at=now + timedelta(days=2), actor="ops", ref="c")
+    g4 = await ledger.promo_grant(
+        "g4", payer, 30 * TL, expires_at=now + timedelta(days=2), actor="ops", ref="c"
+    )
     r = await ledger.payment("pay2", payer, merchant, 10 * TL, actor="alice", ref="order-2")
     assert legs(r)[promo_account(payer)] == -(10 * TL + 20)  # 10 TL and its 2 % fee, all promo
     assert cash_account(payer) not in legs(r)
@@ -100,8 +110,9 @@ async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> N
 async def test_expired_promo_is_not_spent(ledger: Ledger) -> None:
     payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
-    await ledger.promo_grant("g1", payer, 10 * TL, expires_at=datetime.now(UTC) + timedelta(milliseconds=1),
-                             actor="ops", ref="c")
+    await ledger.promo_grant(
+        "g1", payer, 10 * TL, expires_at=datetime.now(UTC) + timedelta(milliseconds=1), actor="ops", ref="c"
+    )
     await ledger.store._pool.execute("SELECT pg_sleep(0.01)")
     r = await ledger.payment("pay1", payer, merchant, 10 * TL, actor="alice", ref="o")
     assert promo_account(payer) not in legs(r)
@@ -111,17 +122,22 @@ async def test_promo_grant_business_and_campaign(ledger: Ledger) -> None:
     business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
     later = datetime.now(UTC) + timedelta(days=7)
-    r = await ledger.promo_grant("g1", customer, 40 * TL, expires_at=later, actor="acme", ref="welcome",
-                                 business=business)
+    r = await ledger.promo_grant(
+        "g1", customer, 40 * TL, expires_at=later, actor="acme", ref="welcome", business=business
+    )
     assert legs(r) == {cash_account(business): -40 * TL, promo_account(customer): 40 * TL}
     r = await ledger.promo_grant("g2", customer, 10 * TL, expires_at=later, actor="ops", ref="campaign-7")
-    assert legs(r) == {system_account(Role.PROMO_EXPENSE, "TRY", bucket=A): -10 * TL,
-                       promo_account(customer): 10 * TL}
+    assert legs(r) == {
+        system_account(Role.PROMO_EXPENSE, "TRY", bucket=A): -10 * TL,
+        promo_account(customer): 10 * TL,
+    }
     balance = await ledger.store.wallet_balance(customer)
     assert (balance.cash, balance.promo, balance.available) == (0, 50 * TL, 50 * TL)
     batches = await ledger.store.promo_batches(customer)
     assert sorted((b.funded_by, b.amount, b.remaining) for b in batches) == [
-        ("business", 40 * TL, 40 * TL), ("platform", 10 * TL, 10 * TL)]
+        ("business", 40 * TL, 40 * TL),
+        ("platform", 10 * TL, 10 * TL),
+    ]
     await assert_verified(ledger.store)
 
 
@@ -129,8 +145,15 @@ async def test_business_cannot_grant_more_than_it_has(ledger: Ledger) -> None:
     business = await funded_wallet(ledger, "acme", 10 * TL, bucket=B)
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
     with pytest.raises(InsufficientFunds):
-        await ledger.promo_grant("g1", customer, 40 * TL, expires_at=datetime.now(UTC) + timedelta(days=1),
-                                 actor="acme", ref="x", business=business)
+        await ledger.promo_grant(
+            "g1",
+            customer,
+            40 * TL,
+            expires_at=datetime.now(UTC) + timedelta(days=1),
+            actor="acme",
+            ref="x",
+            business=business,
+        )
 
 
 async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledger) -> None:
@@ -138,9 +161,12 @@ async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledg
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
     soon = datetime.now(UTC) + timedelta(milliseconds=300)
-    await ledger.promo_grant("g1", customer, 40 * TL, expires_at=soon, actor="acme", ref="p", business=business)
-    await ledger.promo_grant("g2", customer, 10 * TL, expires_at=soon + timedelta(milliseconds=100), actor="ops",
-                             ref="c")
+    await ledger.promo_grant(
+        "g1", customer, 40 * TL, expires_at=soon, actor="acme", ref="p", business=business
+    )
+    await ledger.promo_grant(
+        "g2", customer, 10 * TL, expires_at=soon + timedelta(milliseconds=100), actor="ops", ref="c"
+    )
     # spend 20.40 of it: the business batch (earliest) keeps 19.60
     await ledger.payment("pay", customer, merchant, 20 * TL, actor="alice", ref="o")
     assert await ledger.expire_promos(actor="job", now=datetime.now(UTC)) == 0  # nothing expired yet
@@ -154,10 +180,14 @@ async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledg
     by_tx = {line.transaction_id: await ledger.store.transaction(line.transaction_id) for line in expiry}
     destinations = {
         leg.account: leg.amount
-        for tx in by_tx.values() for leg in tx.legs if leg.amount > 0 and ":sys:transit:" not in leg.account
+        for tx in by_tx.values()
+        for leg in tx.legs
+        if leg.amount > 0 and ":sys:transit:" not in leg.account
     }
-    assert destinations == {cash_account(business): 1960,
-                            system_account(Role.PROMO_BREAKAGE, "TRY", bucket=A): 10 * TL}
+    assert destinations == {
+        cash_account(business): 1960,
+        system_account(Role.PROMO_BREAKAGE, "TRY", bucket=A): 10 * TL,
+    }
     assert (await ledger.store.wallet_balance(customer)).promo == 0
     # a second run finds nothing
     assert await ledger.expire_promos(actor="job", now=later) == 0
@@ -168,8 +198,9 @@ async def test_promo_expiry_refused_before_time(ledger: Ledger) -> None:
     from hiwallet.ledger import rules
 
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
-    g = await ledger.promo_grant("g1", customer, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1),
-                                 actor="ops", ref="c")
+    g = await ledger.promo_grant(
+        "g1", customer, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1), actor="ops", ref="c"
+    )
     breakage = system_account(Role.PROMO_BREAKAGE, "TRY", bucket=A)
     with pytest.raises(NothingToExpire) as err:
         await ledger.store.post(rules.promo_expiry(g.id, promo_account(customer), breakage, "TRY", actor="x"))
@@ -199,12 +230,17 @@ async def test_withdrawal_refund_negates_all_three_legs_once(ledger: Ledger) -> 
 async def test_payment_refund_restores_promo_batches(ledger: Ledger) -> None:
     payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
-    g = await ledger.promo_grant("g1", payer, 40 * TL, expires_at=datetime.now(UTC) + timedelta(days=3),
-                                 actor="ops", ref="c")
+    g = await ledger.promo_grant(
+        "g1", payer, 40 * TL, expires_at=datetime.now(UTC) + timedelta(days=3), actor="ops", ref="c"
+    )
     pay = await ledger.payment("pay1", payer, merchant, 100 * TL, actor="alice", ref="order-1")
     r = await ledger.refund(pay.id, actor="shop")
-    assert legs(r) == {promo_account(payer): 40 * TL, cash_account(payer): 62 * TL,
-                       cash_account(merchant): -100 * TL, revenue(A): -2 * TL}
+    assert legs(r) == {
+        promo_account(payer): 40 * TL,
+        cash_account(payer): 62 * TL,
+        cash_account(merchant): -100 * TL,
+        revenue(A): -2 * TL,
+    }
     assert [b.remaining for b in await ledger.store.promo_batches(payer) if b.id == g.id] == [40 * TL]
     assert (await ledger.store.wallet_balance(payer)).available == 140 * TL
     await assert_verified(ledger.store)
@@ -228,8 +264,9 @@ async def test_refunds_of_refunds_and_promo_are_refused(ledger: Ledger) -> None:
     r = await ledger.refund(p.id, actor="bob")
     with pytest.raises(NotRefundable):
         await ledger.refund(r.id, actor="bob")
-    g = await ledger.promo_grant("g1", w, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1), actor="o",
-                                 ref="c")
+    g = await ledger.promo_grant(
+        "g1", w, 5 * TL, expires_at=datetime.now(UTC) + timedelta(days=1), actor="o", ref="c"
+    )
     with pytest.raises(NotRefundable):
         await ledger.refund(g.id, actor="ops")
 
@@ -243,7 +280,9 @@ async def test_settlement_of_topups_gross_and_net(ledger: Ledger) -> None:
     nostro = system_account(Role.NOSTRO, "TRY")
     expense = system_account(Role.PROVIDER_EXPENSE, "TRY")
     # Net: the provider keeps its fee: clearing +100, nostro −97.10, provider_expense −2.90
-    r = await ledger.settle_topups("s1", "stripe", gross=100 * TL, fee=290, model="net", actor="ops", ref="po_1")
+    r = await ledger.settle_topups(
+        "s1", "stripe", gross=100 * TL, fee=290, model="net", actor="ops", ref="po_1"
+    )
     assert legs(r) == {clearing_stripe: 100 * TL, nostro: -9710, expense: -290}
     assert (await ledger.store.account(nostro)).balance == -9710  # 97.10 at the bank
     # Gross: all of it arrives, the fee comes later as an invoice
@@ -261,8 +300,10 @@ async def test_settlement_of_withdrawals(ledger: Ledger) -> None:
     w = await funded_wallet(ledger, "alice", 200 * TL, bucket=A)
     await ledger.withdrawal("wd1", w, 100 * TL, actor="alice", ref="saga-1")
     r = await ledger.settle_withdrawals("sw1", "bank", owed=100 * TL, actor="ops", ref="batch-1")
-    assert legs(r) == {system_account(Role.CLEARING, "TRY", provider="bank"): -100 * TL,
-                       system_account(Role.NOSTRO, "TRY"): 100 * TL}
+    assert legs(r) == {
+        system_account(Role.CLEARING, "TRY", provider="bank"): -100 * TL,
+        system_account(Role.NOSTRO, "TRY"): 100 * TL,
+    }
     assert await ledger.store.system_balance(Role.CLEARING, "TRY", "bank") == 0
     await assert_verified(ledger.store)
 
@@ -360,7 +401,9 @@ async def test_reads_statement_transaction_and_balance_as_of(ledger: Ledger) -> 
     tx = await ledger.store.transaction(p.id)
     assert (tx.type, tx.actor, tx.ref) == ("p2p", "alice", "rent")
     assert {leg.account: leg.amount for leg in tx.legs if ":sys:transit:" not in leg.account} == {
-        cash_account(w): -25 * TL, cash_account(other): 25 * TL}
+        cash_account(w): -25 * TL,
+        cash_account(other): 25 * TL,
+    }
 
     before_all = results[0].posted_at - timedelta(microseconds=1)
     assert await ledger.store.balance_as_of(cash_account(w), before_all) == 0

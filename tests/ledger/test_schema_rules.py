@@ -31,7 +31,8 @@ async def test_distributed_tables_lead_every_key_with_the_bucket(pool: asyncpg.P
     problems: list[str] = []
     for table in sorted(DISTRIBUTED):
         col = await pool.fetchrow(
-            "SELECT a.attnotnull, a.attgenerated <> '' AS attgenerated, format_type(a.atttypid, a.atttypmod) AS type"
+            "SELECT a.attnotnull, a.attgenerated <> '' AS attgenerated,"
+            " format_type(a.atttypid, a.atttypmod) AS type"
             " FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2",
             table,
             KEY,
@@ -42,7 +43,8 @@ async def test_distributed_tables_lead_every_key_with_the_bucket(pool: asyncpg.P
         # primary keys and unique indexes (constraints or not) begin with the bucket
         for idx in await pool.fetch(
             "SELECT i.indexrelid::regclass::text AS name,"
-            " (SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]) AS first"
+            " (SELECT attname FROM pg_attribute"
+            "   WHERE attrelid = i.indrelid AND attnum = i.indkey[0]) AS first"
             " FROM pg_index i WHERE i.indrelid = $1::regclass AND (i.indisunique OR i.indisprimary)",
             table,
         ):

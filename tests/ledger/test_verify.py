@@ -40,20 +40,29 @@ async def test_clean_ledger_verifies(ledger: Ledger) -> None:
     ("sql", "expected"),
     [
         # an amount changed, with balance_after fixed up to match: only the hash tells
-        ("UPDATE ledger.lines SET amount = amount - 1, balance_after = balance_after - 1"
-         " WHERE account_id = $1 AND version = 2", "hash does not match"),
+        (
+            "UPDATE ledger.lines SET amount = amount - 1, balance_after = balance_after - 1"
+            " WHERE account_id = $1 AND version = 2",
+            "hash does not match",
+        ),
         # a line deleted
         ("DELETE FROM ledger.lines WHERE account_id = $1 AND version = 2", "a line is missing"),
         # a ref rewritten
-        ("UPDATE ledger.lines SET ref = 'innocent' WHERE account_id = $1 AND version = 3", "hash does not match"),
+        (
+            "UPDATE ledger.lines SET ref = 'innocent' WHERE account_id = $1 AND version = 3",
+            "hash does not match",
+        ),
         # a balance edited
         ("UPDATE ledger.accounts SET balance = balance + 500 WHERE id = $1", "but the lines add up to"),
         # a held amount with no hold
         ("UPDATE ledger.accounts SET held = 100 WHERE id = $1", "pending holds sum to"),
         # the newest line removed and the account rolled back to match
-        ("WITH d AS (DELETE FROM ledger.lines WHERE account_id = $1 AND version = 4 RETURNING amount)"
-         " UPDATE ledger.accounts SET version = 3, balance = balance - (SELECT amount FROM d) WHERE id = $1",
-         "hash chain head"),
+        (
+            "WITH d AS (DELETE FROM ledger.lines WHERE account_id = $1 AND version = 4 RETURNING amount)"
+            " UPDATE ledger.accounts SET version = 3, balance = balance - (SELECT amount FROM d)"
+            " WHERE id = $1",
+            "hash chain head",
+        ),
     ],
 )
 async def test_tampering_is_found(ledger: Ledger, pool: asyncpg.Pool, sql: str, expected: str) -> None:
@@ -69,17 +78,23 @@ async def test_tampering_is_found(ledger: Ledger, pool: asyncpg.Pool, sql: str, 
 async def test_an_unbalanced_transaction_and_money_made_from_nothing_are_found(
     ledger: Ledger, pool: asyncpg.Pool
 ) -> None:
-    sender, receiver = await _history(ledger)
+    _, receiver = await _history(ledger)
     # money made: a receiver's line grows (and its balance with it), the sender's does not
-    await _behind_the_back(pool, "UPDATE ledger.lines SET amount = amount + 1, balance_after = balance_after + 1"
-                           " WHERE account_id = $1 AND version = 3", receiver)
+    await _behind_the_back(
+        pool,
+        "UPDATE ledger.lines SET amount = amount + 1, balance_after = balance_after + 1"
+        " WHERE account_id = $1 AND version = 3",
+        receiver,
+    )
     await _behind_the_back(pool, "UPDATE ledger.accounts SET balance = balance + 1 WHERE id = $1", receiver)
     problems = (await ledger.store.verify()).problems
     assert any("sums to 1" in p and "transaction" in p for p in problems), problems
     assert any("all accounts in TRY sum to 1" in p for p in problems), problems
 
 
-def test_cli_verify_exits_non_zero_naming_the_difference(wallet_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_verify_exits_non_zero_naming_the_difference(
+    wallet_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asyncio
 
     from hiwallet.cli import app

@@ -130,27 +130,26 @@ class Ledger:
         )
 
     async def expire_promos(
-        self, *, actor: str, now: datetime | None = None, limit_per_bucket: int = 100
+        self, *, actor: str, now: datetime | None = None, batch_size: int = 500, max_rounds: int = 100
     ) -> int:
         """Expire every batch past its date that still holds money; returns how many. Safe to
-        run concurrently and repeatedly: each expiry is keyed by its batch."""
+        run concurrently and repeatedly: each expiry is keyed by its batch. Bounded: at most
+        ``max_rounds`` pages a run; the next run takes the rest."""
         now = now or datetime.now(UTC)
         expired = 0
-        for bucket in await self.store.buckets_in_use():
-            for row in await self.store.expired_promo_batches(bucket, now, limit_per_bucket):
-                account = await self.store.account(row["account_id"])
+        for _ in range(max_rounds):
+            rows = await self.store.expired_promo_batches(now, batch_size)
+            for row in rows:
                 posting = rules.promo_expiry(
-                    row["id"],
-                    row["account_id"],
-                    row["expire_to_account"],
-                    account.currency,
-                    actor=actor,
+                    row["id"], row["account_id"], row["expire_to_account"], row["currency"], actor=actor
                 )
                 try:
                     result = await self.store.post(posting)
                 except NothingToExpire:
                     continue  # spent or expired by someone else since we looked
                 expired += not result.replayed
+            if len(rows) < batch_size:
+                break
         return expired
 
     async def withdrawal(

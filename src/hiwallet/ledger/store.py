@@ -401,10 +401,9 @@ class LedgerStore:
             for r in rows
         ]
 
-    async def expired_promo_batches(
-        self, bucket: int, now: datetime, limit: int = 100
-    ) -> list[asyncpg.Record]:
-        return list(await self._pool.fetch(Q["expired_promo_batches"], bucket, now, limit))
+    async def expired_promo_batches(self, now: datetime, limit: int = 500) -> list[asyncpg.Record]:
+        """Batches past their expiry that still hold money, earliest first."""
+        return list(await self._pool.fetch(Q["expired_promo_batches"], now, limit))
 
     async def buckets_in_use(self) -> list[int]:
         return [r["bucket"] for r in await self._pool.fetch(Q["buckets_in_use"])]

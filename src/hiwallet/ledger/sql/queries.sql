@@ -62,11 +62,13 @@ SELECT id, account_id, funder_account, funded_by, amount, remaining, expires_at,
  ORDER BY expires_at, id
 
 -- name: expired_promo_batches
-SELECT id, account_id, expire_to_account, amount, remaining, expires_at
-  FROM ledger.promo_batches
- WHERE bucket = $1 AND remaining > 0 AND expires_at <= $2
- ORDER BY expires_at, id
- LIMIT $3
+-- citus: multi-shard read (the expiry job's work list; each expiry then posts in one bucket)
+SELECT b.id, b.account_id, b.expire_to_account, a.currency
+  FROM ledger.promo_batches b
+  JOIN ledger.accounts a ON a.bucket = b.bucket AND a.id = b.account_id
+ WHERE b.remaining > 0 AND b.expires_at <= $1
+ ORDER BY b.expires_at, b.bucket, b.id
+ LIMIT $2
 
 -- name: place_hold
 SELECT ledger.place_hold($1, $2, $3, $4)
