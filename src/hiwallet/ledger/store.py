@@ -287,26 +287,40 @@ class LedgerStore:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.executemany(Q["ensure_system_accounts"], [(b, currency, self.providers) for b in todo])
 
-    async def open_wallet(self, wallet_id: str, currency: str, *, owner: str) -> WalletBalance:
-        """Open a wallet's two accounts (cash, promo). Opening it again answers as it is."""
+    async def open_wallet(
+        self, wallet_id: str, currency: str, *, owner: str, conn: asyncpg.Connection | None = None
+    ) -> WalletBalance:
+        """Open a wallet's two accounts (cash, promo). Opening it again answers as it is. With
+        ``conn`` (in an open transaction) the accounts join the caller's unit of work."""
         check_currency(currency)
         b = bucket_of(wallet_id)
         if b == CENTRAL_BUCKET:
             raise errors.InvalidPosting("bucket 0 is for system accounts", field="wallet")
+        if conn is not None:
+            try:
+                await self._open_accounts(conn, wallet_id, b, currency, owner)
+            except Exception as exc:
+                raise translate(exc) from exc
+            return WalletBalance(wallet_id, currency, cash=0, promo=0, held=0)
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                await conn.execute(Q["ensure_system_accounts"], CENTRAL_BUCKET, currency, self.providers)
-                await conn.execute(Q["ensure_system_accounts"], b, currency, self.providers)
-                await conn.executemany(
-                    Q["open_account"],
-                    [
-                        (b, cash_account(wallet_id), "cash", currency, owner),
-                        (b, promo_account(wallet_id), "promo", currency, owner),
-                    ],
-                )
+            async with self._pool.acquire() as own, own.transaction():
+                await self._open_accounts(own, wallet_id, b, currency, owner)
         except Exception as exc:
             raise translate(exc) from exc
         return await self.wallet_balance(wallet_id)
+
+    async def _open_accounts(
+        self, conn: asyncpg.Connection, wallet_id: str, b: int, currency: str, owner: str
+    ) -> None:
+        await conn.execute(Q["ensure_system_accounts"], CENTRAL_BUCKET, currency, self.providers)
+        await conn.execute(Q["ensure_system_accounts"], b, currency, self.providers)
+        await conn.executemany(
+            Q["open_account"],
+            [
+                (b, cash_account(wallet_id), "cash", currency, owner),
+                (b, promo_account(wallet_id), "promo", currency, owner),
+            ],
+        )
 
     async def account(self, account_id: str) -> AccountState:
         try:

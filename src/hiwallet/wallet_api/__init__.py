@@ -1,0 +1,1 @@
+"""wallet-api: accounts, members, wallets, transfers, payments and promos over HTTP."""

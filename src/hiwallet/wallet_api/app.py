@@ -1,0 +1,136 @@
+"""The wallet-api app: the shared HTTP factory, the token verifier, the pool and the routes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from hiwallet.core import db
+from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.http import ReadyCheck, create_app, problem_response
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.ledger.errors import LedgerError
+from hiwallet.ledger.service import Fees
+from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.wallet_api import errors
+from hiwallet.wallet_api.routes import router
+from hiwallet.wallet_api.service import WalletService
+from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
+
+log = structlog.get_logger(__name__)
+
+
+def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
+    return TokenVerifier(
+        [
+            TrustedIssuer.keycloak(
+                settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
+            ),
+            TrustedIssuer.keycloak(
+                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+            ),
+        ]
+    )
+
+
+async def _on_ledger_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LedgerError)
+    return problem_response(errors.from_ledger(exc), request.url.path)
+
+
+async def _purge_forever(service: WalletService, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            purged = await service.purge_idempotency()
+            if purged:
+                log.info("idempotency records purged", count=purged)
+        except Exception as exc:  # the next round tries again
+            log.warning("idempotency purge failed", error=repr(exc))
+
+
+def create_wallet_api_app(
+    settings: WalletApiSettings | None = None,
+    *,
+    database: str | None = None,
+    core_settings: Settings | None = None,
+) -> FastAPI:
+    """``database`` overrides hiwallet_wallet (tests and the bench use fresh ones)."""
+    settings = settings or get_wallet_api_settings()
+    core = core_settings or get_settings()
+    checks: dict[str, ReadyCheck] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await db.create_pool(
+            database or db.DATABASES["wallet"],
+            settings=core,
+            max_size=settings.db_pool_max_size,
+            init=init_connection,
+        )
+        verifier = verifier_for(settings)
+        store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
+        app.state.verifier = verifier
+        app.state.service = WalletService(pool, store, Fees.from_settings(core), settings)
+
+        async def database_ready() -> None:
+            await pool.fetchval("SELECT 1")
+
+        checks["database"] = database_ready
+        purger = asyncio.create_task(_purge_forever(app.state.service, settings.purge_interval_s))
+        try:
+            yield
+        finally:
+            purger.cancel()
+            with suppress(asyncio.CancelledError):
+                await purger
+            await verifier.aclose()
+            await pool.close()
+
+    app = create_app(
+        "wallet-api",
+        ready_checks=checks,
+        lifespan=lifespan,
+        max_body_bytes=settings.max_body_bytes,
+        extra_problem_handlers=[(LedgerError, _on_ledger_error)],
+    )
+    app.include_router(router)
+    _document_problems(app)
+    return app
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Add the Problem schema to the OpenAPI components (the responses refer to it)."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        from hiwallet.wallet_api.routes import Problem
+
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("Problem", Problem.model_json_schema())
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def run_wallet_api(port: int | None, host: str) -> None:
+    import uvicorn
+
+    settings = get_wallet_api_settings()
+    uvicorn.run(
+        create_wallet_api_app(settings),
+        host=host,
+        port=port or settings.port,
+        log_level="warning",
+        access_log=False,
+    )

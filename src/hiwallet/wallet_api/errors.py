@@ -1,0 +1,158 @@
+"""wallet-api's error tree: every refusal is a :class:`ProblemError` with a stable ``type`` and
+the fields a client needs. Ledger errors are mapped here too (:func:`from_ledger`), so the HTTP
+answer of every refusal is decided in this one file."""
+
+from __future__ import annotations
+
+from hiwallet.core import http
+from hiwallet.core.http import ProblemError
+from hiwallet.ledger import errors as ledger_errors
+
+
+class NotFound(http.NotFound):
+    """Missing, or not the caller's: the same answer, so existence does not leak."""
+
+
+class IdempotencyKeyMissing(ProblemError):
+    status = 400
+    slug = "idempotency-key-missing"
+    title = "An Idempotency-Key header is required"
+
+
+class IdempotencyKeyInvalid(ProblemError):
+    status = 400
+    slug = "idempotency-key-invalid"
+    title = "The Idempotency-Key header is not valid"
+
+
+class IdempotencyKeyReused(ProblemError):
+    status = 422
+    slug = "idempotency-key-reused"
+    title = "The Idempotency-Key was used for another request"
+
+
+class IdempotencyInProgress(ProblemError):
+    status = 409
+    slug = "idempotency-in-progress"
+    title = "A request with this Idempotency-Key is still being processed"
+
+
+class OnboardingOnly(ProblemError):
+    status = 403
+    slug = "onboarding-only"
+    title = "Only the onboarding service may do this"
+
+
+class StaffNotAllowed(ProblemError):
+    status = 403
+    slug = "caller-not-allowed"
+    title = "This kind of caller may not use this endpoint"
+
+
+class TierNotAllowed(ProblemError):
+    status = 403
+    slug = "tier-not-allowed"
+    title = "The account's tier does not allow this"
+
+
+class TierDowngrade(ProblemError):
+    status = 409
+    slug = "tier-downgrade"
+    title = "A tier only goes up"
+
+
+class NotPersonal(ProblemError):
+    status = 422
+    slug = "not-a-personal-account"
+    title = "The account is not a personal account"
+
+
+class MonthlyLimitExceeded(ProblemError):
+    status = 422
+    slug = "monthly-limit-exceeded"
+    title = "The amount exceeds the account's monthly limit"
+
+
+class RecipientNotFound(ProblemError):
+    status = 422
+    slug = "recipient-not-found"
+    title = "No wallet has this number"
+
+
+class InvalidWalletNumber(ProblemError):
+    status = 422
+    slug = "invalid-wallet-number"
+    title = "The wallet number is not valid"
+
+
+class RecipientCannotReceive(ProblemError):
+    status = 422
+    slug = "recipient-cannot-receive"
+    title = "The recipient cannot receive this"
+
+
+class SameWallet(ProblemError):
+    status = 422
+    slug = "same-wallet"
+    title = "A wallet cannot send to itself"
+
+
+class CurrencyMismatch(ProblemError):
+    status = 422
+    slug = "currency-mismatch"
+    title = "The currencies do not match"
+
+
+class UnsupportedCurrency(ProblemError):
+    status = 422
+    slug = "unsupported-currency"
+    title = "The currency is not supported"
+
+
+class InsufficientFunds(ProblemError):
+    status = 422
+    slug = "insufficient-funds"
+    title = "Insufficient funds"
+
+
+class NotRefundable(ProblemError):
+    status = 422
+    slug = "not-refundable"
+    title = "The transfer cannot be refunded"
+
+
+class AlreadyRefunded(ProblemError):
+    status = 409
+    slug = "already-refunded"
+    title = "The transfer has already been refunded"
+
+
+class InvalidRequest(ProblemError):
+    status = 422
+    slug = "invalid-request"
+    title = "The request is not valid"
+
+
+class Unavailable(http.ServiceUnavailable):
+    slug = "service-unavailable"
+
+
+def from_ledger(exc: ledger_errors.LedgerError) -> ProblemError:
+    """A ledger refusal as the client sees it. Internal account ids are left out; the amounts a
+    client needs to correct the request are kept."""
+    f = exc.fields
+    if isinstance(exc, ledger_errors.InsufficientFunds):
+        keep = {k: f[k] for k in ("balance", "available", "amount") if k in f}
+        return InsufficientFunds("the wallet does not hold enough money for this", **keep)
+    if isinstance(exc, ledger_errors.CurrencyMismatch):
+        return CurrencyMismatch("the wallets' currency differs from the request's")
+    if isinstance(exc, ledger_errors.AccountNotFound):
+        return NotFound("no such resource")
+    if isinstance(exc, ledger_errors.NotRefundable):
+        return NotRefundable(str(exc))
+    if isinstance(exc, ledger_errors.TransactionIdReused):
+        return IdempotencyKeyReused("the id was used for another request")
+    if isinstance(exc, ledger_errors.InvalidPosting):
+        field = f.get("field")
+        return InvalidRequest(str(exc), field=field if isinstance(field, str) else None)
+    return Unavailable("the ledger is not available; retry with the same Idempotency-Key")

@@ -1,0 +1,754 @@
+"""wallet-api's use cases. One public method is one database transaction; the rules live here
+(who may see and move what, tiers, limits, idempotency); SQL lives in adapters and the ledger.
+
+Answers are JSON-ready dicts: a money-moving answer is stored as-is for idempotent replays."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import structlog
+
+from hiwallet.core.http import ProblemError
+from hiwallet.core.ids import new_id
+from hiwallet.ledger import errors as ledger_errors
+from hiwallet.ledger import rules
+from hiwallet.ledger.accounts import random_bucket, wallet_of
+from hiwallet.ledger.model import PostResult, TransactionView, TxType
+from hiwallet.ledger.service import Fees
+from hiwallet.ledger.store import LedgerStore
+from hiwallet.wallet_api import domain, errors
+from hiwallet.wallet_api.adapters import AccountRow, Q, Repo, WalletAccess, WalletRow
+from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
+from hiwallet.wallet_api.settings import WalletApiSettings
+
+log = structlog.get_logger(__name__)
+
+JSON = dict[str, Any]
+MAX_IDEMPOTENCY_KEY = 255
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as an sf-string's content
+RETRY_ATTEMPTS = 3
+PROMO_MAX_DAYS = 366
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a money-moving request answers: status and body, first time or replayed."""
+
+    status: int
+    body: JSON
+    replayed: bool = False
+
+
+def request_hash(operation: str, payload: Any) -> bytes:
+    content = json.dumps([operation, payload], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(content.encode()).digest()
+
+
+def check_idempotency_key(key: str | None) -> str:
+    if key is None:
+        raise errors.IdempotencyKeyMissing("send an Idempotency-Key header (a UUID is a good key)")
+    # RFC draft: the key is an sf-string; accept it quoted or bare.
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise errors.IdempotencyKeyInvalid(
+            f"the key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters", field="Idempotency-Key"
+        )
+    return key
+
+
+def _lock_key(bucket: int, scope: str, key: str) -> int:
+    digest = hashlib.sha256(f"{bucket}\x1f{scope}\x1f{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    cause = exc.__cause__ if isinstance(exc, ledger_errors.LedgerError) else exc
+    return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Views: what the API shows of accounts, wallets and ledger transactions
+# ---------------------------------------------------------------------------------------------
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+def account_view(account: AccountRow, wallets: list[WalletRow]) -> JSON:
+    return {
+        "id": account.id,
+        "kind": account.kind.value,
+        "tier": account.tier.value if account.tier else None,
+        "name": account.name,
+        "created_at": _ts(account.created_at),
+        "wallets": [wallet_ref(w) for w in wallets],
+    }
+
+
+def wallet_ref(w: WalletRow) -> JSON:
+    return {"id": w.id, "number": w.number, "currency": w.currency}
+
+
+def _leg(account: str, amount: int, currency: str) -> JSON:
+    try:
+        wallet: str | None = wallet_of(account)
+        purse: str | None = account.rpartition(":")[2]
+    except ledger_errors.InvalidPosting:
+        wallet, purse = None, None
+    role = "user_wallet" if wallet else account.split(":")[2]
+    return {
+        "account": account,
+        "wallet": wallet,
+        "purse": purse,
+        "role": role,
+        "amount": amount,
+        "currency": currency,
+    }
+
+
+def transfer_view(
+    *,
+    id: str,
+    type_: str,
+    reference: str,
+    posted_at: datetime,
+    legs: list[tuple[str, int, str]],
+    metadata: dict[str, Any],
+    refund_of: str | None,
+) -> JSON:
+    """A ledger transaction as a transfer: who paid, who got, how much, and every leg. The payer
+    is the wallet whose legs sum below zero, the payee the one above (refunds included)."""
+    shown = [_leg(a, amt, c) for a, amt, c in legs]
+    per_wallet: dict[str, int] = {}
+    for leg in shown:
+        if leg["wallet"]:
+            per_wallet[leg["wallet"]] = per_wallet.get(leg["wallet"], 0) + leg["amount"]
+    payer = min(per_wallet, key=lambda w: per_wallet[w], default=None)
+    payee = max(per_wallet, key=lambda w: per_wallet[w], default=None)
+    promo_used = sum(-x["amount"] for x in shown if x["purse"] == "promo" and x["amount"] < 0)
+    return {
+        "id": id,
+        "type": type_,
+        "status": "posted",
+        "from_wallet": payer,
+        "to_wallet": payee,
+        "amount": per_wallet.get(payee, 0) if payee else 0,
+        "currency": legs[0][2] if legs else "TRY",
+        "fee": int(metadata.get("fee", 0) or 0),
+        "promo_used": promo_used if type_ == TxType.PAYMENT else 0,
+        "reference": reference,
+        "refund_of": refund_of,
+        "posted_at": _ts(posted_at),
+        "legs": shown,
+    }
+
+
+def _view_of_post(
+    result: PostResult,
+    posting_type: TxType,
+    ref: str,
+    metadata: dict[str, Any],
+    currency: str,
+    refund_of: str | None = None,
+) -> JSON:
+    return transfer_view(
+        id=result.id,
+        type_=posting_type.value,
+        reference=ref,
+        posted_at=result.posted_at,
+        legs=[(line.account, line.amount, currency) for line in result.lines],
+        metadata=metadata,
+        refund_of=refund_of,
+    )
+
+
+def _view_of_transaction(tx: TransactionView) -> JSON:
+    return transfer_view(
+        id=tx.id,
+        type_=tx.type,
+        reference=tx.ref,
+        posted_at=tx.posted_at,
+        legs=[(line.account, line.amount, line.currency) for line in tx.legs],
+        metadata=tx.metadata,
+        refund_of=tx.refund_of,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The service
+# ---------------------------------------------------------------------------------------------
+
+
+class WalletService:
+    def __init__(
+        self, pool: asyncpg.Pool, store: LedgerStore, fees: Fees, settings: WalletApiSettings
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.fees = fees
+        self.settings = settings
+
+    # -- transactions -------------------------------------------------------------------------
+
+    async def _in_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
+        """Run ``work`` in one transaction; retried on a deadlock or serialization failure. A
+        ProblemError raised by ``work`` rolls everything back: a refusal writes nothing."""
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    return await work(conn)
+            except (ProblemError, asyncio.CancelledError):
+                raise
+            except ledger_errors.LedgerError as exc:
+                if _is_retryable(exc) and attempt < RETRY_ATTEMPTS:
+                    await asyncio.sleep(0.005 * attempt)
+                    continue
+                raise errors.from_ledger(exc) from exc
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                if _is_retryable(exc) and attempt < RETRY_ATTEMPTS:
+                    await asyncio.sleep(0.005 * attempt)
+                    continue
+                log.warning("database error", error=repr(exc))
+                raise errors.Unavailable("the database is not available; retry") from exc
+        raise AssertionError("unreachable")
+
+    async def _idempotent(
+        self,
+        bucket: int,
+        caller: Caller,
+        key: str,
+        fingerprint: bytes,
+        work: Callable[[asyncpg.Connection], Awaitable[Answer]],
+    ) -> Answer:
+        """The first answer for (bucket, caller, key), stored in the same transaction as what the
+        request did; a repeat with the same request gets it back, with another request 422.
+
+        "Still running" is detected with ``pg_try_advisory_xact_lock`` on a hash of the bucket,
+        the caller and the key, taken first in the transaction: a second request with the key
+        does not wait (a row lock or the unique index would make it wait for the first one's
+        commit) but answers 409 at once, and the lock goes away with the first transaction,
+        committed or not. After the first one commits, the record is visible to the next
+        statement (READ COMMITTED), so a retry gets the stored answer. Refusals raise and roll
+        back, so they are not stored: the key can be used again once the cause is fixed
+        (SYSTEM.md: a refused movement leaves nothing behind)."""
+
+        async def run(conn: asyncpg.Connection) -> Answer:
+            if not await conn.fetchval(Q["idempotency_lock"], _lock_key(bucket, caller.scope, key)):
+                raise errors.IdempotencyInProgress(
+                    "the first request with this key is still running; retry shortly"
+                )
+            stored = await conn.fetchrow(Q["idempotency_get"], bucket, caller.scope, key)
+            if stored is not None:
+                if bytes(stored["request_hash"]) != fingerprint:
+                    raise errors.IdempotencyKeyReused(
+                        "this Idempotency-Key was used with another request; use a new key"
+                    )
+                return Answer(stored["status"], stored["body"], replayed=True)
+            answer = await work(conn)
+            await conn.execute(
+                Q["idempotency_put"], bucket, caller.scope, key, fingerprint, answer.status, answer.body
+            )
+            return answer
+
+        result: Answer = await self._in_transaction(run)
+        return result
+
+    # -- access ---------------------------------------------------------------------------------
+
+    async def _own_wallet(
+        self, db: asyncpg.Connection | asyncpg.Pool, caller: Caller, wallet_id: str
+    ) -> WalletAccess:
+        access = await Repo(db).wallet_with_access(
+            domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject
+        )
+        if access is None or not access.member:
+            raise errors.NotFound("no such wallet")
+        return access
+
+    async def _own_account(self, caller: Caller, account_id: str) -> AccountRow:
+        bucket = domain.bucket_in(account_id)
+        repo = Repo(self.pool)
+        if not await repo.is_member(bucket, account_id, caller.issuer, caller.subject):
+            raise errors.NotFound("no such account")
+        account = await repo.account(bucket, account_id)
+        if account is None:
+            raise errors.NotFound("no such account")
+        return account
+
+    def _require_onboarding(self, caller: Caller) -> None:
+        if not (caller.is_service_account and caller.azp == self.settings.onboarding_client):
+            raise errors.OnboardingOnly(
+                "only onboarding's client may open personal accounts and change tiers"
+            )
+
+    def _check_currency(self, currency: str) -> str:
+        if currency not in self.settings.currencies:
+            raise errors.UnsupportedCurrency(
+                f"{currency} is not supported", currency=currency, supported=list(self.settings.currencies)
+            )
+        return currency
+
+    # -- accounts ---------------------------------------------------------------------------------
+
+    async def open_personal(self, caller: Caller, subject: str) -> tuple[JSON, bool]:
+        """Onboarding opens a personal account for the customer ``subject`` (of the customer
+        realm), who becomes its member; with a TRY wallet. At most one per person: opening it
+        again answers the existing account (False: not created now)."""
+        self._require_onboarding(caller)
+        issuer = self.settings.customer_issuer
+        existing = await Repo(self.pool).personal_account_of(issuer, subject)
+        if existing is not None:
+            return await self._account_as_is(*existing), False
+        account_id = await self._open_account(
+            kind=AccountKind.PERSONAL,
+            tier=Tier.UNKNOWN,
+            name=None,
+            opened_by=caller.actor,
+            members=[(issuer, subject)],
+        )
+        if account_id is None:  # another request opened it at the same moment
+            found = await Repo(self.pool).personal_account_of(issuer, subject)
+            assert found is not None
+            return await self._account_as_is(*found), False
+        return await self._account_as_is(account_id, domain.bucket_in(account_id)), True
+
+    async def open_business(self, name: str, *, operator: str) -> JSON:
+        """An operator opens a business account (until the staff side exists), with a TRY wallet."""
+        rules.check_text(name, "name")
+        account_id = await self._open_account(
+            kind=AccountKind.BUSINESS, tier=None, name=name, opened_by=operator, members=[]
+        )
+        assert account_id is not None
+        return await self._account_as_is(account_id, domain.bucket_in(account_id))
+
+    async def link(self, account_id: str, issuer: str, subject: str, *, operator: str) -> JSON:
+        """An operator makes an identity (a merchant integration's service account) a member."""
+        bucket = domain.bucket_in(account_id)
+
+        async def work(conn: asyncpg.Connection) -> None:
+            account = await Repo(conn).account(bucket, account_id, for_update=True)
+            if account is None:
+                raise errors.NotFound("no such account")
+            await conn.execute(Q["insert_member"], bucket, account_id, issuer, subject, operator)
+            await conn.execute(
+                Q["insert_identity_account"], issuer, subject, account_id, bucket, account.kind.value
+            )
+
+        await self._in_transaction(work)
+        return await self._account_as_is(account_id, bucket)
+
+    async def _open_account(
+        self,
+        *,
+        kind: AccountKind,
+        tier: Tier | None,
+        name: str | None,
+        opened_by: str,
+        members: list[tuple[str, str]],
+    ) -> str | None:
+        bucket = random_bucket()
+        account_id = domain.new_account_id(bucket)
+
+        async def work(conn: asyncpg.Connection) -> bool:
+            await conn.execute(
+                Q["insert_account"],
+                bucket,
+                account_id,
+                kind.value,
+                tier.value if tier else None,
+                name,
+                opened_by,
+            )
+            for issuer, subject in members:
+                await conn.execute(Q["insert_member"], bucket, account_id, issuer, subject, opened_by)
+                status = await conn.execute(
+                    Q["insert_identity_account"], issuer, subject, account_id, bucket, kind.value
+                )
+                if status.endswith(" 0"):  # this person's personal account exists already
+                    raise _AlreadyOpen()
+            await self._add_wallet(conn, bucket, account_id, "TRY", owner=account_id)
+            return True
+
+        try:
+            await self._in_transaction(work)
+        except _AlreadyOpen:
+            return None
+        return account_id
+
+    async def _add_wallet(
+        self, conn: asyncpg.Connection, bucket: int, account_id: str, currency: str, *, owner: str
+    ) -> WalletRow:
+        wallet_id = f"{bucket:04d}:w:{new_id()}"
+        await self.store.open_wallet(wallet_id, currency, owner=owner, conn=conn)
+        for _ in range(5):
+            number = domain.new_wallet_number(bucket)
+            # A savepoint: a (rare) number collision retries without losing the transaction.
+            try:
+                async with conn.transaction():
+                    await conn.execute(Q["insert_wallet"], bucket, wallet_id, account_id, currency, number)
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name == "wallets_number_unique":
+                    continue
+                raise
+            found = await Repo(conn).wallet_of(bucket, account_id, currency)
+            assert found is not None
+            return found
+        raise errors.Unavailable("could not allocate a wallet number; retry")
+
+    async def _account_as_is(self, account_id: str, bucket: int) -> JSON:
+        repo = Repo(self.pool)
+        account = await repo.account(bucket, account_id)
+        if account is None:
+            raise errors.NotFound("no such account")
+        return account_view(account, await repo.wallets_of(bucket, account_id))
+
+    async def raise_tier(self, caller: Caller, account_id: str, tier: Tier) -> JSON:
+        self._require_onboarding(caller)
+        bucket = domain.bucket_in(account_id)
+
+        async def work(conn: asyncpg.Connection) -> None:
+            account = await Repo(conn).account(bucket, account_id, for_update=True)
+            if account is None:
+                raise errors.NotFound("no such account")
+            if account.kind is not AccountKind.PERSONAL or account.tier is None:
+                raise errors.NotPersonal("only a personal account has a tier")
+            if domain.check_tier_raise(account.tier, tier):
+                await conn.execute(Q["set_tier"], bucket, account_id, tier.value)
+
+        await self._in_transaction(work)
+        return await self._account_as_is(account_id, bucket)
+
+    async def accounts(self, caller: Caller) -> list[JSON]:
+        found = await Repo(self.pool).accounts_of(caller.issuer, caller.subject)
+        return [await self._account_as_is(account_id, bucket) for account_id, bucket in found]
+
+    async def account(self, caller: Caller, account_id: str) -> JSON:
+        account = await self._own_account(caller, account_id)
+        return account_view(account, await Repo(self.pool).wallets_of(account.bucket, account.id))
+
+    async def open_wallet(self, caller: Caller, account_id: str, currency: str) -> tuple[JSON, bool]:
+        """A wallet of another currency for an account of the caller (one per currency)."""
+        self._check_currency(currency)
+        account = await self._own_account(caller, account_id)
+
+        async def work(conn: asyncpg.Connection) -> tuple[WalletRow, bool]:
+            await Repo(conn).account(account.bucket, account.id, for_update=True)  # one opener at a time
+            existing = await Repo(conn).wallet_of(account.bucket, account.id, currency)
+            if existing is not None:
+                return existing, False
+            return await self._add_wallet(conn, account.bucket, account.id, currency, owner=account.id), True
+
+        wallet, created = await self._in_transaction(work)
+        return await self.wallet(caller, wallet.id), created
+
+    # -- wallets ----------------------------------------------------------------------------------
+
+    async def wallet(self, caller: Caller, wallet_id: str) -> JSON:
+        access = await self._own_wallet(self.pool, caller, wallet_id)
+        balance = await self._ledger(self.store.wallet_balance(wallet_id))
+        return {
+            **wallet_ref(access.wallet),
+            "account_id": access.wallet.account_id,
+            "cash": balance.cash,
+            "promo": balance.promo,
+            "held": balance.held,
+            "available": balance.available,
+        }
+
+    async def statement(
+        self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
+    ) -> JSON:
+        await self._own_wallet(self.pool, caller, wallet_id)
+        statement = await self._ledger(
+            self.store.statement(f"{wallet_id}:{purse}", cursor=cursor, limit=limit)
+        )
+        return {
+            "wallet_id": wallet_id,
+            "purse": purse,
+            "lines": [
+                {
+                    "transaction_id": line.transaction_id,
+                    "type": line.type,
+                    "reference": line.ref,
+                    "amount": line.amount,
+                    "currency": line.currency,
+                    "balance_after": line.balance_after,
+                    "version": line.version,
+                    "posted_at": _ts(line.posted_at),
+                }
+                for line in statement.lines
+            ],
+            "next_cursor": statement.next_cursor,
+        }
+
+    async def promos(self, caller: Caller, wallet_id: str) -> JSON:
+        await self._own_wallet(self.pool, caller, wallet_id)
+        batches = await self._ledger(self.store.promo_batches(wallet_id))
+        return {
+            "wallet_id": wallet_id,
+            "batches": [
+                {
+                    "id": b.id,
+                    "funded_by": b.funded_by,
+                    "amount": b.amount,
+                    "remaining": b.remaining,
+                    "expires_at": _ts(b.expires_at),
+                    "grant_transaction_id": b.grant_transaction_id,
+                }
+                for b in batches
+            ],
+        }
+
+    async def _ledger(self, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except ledger_errors.LedgerError as exc:
+            raise errors.from_ledger(exc) from exc
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise errors.Unavailable("the database is not available; retry") from exc
+
+    # -- money ------------------------------------------------------------------------------------
+
+    async def transfer(
+        self,
+        caller: Caller,
+        key: str | None,
+        *,
+        from_wallet: str,
+        to_wallet_number: str,
+        amount: int,
+        currency: str,
+        reference: str | None,
+    ) -> Answer:
+        """p2p, payment, B2P or B2B, by the kinds of the two accounts; one ledger transaction."""
+        key = check_idempotency_key(key)
+        bucket = domain.bucket_in(from_wallet)
+        payload = {
+            "from_wallet": from_wallet,
+            "to_wallet_number": to_wallet_number,
+            "amount": amount,
+            "currency": currency,
+            "reference": reference,
+        }
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            src = await self._own_wallet(conn, caller, from_wallet)
+            to_bucket, number = domain.parse_wallet_number(to_wallet_number)
+            dst = await Repo(conn).wallet_by_number(to_bucket, number)
+            if dst is None:
+                raise errors.RecipientNotFound("no wallet has this number")
+            if dst.wallet.id == src.wallet.id:
+                raise errors.SameWallet("a wallet cannot send to itself")
+            self._check_currency(currency)
+            if currency != src.wallet.currency or currency != dst.wallet.currency:
+                raise errors.CurrencyMismatch(
+                    "both wallets must hold the request's currency",
+                    currency=currency,
+                    from_currency=src.wallet.currency,
+                    to_currency=dst.wallet.currency,
+                )
+            type_ = domain.transfer_type(src.kind, dst.kind)
+            domain.check_may_send(src.kind, src.tier, type_)
+            domain.check_may_receive(dst.kind, dst.tier)
+            await self._count_against_limit(conn, src, type_, amount, currency)
+            ref = reference or f"{type_.value} to {number}"
+            ledger_key = new_id()
+            if type_ is TxType.PAYMENT:
+                posting = rules.payment(
+                    ledger_key,
+                    src.wallet.id,
+                    dst.wallet.id,
+                    amount,
+                    currency,
+                    fee=self.fees.payment,
+                    actor=caller.actor,
+                    ref=ref,
+                )
+            else:
+                posting = rules.transfer(
+                    ledger_key,
+                    src.wallet.id,
+                    dst.wallet.id,
+                    amount,
+                    currency,
+                    actor=caller.actor,
+                    ref=ref,
+                    type_=type_,
+                )
+            result = await self.store.post(posting, conn=conn)
+            return Answer(201, _view_of_post(result, type_, ref, posting.metadata, currency))
+
+        return await self._idempotent(bucket, caller, key, request_hash("transfer", payload), work)
+
+    async def _count_against_limit(
+        self, conn: asyncpg.Connection, src: WalletAccess, type_: TxType, amount: int, currency: str
+    ) -> None:
+        kind = domain.limit_kind(type_)
+        if kind is None or src.kind is not AccountKind.PERSONAL or src.tier is None:
+            return
+        limit = self.settings.monthly_limit(src.tier, kind)
+        month = datetime.now(UTC).date().replace(day=1)
+        used = await conn.fetchval(
+            Q["limit_add"], src.wallet.bucket, src.wallet.account_id, month, kind.value, currency, amount
+        )
+        if used > limit:
+            raise errors.MonthlyLimitExceeded(
+                f"this {kind.value} would exceed the monthly limit of the {src.tier.value} tier",
+                kind=kind.value,
+                tier=src.tier.value,
+                currency=currency,
+                limit=limit,
+                used=used - amount,
+                remaining=max(0, limit - (used - amount)),
+                amount=amount,
+            )
+
+    async def refund(
+        self, caller: Caller, key: str | None, transfer_id: str, reference: str | None
+    ) -> Answer:
+        """The business that received a payment gives it back: all its legs negated, once."""
+        key = check_idempotency_key(key)
+        bucket = domain.bucket_in(transfer_id)
+        payload = {"transfer_id": transfer_id, "reference": reference}
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            original = await self._visible_transaction(caller, transfer_id, conn)
+            payee = original.view["to_wallet"]
+            if original.type != TxType.PAYMENT or original.mine.get(payee) is not AccountKind.BUSINESS:
+                raise errors.NotRefundable(
+                    "only a payment can be refunded, by the business that received it",
+                    transfer_id=transfer_id,
+                    type=original.type,
+                )
+            posting = rules.refund(original.tx, actor=caller.actor, ref=reference)
+            result = await self.store.post(posting, conn=conn)
+            if result.replayed:
+                raise errors.AlreadyRefunded("this payment has been refunded already", refund_id=result.id)
+            currency = original.tx.legs[0].currency
+            return Answer(201, _view_of_post(result, TxType.REFUND, posting.ref, {}, currency, transfer_id))
+
+        return await self._idempotent(bucket, caller, key, request_hash("refund", payload), work)
+
+    async def promo_grant(
+        self,
+        caller: Caller,
+        key: str | None,
+        *,
+        from_wallet: str,
+        to_wallet_number: str,
+        amount: int,
+        currency: str,
+        expires_at: datetime,
+        reference: str | None,
+    ) -> Answer:
+        """A business gives promo money to a customer; what is left at expiry returns to it."""
+        key = check_idempotency_key(key)
+        bucket = domain.bucket_in(from_wallet)
+        payload = {
+            "from_wallet": from_wallet,
+            "to_wallet_number": to_wallet_number,
+            "amount": amount,
+            "currency": currency,
+            "expires_at": expires_at.isoformat(),
+            "reference": reference,
+        }
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            src = await self._own_wallet(conn, caller, from_wallet)
+            if src.kind is not AccountKind.BUSINESS:
+                raise errors.TierNotAllowed("only a business grants promo money", operation="promo_grant")
+            now = datetime.now(UTC)
+            if not now + timedelta(minutes=1) <= expires_at <= now + timedelta(days=PROMO_MAX_DAYS):
+                raise errors.InvalidRequest(
+                    f"expires_at must be between a minute and {PROMO_MAX_DAYS} days from now",
+                    field="expires_at",
+                )
+            to_bucket, number = domain.parse_wallet_number(to_wallet_number)
+            dst = await Repo(conn).wallet_by_number(to_bucket, number)
+            if dst is None:
+                raise errors.RecipientNotFound("no wallet has this number")
+            if dst.kind is not AccountKind.PERSONAL:
+                raise errors.RecipientCannotReceive("promo money goes to personal accounts only")
+            domain.check_may_receive(dst.kind, dst.tier)
+            self._check_currency(currency)
+            if currency != src.wallet.currency or currency != dst.wallet.currency:
+                raise errors.CurrencyMismatch(
+                    "both wallets must hold the request's currency", currency=currency
+                )
+            ref = reference or f"promo to {number}"
+            posting = rules.promo_grant(
+                new_id(),
+                dst.wallet.id,
+                amount,
+                currency,
+                expires_at=expires_at,
+                actor=caller.actor,
+                ref=ref,
+                business=src.wallet.id,
+            )
+            # The promo batch lives in the customer's bucket, so the posting's home is there.
+            result = await self.store.post(posting, conn=conn)
+            view = _view_of_post(result, TxType.PROMO_GRANT, ref, {}, currency)
+            return Answer(201, {**view, "expires_at": _ts(expires_at)})
+
+        return await self._idempotent(bucket, caller, key, request_hash("promo", payload), work)
+
+    # -- reading transfers --------------------------------------------------------------------------
+
+    async def transfer_of(self, caller: Caller, transfer_id: str) -> JSON:
+        return (await self._visible_transaction(caller, transfer_id, self.pool)).view
+
+    async def _visible_transaction(
+        self, caller: Caller, transfer_id: str, db: asyncpg.Connection | asyncpg.Pool
+    ) -> _Visible:
+        domain.bucket_in(transfer_id)
+        try:
+            tx = await self.store.transaction(transfer_id)
+        except ledger_errors.AccountNotFound:
+            raise errors.NotFound("no such transfer") from None
+        except ledger_errors.LedgerError as exc:
+            raise errors.from_ledger(exc) from exc
+        view = _view_of_transaction(tx)
+        wallets = sorted({leg["wallet"] for leg in view["legs"] if leg["wallet"]})
+        mine = await Repo(db).member_wallets(
+            [domain.bucket_in(w) for w in wallets], wallets, caller.issuer, caller.subject
+        )
+        if not mine:
+            raise errors.NotFound("no such transfer")
+        return _Visible(tx, view, tx.type, mine)
+
+    # -- housekeeping -------------------------------------------------------------------------------
+
+    async def purge_idempotency(self, *, batch: int = 1000, max_rounds: int = 100) -> int:
+        cutoff = datetime.now(UTC) - timedelta(hours=self.settings.idempotency_retention_h)
+        purged = 0
+        for _ in range(max_rounds):
+            status = await self.pool.execute(Q["idempotency_purge"], cutoff, batch)
+            n = int(status.split()[-1])
+            purged += n
+            if n < batch:
+                break
+        return purged
+
+
+@dataclass(frozen=True)
+class _Visible:
+    tx: TransactionView
+    view: JSON
+    type: str
+    mine: dict[str, AccountKind]
+
+
+class _AlreadyOpen(Exception):
+    """The person's personal account was opened by a concurrent request."""

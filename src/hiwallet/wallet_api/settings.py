@@ -1,0 +1,60 @@
+"""wallet-api settings: ``HIWALLET_WALLET_API_*`` environment variables with local defaults."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hiwallet.wallet_api.domain import LimitKind, Tier
+
+
+class WalletApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_WALLET_API_", extra="ignore")
+
+    port: int = 8010
+    # Trusted issuers (SYSTEM.md): customers' and staff's identity providers, and the audience
+    # every internal service shares. Which realm a token came from is told by which key signed it.
+    customer_issuer_base: str = "http://127.0.0.1:8080"
+    customer_realm: str = "hiwallet"
+    staff_issuer_base: str = "http://127.0.0.1:8180"
+    staff_realm: str = "hiwallet-staff"
+    audience: str = "hiwallet-api"
+    # Only this client (a service account of the customer realm) opens personal accounts and
+    # raises tiers (the architecture document: "these endpoints look for onboarding's client").
+    onboarding_client: str = "onboarding"
+
+    currencies: list[str] = ["TRY", "EUR", "USD"]
+    max_body_bytes: int = 16_384
+    db_pool_max_size: int = 20
+
+    # Idempotency records are kept at least this long, then purged by a periodic job.
+    idempotency_retention_h: int = 48
+    purge_interval_s: float = 600.0
+
+    # Monthly limits in minor units, per currency, on what a personal account sends (transfer)
+    # and pays to businesses (payment). Unknown moves nothing; Unverified sends no transfer.
+    limit_unverified_payment_minor: int = 5_000_00
+    limit_verified_transfer_minor: int = 50_000_00
+    limit_verified_payment_minor: int = 50_000_00
+    limit_contracted_transfer_minor: int = 500_000_00
+    limit_contracted_payment_minor: int = 500_000_00
+
+    def monthly_limit(self, tier: Tier, kind: LimitKind) -> int:
+        table = {
+            (Tier.UNVERIFIED, LimitKind.PAYMENT): self.limit_unverified_payment_minor,
+            (Tier.VERIFIED, LimitKind.TRANSFER): self.limit_verified_transfer_minor,
+            (Tier.VERIFIED, LimitKind.PAYMENT): self.limit_verified_payment_minor,
+            (Tier.CONTRACTED, LimitKind.TRANSFER): self.limit_contracted_transfer_minor,
+            (Tier.CONTRACTED, LimitKind.PAYMENT): self.limit_contracted_payment_minor,
+        }
+        return table.get((tier, kind), 0)
+
+    @property
+    def customer_issuer(self) -> str:
+        return f"{self.customer_issuer_base.rstrip('/')}/realms/{self.customer_realm}"
+
+
+@lru_cache(maxsize=1)
+def get_wallet_api_settings() -> WalletApiSettings:
+    return WalletApiSettings()

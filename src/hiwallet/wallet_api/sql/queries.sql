@@ -1,0 +1,117 @@
+-- wallet-api's named queries. Every statement on a wallet-owned table names its bucket
+-- (`bucket = $n`), or says it is a multi-shard read; tests/wallet_api/test_schema.py checks it.
+
+-- name: insert_account
+INSERT INTO wallet.accounts (bucket, id, kind, tier, name, opened_by, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp(), clock_timestamp())
+
+-- name: insert_member
+INSERT INTO wallet.members (bucket, account_id, issuer, subject, added_by, created_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+ON CONFLICT DO NOTHING
+
+-- name: insert_identity_account
+-- citus: reference table, keyed by the identity
+INSERT INTO wallet.identity_accounts (issuer, subject, account_id, bucket, kind, created_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+ON CONFLICT DO NOTHING
+
+-- name: personal_account_of
+-- citus: reference table, keyed by the identity
+SELECT account_id, bucket FROM wallet.identity_accounts
+ WHERE issuer = $1 AND subject = $2 AND kind = 'personal'
+
+-- name: accounts_of_identity
+-- citus: reference table, keyed by the identity
+SELECT account_id, bucket FROM wallet.identity_accounts
+ WHERE issuer = $1 AND subject = $2
+ ORDER BY created_at, account_id
+ LIMIT 100
+
+-- name: get_account
+SELECT id, bucket, kind, tier, name, created_at, updated_at
+  FROM wallet.accounts WHERE bucket = $1 AND id = $2
+
+-- name: get_account_for_update
+SELECT id, bucket, kind, tier, name, created_at, updated_at
+  FROM wallet.accounts WHERE bucket = $1 AND id = $2
+   FOR UPDATE
+
+-- name: is_member
+SELECT EXISTS (
+    SELECT 1 FROM wallet.members
+     WHERE bucket = $1 AND account_id = $2 AND issuer = $3 AND subject = $4)
+
+-- name: set_tier
+UPDATE wallet.accounts SET tier = $3, updated_at = clock_timestamp()
+ WHERE bucket = $1 AND id = $2
+
+-- name: insert_wallet
+INSERT INTO wallet.wallets (bucket, id, account_id, currency, number, created_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+
+-- name: wallets_of_account
+SELECT id, bucket, account_id, currency, number, created_at
+  FROM wallet.wallets WHERE bucket = $1 AND account_id = $2
+ ORDER BY created_at, id
+
+-- name: wallet_of_account
+SELECT id, bucket, account_id, currency, number, created_at
+  FROM wallet.wallets WHERE bucket = $1 AND account_id = $2 AND currency = $3
+
+-- name: wallet_with_access
+-- A wallet, its account and whether the caller is a member: one round trip per check.
+SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
+       a.kind, a.tier, a.name,
+       EXISTS (SELECT 1 FROM wallet.members m
+                WHERE m.bucket = w.bucket AND m.account_id = w.account_id
+                  AND m.issuer = $3 AND m.subject = $4) AS member
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ WHERE w.bucket = $1 AND w.id = $2
+
+-- name: wallet_by_number
+SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ WHERE w.bucket = $1 AND w.number = $2
+
+-- name: member_of_any_wallet
+-- Is the caller a member of the account of any of these wallets (a transfer's legs)?
+SELECT w.id, w.account_id, a.kind
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+  JOIN wallet.members m ON m.bucket = w.bucket AND m.account_id = w.account_id
+ WHERE w.bucket = ANY ($1::smallint[]) AND w.id = ANY ($2::text[])
+   AND m.issuer = $3 AND m.subject = $4
+
+-- name: idempotency_lock
+-- Try, never wait: a second request with a key whose first request is still running is
+-- answered 409 at once (see service.py, _idempotent).
+SELECT pg_try_advisory_xact_lock($1)
+
+-- name: idempotency_get
+SELECT request_hash, status, body FROM wallet.idempotency_keys
+ WHERE bucket = $1 AND scope = $2 AND key = $3
+
+-- name: idempotency_put
+INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
+
+-- name: idempotency_purge
+-- citus: multi-shard read (a periodic job's bounded delete of expired records)
+DELETE FROM wallet.idempotency_keys
+ WHERE ctid = ANY (ARRAY(SELECT ctid FROM wallet.idempotency_keys WHERE created_at < $1 LIMIT $2))
+
+-- name: limit_add
+-- Adds to this month's counter and locks its row until commit; the caller compares the total
+-- with the limit and rolls back when it is over, so the counter never counts a refused request.
+INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (bucket, account_id, month, kind, currency)
+DO UPDATE SET used = u.used + EXCLUDED.used
+RETURNING used
+
+-- name: limit_usage
+SELECT kind, currency, used FROM wallet.limit_usage
+ WHERE bucket = $1 AND account_id = $2 AND month = $3
