@@ -82,7 +82,7 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat()
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def account_view(account: AccountRow, wallets: list[WalletRow]) -> JSON:
@@ -151,6 +151,7 @@ def transfer_view(
         "refund_of": refund_of,
         "posted_at": _ts(posted_at),
         "legs": shown,
+        "expires_at": None,
     }
 
 
@@ -629,7 +630,7 @@ class WalletService:
                 raise errors.NotRefundable(
                     "only a payment can be refunded, by the business that received it",
                     transfer_id=transfer_id,
-                    type=original.type,
+                    transfer_type=original.type,
                 )
             posting = rules.refund(original.tx, actor=caller.actor, ref=reference)
             result = await self.store.post(posting, conn=conn)

@@ -1,0 +1,264 @@
+"""Transfers over HTTP: p2p, payment (fee, promo first), B2P, B2B, refund once, promo grants,
+reading a transfer with its legs, balances and the statement with its cursor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+
+
+async def test_p2p_moves_cash_and_shows_in_both_statements(api: WalletApi) -> None:
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    r = await api.transfer(alice, bob.number, 40 * TL, reference="dinner")
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["type"] == "p2p" and t["status"] == "posted"
+    assert (t["from_wallet"], t["to_wallet"], t["amount"], t["fee"]) == (
+        alice.wallet_id,
+        bob.wallet_id,
+        40 * TL,
+        0,
+    )
+    assert t["reference"] == "dinner" and t["id"].startswith(alice.wallet_id[:4] + ":")
+    assert sorted((leg["wallet"], leg["amount"]) for leg in t["legs"]) == sorted(
+        [(alice.wallet_id, -40 * TL), (bob.wallet_id, 40 * TL)]
+    )
+    assert await api.balance(alice.wallet_id) == {"cash": 60 * TL, "promo": 0, "held": 0}
+    assert await api.balance(bob.wallet_id) == {"cash": 40 * TL, "promo": 0, "held": 0}
+    w = (await api.http.get(f"/v1/wallets/{bob.wallet_id}", headers=bob.auth)).json()
+    assert (w["cash"], w["promo"], w["held"], w["available"], w["number"]) == (
+        40 * TL,
+        0,
+        0,
+        40 * TL,
+        bob.number,
+    )
+
+    # Both sides read the transfer with its legs; each sees it in their statement.
+    for who in (alice, bob):
+        read = await api.http.get(f"/v1/transfers/{t['id']}", headers=who.auth)
+        assert read.status_code == 200 and read.json() == t
+    lines = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/statement", headers=alice.auth)).json()[
+        "lines"
+    ]
+    assert [(line["type"], line["amount"], line["balance_after"]) for line in lines] == [
+        ("topup", 100 * TL, 100 * TL),
+        ("p2p", -40 * TL, 60 * TL),
+    ]
+    await api.verify()
+
+
+async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> None:
+    payer = await api.customer("unverified", funds=100 * TL)
+    shop = await api.business(funds=50 * TL)
+    # The shop gives the customer 40 TL of promo, then the customer pays the shop 100 TL.
+    grant = await api.post(
+        "/v1/promos",
+        {
+            "from_wallet": shop.wallet_id,
+            "to_wallet_number": payer.number,
+            "amount": 40 * TL,
+            "expires_at": (datetime.now(UTC) + timedelta(days=30)).isoformat(),
+        },
+        shop.auth,
+    )
+    assert grant.status_code == 201, grant.text
+    assert grant.json()["type"] == "promo_grant"
+    batches = (await api.http.get(f"/v1/wallets/{payer.wallet_id}/promos", headers=payer.auth)).json()[
+        "batches"
+    ]
+    assert [(b["amount"], b["remaining"], b["funded_by"]) for b in batches] == [
+        (40 * TL, 40 * TL, "business")
+    ]
+
+    r = await api.transfer(payer, shop.number, 100 * TL)
+    assert r.status_code == 201, r.text
+    p = r.json()
+    # The architecture document's row: promo −40, cash −62, receiver +100, revenue +2.
+    assert (p["type"], p["amount"], p["fee"], p["promo_used"]) == ("payment", 100 * TL, 2 * TL, 40 * TL)
+    legs = sorted((leg["role"], leg["purse"], leg["amount"]) for leg in p["legs"])
+    assert legs == sorted(
+        [
+            ("user_wallet", "promo", -40 * TL),
+            ("user_wallet", "cash", -62 * TL),
+            ("user_wallet", "cash", 100 * TL),
+            ("revenue", None, 2 * TL),
+        ]
+    )
+    assert await api.balance(payer.wallet_id) == {"cash": 38 * TL, "promo": 0, "held": 0}
+    assert await api.balance(shop.wallet_id) == {"cash": 110 * TL, "promo": 0, "held": 0}
+    promo_lines = await api.http.get(
+        f"/v1/wallets/{payer.wallet_id}/statement", params={"purse": "promo"}, headers=payer.auth
+    )
+    assert [line["amount"] for line in promo_lines.json()["lines"]] == [40 * TL, -40 * TL]
+    await api.verify()
+
+
+async def test_a_business_refunds_a_payment_once(api: WalletApi) -> None:
+    payer = await api.customer(funds=100 * TL)
+    shop = await api.business()
+    payment = (await api.transfer(payer, shop.number, 50 * TL)).json()
+    path = f"/v1/transfers/{payment['id']}/refund"
+
+    # The payer cannot refund it; a p2p cannot be refunded.
+    assert_problem(await api.post(path, {}, payer.auth), "not-refundable", 422)
+    friend = await api.customer()
+    p2p = (await api.transfer(payer, friend.number, 1 * TL)).json()
+    assert_problem(
+        await api.post(f"/v1/transfers/{p2p['id']}/refund", {}, friend.auth), "not-refundable", 422
+    )
+    # Another business never sees it.
+    other = await api.business("Başka", client="merchant-two")
+    assert_problem(await api.post(path, {}, other.auth), "not-found", 404)
+
+    r = await api.post(path, {"reference": "returned goods"}, shop.auth, key="refund-1")
+    assert r.status_code == 201, r.text
+    refund = r.json()
+    assert refund["type"] == "refund" and refund["refund_of"] == payment["id"]
+    assert sorted(leg["amount"] for leg in refund["legs"]) == sorted(
+        -leg["amount"] for leg in payment["legs"]
+    )
+    assert (refund["from_wallet"], refund["to_wallet"]) == (shop.wallet_id, payer.wallet_id)
+    assert await api.balance(payer.wallet_id) == {"cash": 99 * TL, "promo": 0, "held": 0}
+    assert await api.balance(shop.wallet_id) == {"cash": 0, "promo": 0, "held": 0}
+
+    replay = await api.post(path, {"reference": "returned goods"}, shop.auth, key="refund-1")
+    assert replay.status_code == 201 and replay.json() == refund
+    body = assert_problem(await api.post(path, {}, shop.auth), "already-refunded", 409)
+    assert body["refund_id"] == refund["id"]
+    read = await api.http.get(f"/v1/transfers/{refund['id']}", headers=payer.auth)
+    assert read.status_code == 200 and read.json()["refund_of"] == payment["id"]
+    await api.verify()
+
+
+async def test_refund_needs_the_business_to_hold_the_money(api: WalletApi) -> None:
+    payer = await api.customer(funds=100 * TL)
+    shop = await api.business()
+    payment = (await api.transfer(payer, shop.number, 50 * TL)).json()
+    supplier = await api.business("Tedarikçi", client=None)
+    assert (await api.transfer(shop, supplier.number, 30 * TL)).status_code == 201
+    before = await api.counts()
+    body = assert_problem(
+        await api.post(f"/v1/transfers/{payment['id']}/refund", {}, shop.auth), "insufficient-funds", 422
+    )
+    assert body["balance"] == 20 * TL and body["amount"] == 50 * TL
+    assert await api.counts() == before
+    await api.verify()
+
+
+async def test_b2p_and_b2b(api: WalletApi) -> None:
+    shop = await api.business(funds=100 * TL)
+    supplier = await api.business("Tedarikçi", client="merchant-two")
+    customer = await api.customer("unverified")
+    b2p = await api.transfer(shop, customer.number, 10 * TL)
+    assert b2p.status_code == 201 and b2p.json()["type"] == "b2p" and b2p.json()["fee"] == 0
+    b2b = await api.transfer(shop, supplier.number, 20 * TL)
+    assert b2b.status_code == 201 and b2b.json()["type"] == "b2b"
+    assert await api.balance(shop.wallet_id) == {"cash": 70 * TL, "promo": 0, "held": 0}
+    assert await api.balance(customer.wallet_id) == {"cash": 10 * TL, "promo": 0, "held": 0}
+    back = await api.transfer(supplier, shop.number, 5 * TL)
+    assert back.status_code == 201 and back.json()["type"] == "b2b"
+    await api.verify()
+
+
+async def test_refusals_of_a_transfer_write_nothing(api: WalletApi) -> None:
+    alice = await api.customer(funds=10 * TL)
+    bob = await api.customer()
+    before = await api.counts()
+    body = assert_problem(await api.transfer(alice, bob.number, 11 * TL), "insufficient-funds", 422)
+    assert (body["balance"], body["available"], body["amount"]) == (10 * TL, 10 * TL, 11 * TL)
+    assert_problem(await api.transfer(alice, alice.number, 1 * TL), "same-wallet", 422)
+    unknown = alice.number[:4] + "000000000000"
+    unknown = unknown[:-1] + str((10 - sum(_luhn(unknown[:-1])) % 10) % 10)
+    assert_problem(await api.transfer(alice, unknown, 1 * TL), "recipient-not-found", 422)
+    bad_check = bob.number[:-1] + str((int(bob.number[-1]) + 1) % 10)
+    assert_problem(await api.transfer(alice, bad_check, 1 * TL), "invalid-wallet-number", 422)
+    assert_problem(await api.transfer(alice, bob.number, 1 * TL, currency="EUR"), "currency-mismatch", 422)
+    assert_problem(await api.transfer(alice, bob.number, 1 * TL, currency="XAU"), "unsupported-currency", 422)
+    assert await api.counts() == before
+    await api.verify()
+
+
+def _luhn(digits: str) -> list[int]:
+    out = []
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 == 0 else 1)
+        out.append(d - 9 if d > 9 else d)
+    return out
+
+
+async def test_statement_pages_with_a_cursor(api: WalletApi) -> None:
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    for i in range(5):
+        assert (await api.transfer(alice, bob.number, (i + 1) * TL)).status_code == 201
+    seen: list[int] = []
+    cursor = None
+    pages = 0
+    while True:
+        params: dict[str, str | int] = {"limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = (
+            await api.http.get(f"/v1/wallets/{bob.wallet_id}/statement", params=params, headers=bob.auth)
+        ).json()
+        seen += [line["amount"] for line in page["lines"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        assert pages < 10
+    assert seen == [TL, 2 * TL, 3 * TL, 4 * TL, 5 * TL] and pages == 3
+    bad = await api.http.get(f"/v1/wallets/{bob.wallet_id}/statement", params={"limit": 0}, headers=bob.auth)
+    assert_problem(bad, "validation-error", 422)
+
+
+async def test_promo_grant_rules(api: WalletApi) -> None:
+    shop = await api.business(funds=10 * TL)
+    customer = await api.customer("unverified")
+    newcomer = await api.customer("unknown")
+    other_shop = await api.business("Diğer", client=None)
+    soon = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+
+    def grant(to: str, amount: int = TL, expires_at: str = soon) -> dict[str, object]:
+        return {
+            "from_wallet": shop.wallet_id,
+            "to_wallet_number": to,
+            "amount": amount,
+            "expires_at": expires_at,
+        }
+
+    before = await api.counts()
+    assert_problem(
+        await api.post("/v1/promos", grant(newcomer.number), shop.auth), "recipient-cannot-receive", 422
+    )
+    assert_problem(
+        await api.post("/v1/promos", grant(other_shop.number), shop.auth), "recipient-cannot-receive", 422
+    )
+    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    assert_problem(
+        await api.post("/v1/promos", grant(customer.number, expires_at=past), shop.auth),
+        "invalid-request",
+        422,
+    )
+    assert_problem(
+        await api.post("/v1/promos", grant(customer.number, 11 * TL), shop.auth), "insufficient-funds", 422
+    )
+    # A customer does not grant promo money.
+    rich = await api.customer(funds=10 * TL)
+    as_customer = {**grant(customer.number), "from_wallet": rich.wallet_id}
+    assert_problem(await api.post("/v1/promos", as_customer, rich.auth), "tier-not-allowed", 403)
+    after = await api.counts()
+    assert {k: after[k] - before[k] for k in after} == {
+        "transactions": 1,
+        "lines": 2,
+        "keys": 0,
+        "used": 0,
+        "accounts": 1,
+        "wallets": 1,
+    }  # only the funding of `rich`
+    ok = await api.post("/v1/promos", grant(customer.number), shop.auth)
+    assert ok.status_code == 201 and ok.json()["expires_at"]
+    await api.verify()
