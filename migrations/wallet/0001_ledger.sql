@@ -193,20 +193,19 @@ CREATE TRIGGER promo_spends_append_only BEFORE UPDATE OR DELETE ON ledger.promo_
 -- ---------------------------------------------------------------------------------------------
 CREATE FUNCTION ledger.check_balanced() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    part record;
     unbalanced record;
 BEGIN
-    SELECT buckets, parts_balanced INTO part
-      FROM ledger.transactions WHERE bucket = NEW.bucket AND id = NEW.transaction_id;
-    IF part.parts_balanced THEN
-        SELECT currency, sum(amount) AS total INTO unbalanced
-          FROM ledger.lines WHERE bucket = NEW.bucket AND transaction_id = NEW.transaction_id
-         GROUP BY currency HAVING sum(amount) <> 0 LIMIT 1;
-    ELSE
-        SELECT currency, sum(amount) AS total INTO unbalanced
-          FROM ledger.lines WHERE bucket = ANY (part.buckets) AND transaction_id = NEW.transaction_id
-         GROUP BY currency HAVING sum(amount) <> 0 LIMIT 1;
-    END IF;
+    -- One query: the part row says whether this bucket's part balances alone (transit legs)
+    -- or the parts balance together.
+    SELECT l.currency, sum(l.amount) AS total INTO unbalanced
+      FROM ledger.transactions t
+      JOIN ledger.lines l
+        ON l.transaction_id = t.id
+       AND l.bucket = ANY (CASE WHEN t.parts_balanced THEN ARRAY[t.bucket] ELSE t.buckets END)
+     WHERE t.bucket = NEW.bucket AND t.id = NEW.transaction_id
+     GROUP BY l.currency
+    HAVING sum(l.amount) <> 0
+     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'transaction % is unbalanced: % sums to %',
             NEW.transaction_id, unbalanced.currency, unbalanced.total

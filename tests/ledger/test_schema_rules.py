@@ -85,7 +85,7 @@ async def test_balance_trigger_is_deferred_and_reads_by_bucket(pool: asyncpg.Poo
     )
     assert row is not None and row["tgdeferrable"] and row["tginitdeferred"]
     body = await pool.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'check_balanced'")
-    assert "WHERE bucket = NEW.bucket AND transaction_id" in body
+    assert "WHERE t.bucket = NEW.bucket AND t.id = NEW.transaction_id" in body
 
 
 _TABLE_REF = re.compile(r"\bledger\.(accounts|transactions|lines|holds|promo_batches|promo_spends)\b")

@@ -54,6 +54,13 @@ def server_settings(settings: Settings) -> dict[str, str]:
     }
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release without asyncpg's default reset query (a round trip per release: advisory
+    unlock, CLOSE ALL, UNLISTEN, RESET ALL). Pooled sessions here hold no session state: no SET
+    outside a transaction, no LISTEN, no session advisory locks (jobs and migrations use their
+    own connections). An open transaction is still rolled back by asyncpg before this runs."""
+
+
 async def create_pool(
     database: str,
     *,
@@ -71,6 +78,7 @@ async def create_pool(
             command_timeout=settings.db_command_timeout_s,
             server_settings=server_settings(settings),
             init=init,
+            reset=_keep_session,
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(f"cannot open a pool to {database}: {exc}") from exc

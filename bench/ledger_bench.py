@@ -1,0 +1,384 @@
+"""The ledger core's benchmark: one command, every figure measured in the same run, against the
+same PostgreSQL server, reported as ratios.
+
+    make bench                    # or: .venv/bin/python bench/ledger_bench.py [--duration 15]
+
+1. pgbench's tpcb-like script, prepared mode, 8 clients: the machine's limit of one commit per
+   operation.
+2. p2p transfers among 1,000 wallets at concurrency 1, 8 and 32 (the spread runs).
+3. A hot-account run: top-ups, every one touching the card provider's clearing account (split
+   into per-bucket sub-accounts), at concurrency 8 and 32; and, for contrast, the same with all
+   wallets in one bucket, so every top-up hits one clearing row.
+4. A batched run: many transfers per database transaction, a result for each.
+5. wallet-api over HTTP with real tokens, if its bench module is present.
+
+Then ``verify`` over everything written, and the results as JSON in bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+from hiwallet.ledger import rules
+from hiwallet.ledger.accounts import new_wallet_id
+from hiwallet.ledger.errors import InsufficientFunds
+from hiwallet.ledger.service import Fees, Ledger
+from hiwallet.ledger.store import LedgerStore, init_connection
+
+RESULTS = Path(__file__).parent / "results"
+WALLETS = 1_000
+FUNDING_MINOR = 10**12  # enough that no transfer is refused for funds
+TARGETS = {
+    "spread_c8_vs_pgbench_c8": 0.6,
+    "hot_vs_spread_c32": 0.5,
+    "hot_c32_p99_ms_max": 25.0,
+    "batched_vs_pgbench_c8": 2.0,
+    "peak_rss_mb_max": 250.0,
+    "wallet_api_c8_vs_ledger_c8": 0.5,
+    "wallet_api_c8_p99_ms_max": 50.0,
+    "wallet_api_rss_mb_max": 150.0,
+}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# ---------------------------------------------------------------------------------------------
+# pgbench
+# ---------------------------------------------------------------------------------------------
+
+
+def pgbench(duration_s: int, clients: int, scale: int) -> dict[str, Any]:
+    settings = get_settings()
+    name = f"hiwallet_bench_pgbench_{os.getpid()}"
+    dsn = db.dsn_for(name, settings)
+    admin = db.dsn_for("postgres", settings)
+    subprocess.run(["psql", admin, "-qc", f'DROP DATABASE IF EXISTS "{name}"'], check=True)
+    subprocess.run(["psql", admin, "-qc", f'CREATE DATABASE "{name}"'], check=True)
+    try:
+        subprocess.run(["pgbench", "-i", "-q", "-s", str(scale), dsn], check=True, capture_output=True)
+        out = subprocess.run(
+            ["pgbench", "-M", "prepared", "-c", str(clients), "-j", "2", "-T", str(duration_s), "-r", dsn],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        subprocess.run(["psql", admin, "-qc", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'], check=True)
+    tps = float(re.search(r"tps = ([\d.]+)", out)[1])  # type: ignore[index]
+    latency = float(re.search(r"latency average = ([\d.]+) ms", out)[1])  # type: ignore[index]
+    return {"tps": round(tps, 1), "latency_avg_ms": latency, "clients": clients, "scale": scale}
+
+
+# ---------------------------------------------------------------------------------------------
+# Load loops
+# ---------------------------------------------------------------------------------------------
+
+
+async def run_load(
+    concurrency: int, duration_s: float, op: Callable[[int, int], Awaitable[int]]
+) -> dict[str, Any]:
+    """``concurrency`` workers call ``op(worker, n)`` until the time is up; ``op`` returns how
+    many transfers it made. Latency is per call."""
+    latencies: list[float] = []
+    done = 0
+    errors = 0
+    deadline = time.perf_counter() + duration_s
+
+    async def worker(w: int) -> None:
+        nonlocal done, errors
+        n = 0
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            try:
+                # `done += await op()` would read `done` before the await and lose the other
+                # workers' increments made meanwhile.
+                made = await op(w, n)
+                done += made
+            except InsufficientFunds:
+                errors += 1
+            latencies.append((time.perf_counter() - start) * 1000)
+            n += 1
+
+    cpu_before, busy_before = _process_cpu_s(), _machine_busy_s()
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    client_cpu_s, machine_busy_s = _process_cpu_s() - cpu_before, _machine_busy_s() - busy_before
+    per = max(done, 1)
+    return {
+        "concurrency": concurrency,
+        "transfers": done,
+        "transfers_per_s": round(done / elapsed, 1),
+        "p50_ms": round(pct(latencies, 0.50), 2),
+        "p99_ms": round(pct(latencies, 0.99), 2),
+        "mean_ms": round(statistics.fmean(latencies), 2) if latencies else 0.0,
+        "errors": errors,
+        # where the CPU went, per transfer: this (client) process, and the whole machine
+        "client_cpu_us": round(client_cpu_s / per * 1e6),
+        "machine_cpu_us": round(machine_busy_s / per * 1e6),
+    }
+
+
+def _process_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (from /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class Bench:
+    def __init__(self, pool: asyncpg.Pool, ledger: Ledger, run_id: str) -> None:
+        self.pool = pool
+        self.ledger = ledger
+        self.run_id = run_id
+
+    async def open_wallets(self, count: int, bucket: int | None = None) -> list[str]:
+        wallets = [new_wallet_id(bucket or 1 + (i * 7919) % 1023) for i in range(count)]
+        for w in wallets:
+            await self.ledger.store.open_wallet(w, "TRY", owner="bench")
+        postings = [
+            rules.topup(
+                f"fund-{self.run_id}-{i}", w, FUNDING_MINOR, "TRY", provider="bank", actor="bench", ref="f"
+            )
+            for i, w in enumerate(wallets)
+        ]
+        for i in range(0, len(postings), 500):
+            await self.ledger.store.post_batch(postings[i : i + 500])
+        return wallets
+
+    async def spread(
+        self, wallets: list[str], concurrency: int, duration_s: float, tag: str
+    ) -> dict[str, Any]:
+        rng = random.Random(concurrency)
+
+        async def op(w: int, n: int) -> int:
+            a, b = rng.sample(wallets, 2)
+            await self.ledger.transfer(
+                f"{tag}-{self.run_id}-{w}-{n}", a, b, rng.randint(1, 10_000), actor="bench", ref="p2p"
+            )
+            return 1
+
+        return await run_load(concurrency, duration_s, op)
+
+    async def topups(
+        self, wallets: list[str], concurrency: int, duration_s: float, tag: str
+    ) -> dict[str, Any]:
+        rng = random.Random(concurrency + 1)
+
+        async def op(w: int, n: int) -> int:
+            await self.ledger.topup(
+                f"{tag}-{self.run_id}-{w}-{n}",
+                rng.choice(wallets),
+                rng.randint(1, 10_000),
+                provider="stripe",
+                actor="bench",
+                ref="pi",
+            )
+            return 1
+
+        return await run_load(concurrency, duration_s, op)
+
+    async def batched(
+        self, wallets: list[str], concurrency: int, duration_s: float, batch: int, tag: str
+    ) -> dict[str, Any]:
+        # Each writer moves money only among its own wallets: batches of two writers never wait
+        # on each other's locks in opposite orders.
+        groups = [wallets[i::concurrency] for i in range(concurrency)]
+        rng = random.Random(7)
+
+        async def op(w: int, n: int) -> int:
+            mine = groups[w]
+            postings = []
+            for k in range(batch):
+                a, b = rng.sample(mine, 2)
+                postings.append(
+                    rules.transfer(
+                        f"{tag}-{self.run_id}-{w}-{n}-{k}",
+                        a,
+                        b,
+                        rng.randint(1, 10_000),
+                        "TRY",
+                        actor="bench",
+                        ref="batch",
+                    )
+                )
+            results = await self.ledger.store.post_batch(postings)
+            return sum(1 for r in results if not isinstance(r, Exception))
+
+        result = await run_load(concurrency, duration_s, op)
+        result["batch_size"] = batch
+        return result
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    settings = get_settings()
+    database = f"hiwallet_bench_ledger_{os.getpid()}"
+    admin = await asyncpg.connect(db.dsn_for("postgres", settings))
+    await admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
+    await admin.close()
+    await db.migrate("wallet", database=database, settings=settings)
+    report: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "duration_s": args.duration,
+        "machine": {"cores": os.cpu_count()},
+        "transit_legs": settings.ledger_transit_legs,
+    }
+
+    print(f"pgbench tpcb-like, prepared, 8 clients, {args.duration} s ...", flush=True)
+    report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
+    print(f"  {report['pgbench_c8']}", flush=True)
+
+    pool = await db.create_pool(database, settings=settings, min_size=4, max_size=34, init=init_connection)
+    try:
+        ledger = Ledger(
+            LedgerStore(pool, transit_legs=settings.ledger_transit_legs), Fees.from_settings(settings)
+        )
+        bench = Bench(pool, ledger, datetime.now(UTC).strftime("%H%M%S"))
+        print(f"opening and funding {WALLETS} wallets ...", flush=True)
+        wallets = await bench.open_wallets(WALLETS)
+        await pool.execute("ANALYZE")
+
+        for c in (1, 8, 32):
+            print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
+            report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
+            print(f"  {report[f'spread_c{c}']}", flush=True)
+        for c in (8, 32):
+            print(f"hot account: top-ups through one provider's clearing, concurrency {c} ...", flush=True)
+            report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
+            print(f"  {report[f'hot_c{c}']}", flush=True)
+        print("contrast: the same top-ups with every wallet in one bucket (one clearing row) ...", flush=True)
+        one_bucket = await bench.open_wallets(100, bucket=1023)
+        report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
+        print(f"  {report['hot_single_row_c32']}", flush=True)
+        print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
+        report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
+        print(f"  {report['batched']}", flush=True)
+
+        print("verify ...", flush=True)
+        started = time.perf_counter()
+        verified = await ledger.store.verify()
+        report["verify"] = {
+            "ok": verified.ok,
+            "problems": verified.problems[:20],
+            "lines": verified.lines,
+            "transactions": verified.transactions,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+    finally:
+        await pool.close()
+        if not args.keep:
+            admin = await asyncpg.connect(db.dsn_for("postgres", settings))
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            await admin.close()
+
+    if not args.skip_wallet_api:
+        try:
+            sys.path.insert(0, str(Path(__file__).parent))
+            import wallet_api_bench  # type: ignore[import-not-found]
+        except ImportError:
+            report["wallet_api"] = "not present"
+        else:
+            for c in (8, 32):
+                print(f"wallet-api over HTTP, concurrency {c} ...", flush=True)
+                report[f"wallet_api_c{c}"] = await wallet_api_bench.measure(c, args.duration)
+                print(f"  {report[f'wallet_api_c{c}']}", flush=True)
+
+    report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    report["ratios"] = ratios(report)
+    return report
+
+
+def ratios(r: dict[str, Any]) -> dict[str, Any]:
+    pg = r["pgbench_c8"]["tps"]
+    out: dict[str, Any] = {
+        "spread_c8_vs_pgbench_c8": round(r["spread_c8"]["transfers_per_s"] / pg, 2),
+        "hot_vs_spread_c32": round(r["hot_c32"]["transfers_per_s"] / r["spread_c32"]["transfers_per_s"], 2),
+        "hot_c32_p99_ms": r["hot_c32"]["p99_ms"],
+        "hot_single_row_vs_spread_c32": round(
+            r["hot_single_row_c32"]["transfers_per_s"] / r["spread_c32"]["transfers_per_s"], 2
+        ),
+        "batched_vs_pgbench_c8": round(r["batched"]["transfers_per_s"] / pg, 2),
+        "peak_rss_mb": r["peak_rss_mb"],
+    }
+    if isinstance(r.get("wallet_api_c8"), dict):
+        out["wallet_api_c8_vs_ledger_c8"] = round(
+            r["wallet_api_c8"]["transfers_per_s"] / r["spread_c8"]["transfers_per_s"], 2
+        )
+        out["wallet_api_c32_vs_ledger_c32"] = round(
+            r["wallet_api_c32"]["transfers_per_s"] / r["spread_c32"]["transfers_per_s"], 2
+        )
+        out["wallet_api_c8_p99_ms"] = r["wallet_api_c8"]["p99_ms"]
+        out["wallet_api_rss_mb"] = max(
+            r["wallet_api_c8"].get("rss_mb", 0), r["wallet_api_c32"].get("rss_mb", 0)
+        )
+    checks = {
+        "spread_c8_vs_pgbench_c8": out["spread_c8_vs_pgbench_c8"] >= TARGETS["spread_c8_vs_pgbench_c8"],
+        "hot_vs_spread_c32": out["hot_vs_spread_c32"] >= TARGETS["hot_vs_spread_c32"],
+        "hot_c32_p99_ms": out["hot_c32_p99_ms"] < TARGETS["hot_c32_p99_ms_max"],
+        "batched_vs_pgbench_c8": out["batched_vs_pgbench_c8"] >= TARGETS["batched_vs_pgbench_c8"],
+        "peak_rss_mb": out["peak_rss_mb"] < TARGETS["peak_rss_mb_max"],
+    }
+    if "wallet_api_c8_vs_ledger_c8" in out:
+        checks["wallet_api_c8_vs_ledger_c8"] = (
+            out["wallet_api_c8_vs_ledger_c8"] >= TARGETS["wallet_api_c8_vs_ledger_c8"]
+        )
+        checks["wallet_api_c8_p99_ms"] = out["wallet_api_c8_p99_ms"] < TARGETS["wallet_api_c8_p99_ms_max"]
+        checks["wallet_api_rss_mb"] = out["wallet_api_rss_mb"] < TARGETS["wallet_api_rss_mb_max"]
+    out["targets_met"] = checks
+    return out
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=int, default=15, help="seconds per run (default 15)")
+    parser.add_argument("--batch", type=int, default=200, help="transfers per batched transaction")
+    parser.add_argument("--pgbench-scale", type=int, default=10)
+    parser.add_argument("--skip-wallet-api", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the bench database")
+    args = parser.parse_args()
+    report = asyncio.run(main(args))
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"ledger-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report["ratios"], indent=2))
+    print(f"verify: {'clean' if report['verify']['ok'] else report['verify']['problems']}")
+    print(f"results: {path}")
+    sys.exit(0 if report["verify"]["ok"] else 1)
+
+
+if __name__ == "__main__":
+    cli()
