@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -271,6 +272,37 @@ def wallet_api_settings() -> dict[str, Any]:
     return {}
 
 
+@asynccontextmanager
+async def running_api(
+    database: str, customer_idp: IdentityServer, staff_idp: IdentityServer, **overrides: Any
+) -> AsyncIterator[WalletApi]:
+    base_url, settings, server, thread = start_wallet_api(database, customer_idp, staff_idp, **overrides)
+    core: Settings = get_settings()
+    pool = await db.create_pool(database, min_size=1, max_size=4, init=init_connection)
+    store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
+    ledger = Ledger(store, Fees.from_settings(core))
+    service = WalletService(pool, store, Fees.from_settings(core), settings)
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+            yield WalletApi(
+                base_url,
+                database,
+                customer_idp,
+                staff_idp,
+                http,
+                pool,
+                ledger,
+                service,
+                client_token(customer_idp, "onboarding"),
+                server,
+                thread,
+            )
+    finally:
+        server.should_exit = True
+        await pool.close()
+        thread.join(timeout=15)
+
+
 @pytest.fixture
 async def api(
     wallet_db: str,
@@ -278,31 +310,8 @@ async def api(
     staff_idp: IdentityServer,
     wallet_api_settings: dict[str, Any],
 ) -> AsyncIterator[WalletApi]:
-    base_url, settings, server, thread = start_wallet_api(
-        wallet_db, customer_idp, staff_idp, **wallet_api_settings
-    )
-    core: Settings = get_settings()
-    pool = await db.create_pool(wallet_db, min_size=1, max_size=4, init=init_connection)
-    store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
-    ledger = Ledger(store, Fees.from_settings(core))
-    service = WalletService(pool, store, Fees.from_settings(core), settings)
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        yield WalletApi(
-            base_url,
-            wallet_db,
-            customer_idp,
-            staff_idp,
-            http,
-            pool,
-            ledger,
-            service,
-            client_token(customer_idp, "onboarding"),
-            server,
-            thread,
-        )
-    server.should_exit = True
-    await pool.close()
-    thread.join(timeout=15)
+    async with running_api(wallet_db, customer_idp, staff_idp, **wallet_api_settings) as running:
+        yield running
 
 
 def assert_problem(response: httpx.Response, slug: str, status: int) -> dict[str, Any]:
