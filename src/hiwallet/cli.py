@@ -37,7 +37,7 @@ def migrate(
 
 @app.command()
 def run(
-    name: Annotated[str, typer.Argument(help="The deployable to run, e.g. identity.")],
+    name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api.")],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
@@ -48,15 +48,30 @@ def run(
 
         run_identity(realm, port, host)
         return
+    if name == "wallet-api":
+        from hiwallet.wallet_api.app import run_wallet_api
+
+        run_wallet_api(port, host)
+        return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
+
+
+@app.command()
+def up() -> None:
+    """Start the whole system (migrated, demo data ready); Ctrl-C stops it all."""
+    from hiwallet.up import up as run_up
+
+    run_up()
 
 
 def _register_subcommands() -> None:
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
+    from hiwallet.wallet_api.cli import business_app
 
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
+    app.add_typer(business_app, name="business")
 
 
 _register_subcommands()

@@ -1,0 +1,89 @@
+"""``hiwallet business ...``: an operator opens business accounts and links merchant
+integrations to them, until the staff side exists. The ledger records the operator as actor.
+Commands only translate; the work is in :mod:`hiwallet.wallet_api.service`."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from hiwallet.core import db
+from hiwallet.core.http import ProblemError
+from hiwallet.core.ids import derived_id
+from hiwallet.core.settings import get_settings
+from hiwallet.ledger.service import Fees
+from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.wallet_api.service import WalletService
+from hiwallet.wallet_api.settings import get_wallet_api_settings
+
+business_app = typer.Typer(no_args_is_help=True, help="Business accounts (operator commands).")
+console = Console()
+T = TypeVar("T")
+
+
+def operator() -> str:
+    return f"operator:{getpass.getuser()}"
+
+
+def service_account_subject(realm: str, client_id: str) -> str:
+    """The ``sub`` of a client's service-account tokens: the identity service derives it from
+    the realm and the client (docs/identity.md); with Keycloak, pass --subject instead."""
+    return derived_id("service-account", realm, client_id)
+
+
+@asynccontextmanager
+async def wallet_service() -> AsyncIterator[WalletService]:
+    settings = get_settings()
+    pool = await db.create_pool(db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection)
+    try:
+        store = LedgerStore(pool, transit_legs=settings.ledger_transit_legs)
+        yield WalletService(pool, store, Fees.from_settings(settings), get_wallet_api_settings())
+    finally:
+        await pool.close()
+
+
+def _run(work: Callable[[WalletService], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with wallet_service() as service:
+            return await work(service)
+
+    try:
+        return asyncio.run(main())
+    except ProblemError as exc:
+        console.print(f"[red]refused[/red] ({exc.slug}): {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _show(account: dict[str, Any]) -> None:
+    console.print(f"account [bold]{account['id']}[/bold] ({account['kind']}) {account['name'] or ''}")
+    for wallet in account["wallets"]:
+        console.print(f"  wallet {wallet['id']}  number {wallet['number']}  {wallet['currency']}")
+
+
+@business_app.command("open")
+def open_business(name: Annotated[str, typer.Argument(help="The business's name.")]) -> None:
+    """Open a business account with a TRY wallet; prints its id and wallet number."""
+    _show(_run(lambda s: s.open_business(name, operator=operator())))
+
+
+@business_app.command("link")
+def link(
+    account_id: Annotated[str, typer.Argument(help="The business account's id (NNNN:a:...).")],
+    client: Annotated[
+        str | None, typer.Option(help="A client of the customer realm, e.g. merchant-demo.")
+    ] = None,
+    subject: Annotated[str | None, typer.Option(help="The identity's sub, instead of --client.")] = None,
+) -> None:
+    """Make a merchant integration's service account a member of the business account."""
+    settings = get_wallet_api_settings()
+    if (client is None) == (subject is None):
+        raise typer.BadParameter("give exactly one of --client and --subject")
+    sub = subject or service_account_subject(settings.customer_realm, str(client))
+    _show(_run(lambda s: s.link(account_id, settings.customer_issuer, sub, operator=operator())))
+    console.print(f"linked {client or sub}")
