@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ READY_TIMEOUT_S = 60.0
 @dataclass(frozen=True)
 class Deployable:
     name: str
-    args: list[str]
+    args: tuple[str, ...]
     port: int
 
     @property
@@ -49,16 +50,22 @@ def deployables() -> list[Deployable]:
     identity = get_identity_settings()
     wallet = get_wallet_api_settings()
     return [
-        Deployable("identity (hiwallet)", ["run", "identity", "--realm", "hiwallet"], identity.port),
+        Deployable("identity (hiwallet)", ("run", "identity", "--realm", "hiwallet"), identity.port),
         Deployable(
-            "identity (hiwallet-staff)", ["run", "identity", "--realm", "hiwallet-staff"], identity.staff_port
+            "identity (hiwallet-staff)", ("run", "identity", "--realm", "hiwallet-staff"), identity.staff_port
         ),
-        Deployable("wallet-api", ["run", "wallet-api"], wallet.port),
+        Deployable("wallet-api", ("run", "wallet-api"), wallet.port),
     ]
 
 
 def _secret(client: str, default: str) -> str:
     return os.environ.get("HIWALLET_IDENTITY_SECRET_" + client.upper().replace("-", "_"), default)
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _wait_ready(procs: dict[Deployable, subprocess.Popen[bytes]]) -> None:
@@ -211,6 +218,9 @@ def up() -> None:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        taken = [f"{d.name} :{d.port}" for d in deployables() if _port_taken(d.port)]
+        if taken:
+            raise RuntimeError(f"ports in use, is the system running already? {', '.join(taken)}")
         for d in deployables():
             # Each child in its own process group: the terminal's Ctrl-C reaches only us, and we
             # stop the children in order.
