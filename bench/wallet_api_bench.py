@@ -1,0 +1,292 @@
+"""wallet-api's benchmark: p2p transfers per second over HTTP with real tokens.
+
+    .venv/bin/python bench/wallet_api_bench.py [--duration 10] [--concurrency 8 32]
+
+``measure(concurrency, duration_s)`` starts the identity service (realm hiwallet) and wallet-api
+as their own processes on free ports of 127.0.0.1, each on a fresh database, opens funded
+customers (real users, real password-grant tokens fetched once), then runs p2p transfers through
+``POST /v1/transfers`` at that concurrency for ``duration_s``. It returns transfers_per_s,
+p50_ms, p99_ms, errors and the wallet-api process's peak resident memory (sampled from /proc).
+Everything it starts it stops, and it drops its databases. bench/ledger_bench.py calls it in
+the same run as the ledger core's own figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+from hiwallet.ledger.service import Fees, Ledger
+from hiwallet.ledger.store import LedgerStore, init_connection
+
+PASSWORD = "bench password 1"
+FUNDING_MINOR = 10**12
+AMOUNT_MINOR = 100
+MAX_DURATION_S = 300.0
+READY_TIMEOUT_S = 30.0
+
+_IDENTITY = """
+import sys, uvicorn
+from hiwallet.identity.app import create_identity_app
+from hiwallet.identity.settings import IdentitySettings
+port, database = int(sys.argv[1]), sys.argv[2]
+settings = IdentitySettings(public_url=f"http://127.0.0.1:{port}", access_token_lifetime_s=3600,
+                            argon2_time_cost=1, argon2_memory_kib=1024, argon2_parallelism=1,
+                            smtp_enabled=False)
+uvicorn.run(create_identity_app("hiwallet", settings, database=database), host="127.0.0.1", port=port,
+            log_level="warning", access_log=False)
+"""
+
+_WALLET_API = """
+import sys, uvicorn
+from hiwallet.wallet_api.app import create_wallet_api_app
+from hiwallet.wallet_api.settings import WalletApiSettings
+port, database, idp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+settings = WalletApiSettings(port=port, customer_issuer_base=idp, staff_issuer_base=idp,
+                             limit_contracted_transfer_minor=10**15)
+uvicorn.run(create_wallet_api_app(settings, database=database), host="127.0.0.1", port=port,
+            log_level="warning", access_log=False)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _drop(*names: str) -> None:
+    conn = await asyncpg.connect(db.dsn_for("postgres", get_settings()))
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def _wait_ready(client: httpx.AsyncClient, url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode}")
+        with suppress(httpx.HTTPError):
+            if (await client.get(f"{url}/ready")).status_code == 200:
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} not ready in {READY_TIMEOUT_S} s")
+
+
+def _start(code: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+async def _customers(
+    client: httpx.AsyncClient, idp: str, api: str, ledger: Ledger, count: int
+) -> list[tuple[str, str, str]]:
+    """(token, wallet id, wallet number) of ``count`` contracted, funded customers."""
+    token_url = f"{idp}/realms/hiwallet/protocol/openid-connect/token"
+    onboarding = (
+        await client.post(
+            token_url, auth=("onboarding", "dev-onboarding-secret"), data={"grant_type": "client_credentials"}
+        )
+    ).json()["access_token"]
+    admin = {"Authorization": f"Bearer {onboarding}"}
+    out = []
+    for _ in range(count):
+        name = f"bench-{uuid.uuid4().hex[:12]}"
+        rep = {
+            "username": name,
+            "email": f"{name}@bench.hiwallet.dev",
+            "enabled": True,
+            "credentials": [{"type": "password", "value": PASSWORD, "temporary": False}],
+        }
+        (await client.post(f"{idp}/admin/realms/hiwallet/users", json=rep, headers=admin)).raise_for_status()
+        grant = {
+            "grant_type": "password",
+            "client_id": "personal-mobile-api",
+            "username": name,
+            "password": PASSWORD,
+        }
+        token = (await client.post(token_url, data=grant)).json()["access_token"]
+        users = (
+            await client.get(
+                f"{idp}/admin/realms/hiwallet/users",
+                params={"username": name, "exact": "true"},
+                headers=admin,
+            )
+        ).json()
+        opened = await client.post(
+            f"{api}/v1/accounts/personal", json={"subject": users[0]["id"]}, headers=admin
+        )
+        opened.raise_for_status()
+        account = opened.json()
+        raised = await client.put(
+            f"{api}/v1/accounts/{account['id']}/tier", json={"tier": "contracted"}, headers=admin
+        )
+        raised.raise_for_status()
+        wallet = account["wallets"][0]
+        await ledger.topup(
+            f"bench-{uuid.uuid4().hex}",
+            wallet["id"],
+            FUNDING_MINOR,
+            provider="stripe",
+            actor="bench",
+            ref="bench funds",
+        )
+        out.append((token, wallet["id"], wallet["number"]))
+    return out
+
+
+async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
+    """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``."""
+    if not 1 <= concurrency <= 256 or not 0 < duration_s <= MAX_DURATION_S:
+        raise ValueError("concurrency must be 1..256 and duration 0..300 s")
+    tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    wallet_db, identity_db = f"hiwallet_bench_wapi_{tag}", f"hiwallet_bench_wapi_idp_{tag}"
+    await db.migrate("wallet", database=wallet_db)
+    await db.migrate("identity", database=identity_db)
+    idp_port, api_port = free_port(), free_port()
+    idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
+    procs = [_start(_IDENTITY, str(idp_port), identity_db)]
+    pool = await db.create_pool(wallet_db, min_size=1, max_size=2, init=init_connection)
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    try:
+        async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
+            await _wait_ready(client, idp, procs[0])
+            procs.append(_start(_WALLET_API, str(api_port), wallet_db, idp))
+            await _wait_ready(client, api, procs[1])
+            settings = get_settings()
+            ledger = Ledger(
+                LedgerStore(pool, transit_legs=settings.ledger_transit_legs), Fees.from_settings(settings)
+            )
+            people = await _customers(client, idp, api, ledger, max(2 * concurrency, 16))
+            # Warm up: every sender's token is verified once (JWKS fetched, plans prepared).
+            for token, wallet, _ in people[:concurrency]:
+                headers = {"Authorization": f"Bearer {token}"}
+                (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
+            report = await _run(client, api, people, concurrency, duration_s, procs[1].pid)
+        verified = await ledger.store.verify()
+        report["ledger_verified"] = verified.ok
+        return report
+    finally:
+        await pool.close()
+        for proc in reversed(procs):
+            _stop(proc)
+        await _drop(wallet_db, identity_db)
+
+
+async def _run(
+    client: httpx.AsyncClient,
+    api: str,
+    people: list[tuple[str, str, str]],
+    concurrency: int,
+    duration_s: float,
+    pid: int,
+) -> dict[str, Any]:
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    peak = rss_mb(pid)
+    deadline = time.monotonic() + duration_s
+    rng = random.Random(7)
+
+    async def worker(i: int) -> None:
+        # Each worker sends from its own customer (no two requests lock one sender), to anyone.
+        token, wallet, _ = people[i]
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        while time.monotonic() < deadline:
+            receiver = people[rng.randrange(len(people))][2]
+            if receiver == people[i][2]:
+                continue
+            body = json.dumps({"from_wallet": wallet, "to_wallet_number": receiver, "amount": AMOUNT_MINOR})
+            started = time.perf_counter()
+            try:
+                r = await client.post(
+                    f"{api}/v1/transfers",
+                    content=body,
+                    headers={**headers, "Idempotency-Key": str(uuid.uuid4())},
+                )
+                ok = r.status_code == 201
+                reason = str(r.status_code)
+            except httpx.HTTPError as exc:
+                ok, reason = False, type(exc).__name__
+            if ok:
+                latencies.append((time.perf_counter() - started) * 1000)
+            else:
+                errors[reason] = errors.get(reason, 0) + 1
+
+    async def sample() -> None:
+        nonlocal peak
+        while time.monotonic() < deadline:
+            peak = max(peak, rss_mb(pid))
+            await asyncio.sleep(0.2)
+
+    started = time.monotonic()
+    await asyncio.gather(sample(), *(worker(i) for i in range(concurrency)))
+    elapsed = time.monotonic() - started
+    peak = max(peak, rss_mb(pid))
+    return {
+        "concurrency": concurrency,
+        "transfers": len(latencies),
+        "transfers_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(pct(latencies, 0.50), 2),
+        "p99_ms": round(pct(latencies, 0.99), 2),
+        "errors": sum(errors.values()),
+        "error_kinds": errors,
+        "rss_mb": round(peak, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    args = parser.parse_args()
+    for c in args.concurrency:
+        print(json.dumps(asyncio.run(measure(c, args.duration))), flush=True)
+
+
+if __name__ == "__main__":
+    main()
