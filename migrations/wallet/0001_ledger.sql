@@ -5,6 +5,18 @@
 
 CREATE SCHEMA IF NOT EXISTS ledger;
 
+-- Closed sets are enum types rather than CHECK (x IN (...)): PostgreSQL re-reads a table's
+-- CHECK expressions from their stored text for every statement that writes the table, and long
+-- IN-lists made that a tenth of a posting's cost when measured. An enum checks on input.
+CREATE TYPE ledger.account_role AS ENUM (
+    'user_wallet', 'clearing', 'nostro', 'revenue', 'provider_expense',
+    'promo_expense', 'promo_breakage', 'transit');
+CREATE TYPE ledger.purse AS ENUM ('cash', 'promo');
+CREATE TYPE ledger.tx_type AS ENUM (
+    'topup', 'p2p', 'payment', 'b2p', 'b2b', 'promo_grant', 'promo_expiry', 'withdrawal',
+    'refund', 'settlement_topup', 'settlement_withdrawal', 'provider_invoice', 'hold_capture',
+    'debit', 'sweep');
+
 -- ---------------------------------------------------------------------------------------------
 -- Accounts
 -- ---------------------------------------------------------------------------------------------
@@ -13,8 +25,8 @@ CREATE SCHEMA IF NOT EXISTS ledger;
 CREATE TABLE ledger.accounts (
     bucket        smallint    NOT NULL,
     id            text        NOT NULL,
-    role          text        NOT NULL,
-    purse         text,
+    role          ledger.account_role NOT NULL,
+    purse         ledger.purse,
     currency      char(3)     NOT NULL,
     owner         text,
     balance       bigint      NOT NULL DEFAULT 0,
@@ -27,11 +39,7 @@ CREATE TABLE ledger.accounts (
     CONSTRAINT accounts_bucket_range CHECK (bucket BETWEEN 0 AND 1023),
     CONSTRAINT accounts_id_has_bucket CHECK (substr(id, 1, 4) = lpad(bucket::text, 4, '0')),
     CONSTRAINT accounts_id_length CHECK (length(id) <= 120),
-    CONSTRAINT accounts_role_known CHECK (role IN (
-        'user_wallet', 'clearing', 'nostro', 'revenue', 'provider_expense',
-        'promo_expense', 'promo_breakage', 'transit')),
-    CONSTRAINT accounts_purse_known CHECK (
-        (role = 'user_wallet' AND purse IN ('cash', 'promo')) OR (role <> 'user_wallet' AND purse IS NULL)),
+    CONSTRAINT accounts_purse_for_wallets CHECK ((role = 'user_wallet') = (purse IS NOT NULL)),
     CONSTRAINT accounts_currency_format CHECK (currency ~ '^[A-Z]{3}$'),
     -- The last line of defence for "customers never go below zero" and for holds staying
     -- inside the balance. The posting function checks first and answers with a typed error;
@@ -50,7 +58,7 @@ CREATE TABLE ledger.transactions (
     id            text        NOT NULL,
     home_bucket   smallint    NOT NULL,
     buckets       smallint[]  NOT NULL,
-    type          text        NOT NULL,
+    type          ledger.tx_type NOT NULL,
     actor         text        NOT NULL,
     ref           text        NOT NULL,
     request_hash  bytea       NOT NULL,
@@ -61,10 +69,6 @@ CREATE TABLE ledger.transactions (
     posted_at     timestamptz NOT NULL,
     CONSTRAINT transactions_pkey PRIMARY KEY (bucket, id),
     CONSTRAINT transactions_id_length CHECK (length(id) BETWEEN 1 AND 100),
-    CONSTRAINT transactions_type_known CHECK (type IN (
-        'topup', 'p2p', 'payment', 'b2p', 'b2b', 'promo_grant', 'promo_expiry', 'withdrawal',
-        'refund', 'settlement_topup', 'settlement_withdrawal', 'provider_invoice', 'hold_capture',
-        'debit', 'sweep', 'adjustment')),
     CONSTRAINT transactions_actor_length CHECK (length(actor) BETWEEN 1 AND 200),
     CONSTRAINT transactions_ref_length CHECK (length(ref) BETWEEN 1 AND 200),
     CONSTRAINT transactions_bucket_listed CHECK (bucket = ANY (buckets) AND home_bucket = ANY (buckets)),
@@ -88,7 +92,7 @@ CREATE TABLE ledger.lines (
     amount         bigint      NOT NULL,
     currency       char(3)     NOT NULL,
     balance_after  bigint      NOT NULL,
-    type           text        NOT NULL,
+    type           ledger.tx_type NOT NULL,
     ref            text        NOT NULL,
     posted_at      timestamptz NOT NULL,
     hash           bytea       NOT NULL,

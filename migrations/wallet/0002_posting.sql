@@ -40,7 +40,8 @@ DECLARE
     v_prefix text := lpad(p_bucket::text, 4, '0') || ':sys:';
 BEGIN
     INSERT INTO ledger.accounts (bucket, id, role, currency, created_at)
-    SELECT p_bucket, v_prefix || r.name || ':' || p_currency, r.role, p_currency, clock_timestamp()
+    SELECT p_bucket, v_prefix || r.name || ':' || p_currency, r.role::ledger.account_role, p_currency,
+           clock_timestamp()
       FROM (
         SELECT 'clearing:' || p AS name, 'clearing' AS role FROM unnest(p_providers) AS p
         UNION ALL SELECT 'revenue', 'revenue'
@@ -323,7 +324,7 @@ BEGIN
     --    insert waits for it); either way ON CONFLICT tells us, and it is answered as a replay.
     INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
                                      parts_balanced, refund_of, metadata, posted_at)
-    VALUES (p_home_bucket, p_id, p_home_bucket, v_parts, p_type, p_actor, p_ref, p_request_hash,
+    VALUES (p_home_bucket, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash,
             p_parts_balanced, p_refund_of, coalesce(p_metadata, '{}'::jsonb), v_at)
     ON CONFLICT (bucket, id) DO NOTHING;
     IF NOT FOUND THEN
@@ -332,14 +333,14 @@ BEGIN
     IF array_length(v_parts, 1) > 1 THEN
         INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
                                          parts_balanced, refund_of, metadata, posted_at)
-        SELECT b, p_id, p_home_bucket, v_parts, p_type, p_actor, p_ref, p_request_hash, p_parts_balanced,
+        SELECT b, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash, p_parts_balanced,
                NULL, '{}'::jsonb, v_at
           FROM unnest(v_parts) AS b WHERE b <> p_home_bucket;
     END IF;
 
     INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
                               balance_after, type, ref, posted_at, hash)
-    SELECT b, acc, ver, p_id, amt, cur, bal, p_type, p_ref, v_at, h
+    SELECT b, acc, ver, p_id, amt, cur, bal, p_type::ledger.tx_type, p_ref, v_at, h
       FROM unnest(o_bucket, o_acc, o_ver, o_amt, o_cur, o_bal, o_hash) AS t(b, acc, ver, amt, cur, bal, h);
 
     UPDATE ledger.accounts AS a

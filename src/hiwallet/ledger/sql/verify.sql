@@ -34,7 +34,7 @@ SELECT account_id, version,
  WHERE version <> coalesce(prev_version, 0) + 1
     OR balance_after <> coalesce(prev_balance, 0) + amount
     OR hash <> ledger.line_hash(coalesce(prev_hash, '\x'::bytea), account_id, version, transaction_id,
-                                amount, currency, balance_after, type, ref, posted_at)
+                                amount, currency, balance_after, type::text, ref, posted_at)
  ORDER BY account_id, version
 
 -- name: account_problems
