@@ -24,7 +24,9 @@ def migrate(
 ) -> None:
     """Create the databases and apply their numbered migrations (idempotent, concurrency-safe)."""
     settings = get_settings()
-    keys = database or [k for k in db.DATABASES if (settings.migrations_dir / k).is_dir()]
+    keys = database or [
+        k for k in db.DATABASES if (settings.migrations_dir / db.MIGRATION_FOLDERS.get(k, k)).is_dir()
+    ]
 
     async def _run() -> None:
         for key in keys:

@@ -84,7 +84,7 @@ def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="NNNN_name"):
         db.load_migrations(tmp_path)
     for key in db.DATABASES:
-        folder = db.get_settings().migrations_dir / key
+        folder = db.get_settings().migrations_dir / db.MIGRATION_FOLDERS.get(key, key)
         if folder.is_dir():
             versions = [m.version for m in db.load_migrations(folder)]
             assert versions == list(range(1, len(versions) + 1)), key

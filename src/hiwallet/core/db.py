@@ -27,6 +27,10 @@ DATABASES: dict[str, str] = {
     "staff_identity": "hiwallet_staff_identity",
 }
 
+# Databases that share one schema share one migrations folder: the staff realm's identity
+# database is the customer realm's schema on its own server.
+MIGRATION_FOLDERS: dict[str, str] = {"staff_identity": "identity"}
+
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; it only has to be the same for every process that migrates.
 _MIGRATION_LOCK_KEY = 0x68_69_77_6D  # "hiwm"
@@ -183,7 +187,7 @@ async def migrate(key: str, database: str | None = None, settings: Settings | No
     settings = settings or get_settings()
     database = database or DATABASES[key]
     await ensure_database(database, settings)
-    migrations = load_migrations(settings.migrations_dir / key)
+    migrations = load_migrations(settings.migrations_dir / MIGRATION_FOLDERS.get(key, key))
     conn = await asyncpg.connect(dsn_for(database, settings))
     try:
         return await apply_migrations(conn, migrations)

@@ -76,10 +76,6 @@ SELECT ledger.place_hold($1, $2, $3, $4)
 -- name: release_hold
 SELECT ledger.release_hold($1, $2, $3)
 
--- name: get_hold
-SELECT account_id, key, amount, status, transaction_id, created_at, closed_at
-  FROM ledger.holds WHERE bucket = $1 AND account_id = $2 AND key = $3
-
 -- name: buckets_in_use
 -- citus: multi-shard read (a job's work list)
 SELECT DISTINCT bucket FROM ledger.accounts ORDER BY bucket
