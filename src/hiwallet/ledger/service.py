@@ -13,12 +13,10 @@ from hiwallet.core.ids import derived_id
 from hiwallet.core.settings import Settings
 from hiwallet.ledger import rules
 from hiwallet.ledger.accounts import (
-    CENTRAL_BUCKET,
     Role,
     cash_account,
     new_wallet_id,
     random_bucket,
-    system_account,
 )
 from hiwallet.ledger.errors import NothingToExpire
 from hiwallet.ledger.model import HoldResult, PostResult, TxType, WalletBalance
@@ -261,15 +259,10 @@ class Ledger:
         """Move each per-bucket sub-account's balance of ``role`` into the central account;
         returns how many moved. Keyed by the sub-account's version, so a repeat moves nothing."""
         moved = 0
-        for bucket in await self.store.buckets_in_use():
-            if bucket == CENTRAL_BUCKET:
-                continue
-            sub = await self.store.account(system_account(role, currency, bucket=bucket, provider=provider))
-            if sub.balance == 0:
-                continue
+        for sub in await self.store.sub_accounts_to_sweep(role, currency, provider):
             key = f"sweep:{derived_id(sub.id, str(sub.version))}"
             posting = rules.sweep(
-                role, currency, bucket, sub.balance, actor=actor, provider=provider, key=key
+                role, currency, sub.bucket, sub.balance, actor=actor, provider=provider, key=key
             )
             moved += not (await self.store.post(posting)).replayed
         return moved

@@ -457,6 +457,19 @@ class LedgerStore:
         """Batches past their expiry that still hold money, earliest first."""
         return list(await self._pool.fetch(Q["expired_promo_batches"], now, limit))
 
+    async def sub_accounts_to_sweep(
+        self, role: Role, currency: str, provider: str | None
+    ) -> list[AccountState]:
+        """Per-bucket sub-accounts of a system account that hold something."""
+        pattern = f"%:sys:{role.value}:{provider + ':' if provider else ''}{currency}"
+        rows = await self._pool.fetch(Q["sub_accounts_to_sweep"], role.value, currency, pattern)
+        return [
+            AccountState(
+                r["id"], r["bucket"], role.value, None, currency, None, r["balance"], 0, r["version"]
+            )
+            for r in rows
+        ]
+
     async def buckets_in_use(self) -> list[int]:
         return [r["bucket"] for r in await self._pool.fetch(Q["buckets_in_use"])]
 

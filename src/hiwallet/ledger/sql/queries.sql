@@ -29,6 +29,12 @@ SELECT bucket, id, role, purse, currency, owner, balance, held, version
 SELECT coalesce(sum(balance), 0) FROM ledger.accounts
  WHERE role = $1 AND currency = $2 AND ($3::text IS NULL OR id LIKE '%:' || $3 || ':' || $2)
 
+-- name: sub_accounts_to_sweep
+-- citus: multi-shard read (the sweep job's work list; each sweep then posts per bucket)
+SELECT bucket, id, balance, version FROM ledger.accounts
+ WHERE role = $1 AND currency = $2 AND bucket <> 0 AND balance <> 0 AND id LIKE $3
+ ORDER BY bucket
+
 -- name: statement
 SELECT account_id, version, transaction_id, type, ref, amount, currency, balance_after, posted_at
   FROM ledger.lines
