@@ -73,6 +73,9 @@ def _lock_key(bucket: int, scope: str, key: str) -> int:
 
 def _is_retryable(exc: BaseException) -> bool:
     cause = exc.__cause__ if isinstance(exc, ledger_errors.LedgerError) else exc
+    if isinstance(cause, asyncpg.UniqueViolationError):
+        # Another request with the same key committed first: the retry replays its answer.
+        return bool(cause.constraint_name == "idempotency_keys_pkey")
     return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
@@ -240,22 +243,27 @@ class WalletService:
         does not wait (a row lock or the unique index would make it wait for the first one's
         commit) but answers 409 at once, and the lock goes away with the first transaction,
         committed or not. After the first one commits, the record is visible to the next
-        statement (READ COMMITTED), so a retry gets the stored answer. Refusals raise and roll
+        statement (READ COMMITTED), so a retry gets the stored answer. The lock and the read are
+        one statement, whose snapshot may predate the first one's commit: then the insert of the
+        record meets the first one's row (unique violation), everything rolls back, and the
+        retry answers the stored answer. Refusals raise and roll
         back, so they are not stored: the key can be used again once the cause is fixed
         (SYSTEM.md: a refused movement leaves nothing behind)."""
 
         async def run(conn: asyncpg.Connection) -> Answer:
-            if not await conn.fetchval(Q["idempotency_lock"], _lock_key(bucket, caller.scope, key)):
+            begun = await conn.fetchrow(
+                Q["idempotency_begin"], bucket, caller.scope, key, _lock_key(bucket, caller.scope, key)
+            )
+            if not begun["locked"]:
                 raise errors.IdempotencyInProgress(
                     "the first request with this key is still running; retry shortly"
                 )
-            stored = await conn.fetchrow(Q["idempotency_get"], bucket, caller.scope, key)
-            if stored is not None:
-                if bytes(stored["request_hash"]) != fingerprint:
+            if begun["request_hash"] is not None:
+                if bytes(begun["request_hash"]) != fingerprint:
                     raise errors.IdempotencyKeyReused(
                         "this Idempotency-Key was used with another request; use a new key"
                     )
-                return Answer(stored["status"], stored["body"], replayed=True)
+                return Answer(begun["status"], begun["body"], replayed=True)
             answer = await work(conn)
             await conn.execute(
                 Q["idempotency_put"], bucket, caller.scope, key, fingerprint, answer.status, answer.body
@@ -544,9 +552,12 @@ class WalletService:
         }
 
         async def work(conn: asyncpg.Connection) -> Answer:
-            src = await self._own_wallet(conn, caller, from_wallet)
             to_bucket, number = domain.parse_wallet_number(to_wallet_number)
-            dst = await Repo(conn).wallet_by_number(to_bucket, number)
+            src, dst = await Repo(conn).transfer_parties(
+                bucket, from_wallet, to_bucket, number, caller.issuer, caller.subject
+            )
+            if src is None or not src.member:
+                raise errors.NotFound("no such wallet")
             if dst is None:
                 raise errors.RecipientNotFound("no wallet has this number")
             if dst.wallet.id == src.wallet.id:

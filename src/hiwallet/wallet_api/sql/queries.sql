@@ -76,6 +76,18 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind,
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  WHERE w.bucket = $1 AND w.number = $2
 
+-- name: transfer_parties
+-- The source wallet (with the caller's membership) and the recipient by number, in one round
+-- trip: two single-row lookups, each by its own bucket (two shards at most on Citus).
+SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name,
+       EXISTS (SELECT 1 FROM wallet.members m
+                WHERE m.bucket = w.bucket AND m.account_id = w.account_id
+                  AND m.issuer = $5 AND m.subject = $6) AS member,
+       (w.bucket = $1 AND w.id = $2) AS is_source
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ WHERE (w.bucket = $1 AND w.id = $2) OR (w.bucket = $3 AND w.number = $4)
+
 -- name: member_of_any_wallet
 -- Is the caller a member of the account of any of these wallets (a transfer's legs)?
 SELECT w.id, w.account_id, a.kind
@@ -85,14 +97,12 @@ SELECT w.id, w.account_id, a.kind
  WHERE w.bucket = ANY ($1::smallint[]) AND w.id = ANY ($2::text[])
    AND m.issuer = $3 AND m.subject = $4
 
--- name: idempotency_lock
+-- name: idempotency_begin
 -- Try, never wait: a second request with a key whose first request is still running is
--- answered 409 at once (see service.py, _idempotent).
-SELECT pg_try_advisory_xact_lock($1)
-
--- name: idempotency_get
-SELECT request_hash, status, body FROM wallet.idempotency_keys
- WHERE bucket = $1 AND scope = $2 AND key = $3
+-- answered 409 at once; and the stored answer, if any (see service.py, _idempotent).
+SELECT pg_try_advisory_xact_lock($4) AS locked, k.request_hash, k.status, k.body
+  FROM (VALUES (1)) AS one (x)
+  LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $2 AND k.key = $3
 
 -- name: idempotency_put
 INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, created_at)
