@@ -24,6 +24,16 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Post to and read the ledger.")
 console = Console()
+
+
+def _table(*columns: str) -> Table:
+    """A table whose cells fold rather than cut: ids must be readable to be copied."""
+    table = Table()
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
 T = TypeVar("T")
 
 ACTOR = "cli:operator"
@@ -57,7 +67,7 @@ def _run(work: Callable[[Ledger], Awaitable[T]]) -> T:
 def _show(result: PostResult) -> None:
     note = " [yellow](replayed: posted before, nothing moved now)[/yellow]" if result.replayed else ""
     console.print(f"transaction [bold]{result.id}[/bold]{note}")
-    table = Table("account", "version", "amount", "balance after")
+    table = _table("account", "version", "amount", "balance after")
     for line in result.lines:
         table.add_row(line.account, str(line.version), f"{line.amount:+d}", str(line.balance_after))
     console.print(table)
@@ -120,7 +130,7 @@ def transfer(
 def balance(wallet: str) -> None:
     """A wallet's cash, promo, held and available money."""
     b = _run(lambda ledger: ledger.store.wallet_balance(wallet))
-    table = Table("wallet", "currency", "cash", "promo", "held", "available")
+    table = _table("wallet", "currency", "cash", "promo", "held", "available")
     table.add_row(b.wallet_id, b.currency, str(b.cash), str(b.promo), str(b.held), str(b.available))
     console.print(table)
 
@@ -133,7 +143,7 @@ def statement(
 ) -> None:
     """An account's lines in version order (pass --cursor to read the next page)."""
     page = _run(lambda ledger: ledger.store.statement(account, cursor=cursor, limit=limit))
-    table = Table("version", "posted at", "type", "ref", "amount", "balance after", "transaction")
+    table = _table("version", "posted at", "type", "ref", "amount", "balance after", "transaction")
     for line in page.lines:
         table.add_row(
             str(line.version),
@@ -170,8 +180,8 @@ def verify() -> None:
 
             report = await ledger.store.verify(progress=step)
         console.print(
-            f"{report.buckets} buckets, {report.accounts} accounts, {report.transactions} transactions, "
-            f"{report.lines} lines"
+            f"checked {report.buckets} buckets with movements: {report.accounts} accounts, "
+            f"{report.transactions} transactions, {report.lines} lines"
         )
         for problem in report.problems:
             console.print(f"[red]✗[/red] {problem}")
