@@ -105,9 +105,12 @@ def _stop(procs: dict[Deployable, subprocess.Popen[bytes]]) -> None:
         console.print(f"  stopped {d.name} ({p.returncode})")
 
 
-async def seed(identity_url: str, wallet_url: str) -> dict[str, Any]:
+async def seed(
+    identity_url: str, wallet_url: str, *, database: str | None = None, api_settings: Any = None
+) -> dict[str, Any]:
     """The demo customer (Verified, funded) and the demo business linked to merchant-demo.
-    Every step finds what a previous start made before making it."""
+    Every step finds what a previous start made before making it. ``database`` and
+    ``api_settings`` are for tests (a cloned database, servers on free ports)."""
     from hiwallet.ledger.service import Ledger
     from hiwallet.wallet_api.cli import operator, service_account_subject, wallet_service
 
@@ -150,9 +153,10 @@ async def seed(identity_url: str, wallet_url: str) -> dict[str, Any]:
                 headers=onboarding,
             )
             raised.raise_for_status()
+            account = raised.json()
     wallet = account["wallets"][0]
 
-    async with wallet_service() as service:
+    async with wallet_service(database, api_settings) as service:
         ledger = Ledger(service.store, service.fees)
         # Keyed by the wallet: a second start replays this top-up instead of adding money.
         await ledger.topup(

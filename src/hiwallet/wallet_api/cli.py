@@ -20,7 +20,7 @@ from hiwallet.core.settings import get_settings
 from hiwallet.ledger.service import Fees
 from hiwallet.ledger.store import LedgerStore, init_connection
 from hiwallet.wallet_api.service import WalletService
-from hiwallet.wallet_api.settings import get_wallet_api_settings
+from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 
 business_app = typer.Typer(no_args_is_help=True, help="Business accounts (operator commands).")
 console = Console()
@@ -38,12 +38,18 @@ def service_account_subject(realm: str, client_id: str) -> str:
 
 
 @asynccontextmanager
-async def wallet_service() -> AsyncIterator[WalletService]:
+async def wallet_service(
+    database: str | None = None, api_settings: WalletApiSettings | None = None
+) -> AsyncIterator[WalletService]:
     settings = get_settings()
-    pool = await db.create_pool(db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection)
+    pool = await db.create_pool(
+        database or db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection
+    )
     try:
         store = LedgerStore(pool, transit_legs=settings.ledger_transit_legs)
-        yield WalletService(pool, store, Fees.from_settings(settings), get_wallet_api_settings())
+        yield WalletService(
+            pool, store, Fees.from_settings(settings), api_settings or get_wallet_api_settings()
+        )
     finally:
         await pool.close()
 

@@ -1,0 +1,68 @@
+"""The system's demo data (what `hiwallet up` seeds) is made once and reused, and the README's
+curl walk-through works on it; health, readiness and metrics as SYSTEM.md says."""
+
+from __future__ import annotations
+
+from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
+from tests.wallet_api.conftest import WalletApi
+
+
+async def test_demo_seed_is_idempotent_and_the_walk_through_works(api: WalletApi) -> None:
+    settings = api.service.settings
+    first = await seed(api.idp.base_url, api.base_url, database=api.database, api_settings=settings)
+    again = await seed(api.idp.base_url, api.base_url, database=api.database, api_settings=settings)
+    assert again == first
+    assert first["customer"]["tier"] == "verified" and first["business"]["kind"] == "business"
+    counts = await api.counts()
+    assert (counts["accounts"], counts["wallets"], counts["transactions"]) == (2, 2, 1)
+    wallet = first["customer"]["wallets"][0]["id"]
+    assert (await api.balance(wallet))["cash"] == DEMO_FUNDS_MINOR
+
+    # The walk-through: a token fetched, a transfer made, the statement read.
+    token = (
+        await api.http.post(
+            api.idp.token_url,
+            data={
+                "grant_type": "password",
+                "client_id": "personal-mobile-api",
+                "username": DEMO_EMAIL,
+                "password": DEMO_PASSWORD,
+            },
+        )
+    ).json()["access_token"]
+    me = {"Authorization": f"Bearer {token}"}
+    [account] = (await api.http.get("/v1/accounts", headers=me)).json()["accounts"]
+    merchant = (
+        await api.http.post(
+            api.idp.token_url,
+            auth=("merchant-demo", "dev-merchant-demo-secret"),
+            data={"grant_type": "client_credentials"},
+        )
+    ).json()["access_token"]
+    [shop] = (await api.http.get("/v1/accounts", headers={"Authorization": f"Bearer {merchant}"})).json()[
+        "accounts"
+    ]
+    body = {
+        "from_wallet": account["wallets"][0]["id"],
+        "to_wallet_number": shop["wallets"][0]["number"],
+        "amount": 1250,
+    }
+    paid = await api.http.post("/v1/transfers", json=body, headers={**me, "Idempotency-Key": "walk-1"})
+    assert paid.status_code == 201 and paid.json()["fee"] == 25
+    lines = (await api.http.get(f"/v1/wallets/{wallet}/statement", headers=me)).json()["lines"]
+    assert [(line["type"], line["amount"]) for line in lines] == [
+        ("topup", DEMO_FUNDS_MINOR),
+        ("payment", -1275),
+    ]
+    await api.verify()
+
+
+async def test_health_readiness_and_metrics(api: WalletApi) -> None:
+    assert (await api.http.get("/health")).json() == {"status": "ok"}
+    ready = await api.http.get("/ready")
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+    await api.http.get("/v1/accounts")  # a 401, counted
+    metrics = (await api.http.get("/metrics")).text
+    assert (
+        'http_requests_total{method="GET",route="/v1/accounts",service="wallet-api",status="401"}' in metrics
+    )
