@@ -110,16 +110,6 @@ class Repo:
         row = await self.db.fetchrow(Q["wallet_by_number"], bucket, number)
         return wallet_access(row, member=False) if row else None
 
-    async def transfer_parties(
-        self, src_bucket: int, src_id: str, dst_bucket: int, dst_number: str, issuer: str, subject: str
-    ) -> tuple[WalletAccess | None, WalletAccess | None]:
-        rows = await self.db.fetch(
-            Q["transfer_parties"], src_bucket, src_id, dst_bucket, dst_number, issuer, subject
-        )
-        src = next((wallet_access(r) for r in rows if r["is_source"]), None)
-        dst = next((wallet_access(r, member=False) for r in rows if r["number"] == dst_number), None)
-        return src, dst
-
     async def member_wallets(
         self, buckets: list[int], wallet_ids: list[str], issuer: str, subject: str
     ) -> dict[str, AccountKind]:

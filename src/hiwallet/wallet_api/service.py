@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -25,7 +25,7 @@ from hiwallet.ledger.accounts import random_bucket, wallet_of
 from hiwallet.ledger.model import PostResult, TransactionView, TxType
 from hiwallet.ledger.service import Fees
 from hiwallet.ledger.store import LedgerStore
-from hiwallet.wallet_api import domain, errors
+from hiwallet.wallet_api import adapters, domain, errors
 from hiwallet.wallet_api.adapters import AccountRow, Q, Repo, WalletAccess, WalletRow
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
 from hiwallet.wallet_api.settings import WalletApiSettings
@@ -64,6 +64,22 @@ def check_idempotency_key(key: str | None) -> str:
             f"the key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters", field="Idempotency-Key"
         )
     return key
+
+
+def _stored_answer(row: asyncpg.Record, fingerprint: bytes) -> Answer | None:
+    """From the first statement of a money-moving request: 409 while another request with the
+    key runs, 422 when the key was used for another request, the stored answer, or None."""
+    if not row["locked"]:
+        raise errors.IdempotencyInProgress("the first request with this key is still running; retry shortly")
+    if row["request_hash"] is None:
+        return None
+    if bytes(row["request_hash"]) != fingerprint:
+        raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another request; use a new key")
+    return Answer(row["status"], row["body"], replayed=True)
+
+
+def _this_month() -> date:
+    return datetime.now(UTC).date().replace(day=1)
 
 
 def _lock_key(bucket: int, scope: str, key: str) -> int:
@@ -254,16 +270,9 @@ class WalletService:
             begun = await conn.fetchrow(
                 Q["idempotency_begin"], bucket, caller.scope, key, _lock_key(bucket, caller.scope, key)
             )
-            if not begun["locked"]:
-                raise errors.IdempotencyInProgress(
-                    "the first request with this key is still running; retry shortly"
-                )
-            if begun["request_hash"] is not None:
-                if bytes(begun["request_hash"]) != fingerprint:
-                    raise errors.IdempotencyKeyReused(
-                        "this Idempotency-Key was used with another request; use a new key"
-                    )
-                return Answer(begun["status"], begun["body"], replayed=True)
+            stored = _stored_answer(begun, fingerprint)
+            if stored is not None:
+                return stored
             answer = await work(conn)
             await conn.execute(
                 Q["idempotency_put"], bucket, caller.scope, key, fingerprint, answer.status, answer.body
@@ -551,11 +560,32 @@ class WalletService:
             "reference": reference,
         }
 
-        async def work(conn: asyncpg.Connection) -> Answer:
-            to_bucket, number = domain.parse_wallet_number(to_wallet_number)
-            src, dst = await Repo(conn).transfer_parties(
-                bucket, from_wallet, to_bucket, number, caller.issuer, caller.subject
+        fingerprint = request_hash("transfer", payload)
+        to_bucket, number = domain.parse_wallet_number(to_wallet_number)
+        lock = _lock_key(bucket, caller.scope, key)
+
+        async def run(conn: asyncpg.Connection) -> Answer:
+            # Three statements between BEGIN and COMMIT: the key and both parties; the posting;
+            # the limit counter and the stored answer. A refusal at any point rolls back all.
+            rows = await conn.fetch(
+                Q["transfer_begin"],
+                bucket,
+                from_wallet,
+                to_bucket,
+                number,
+                caller.issuer,
+                caller.subject,
+                lock,
+                caller.scope,
+                key,
             )
+            stored = _stored_answer(rows[0], fingerprint)
+            if stored is not None:
+                return stored
+            src = next(
+                (adapters.wallet_access(r) for r in rows if r["id"] is not None and r["is_source"]), None
+            )
+            dst = next((adapters.wallet_access(r, False) for r in rows if r["number"] == number), None)
             if src is None or not src.member:
                 raise errors.NotFound("no such wallet")
             if dst is None:
@@ -573,7 +603,7 @@ class WalletService:
             type_ = domain.transfer_type(src.kind, dst.kind)
             domain.check_may_send(src.kind, src.tier, type_)
             domain.check_may_receive(dst.kind, dst.tier)
-            await self._count_against_limit(conn, src, type_, amount, currency)
+            kind = domain.limit_kind(type_) if src.kind is AccountKind.PERSONAL else None
             ref = reference or f"{type_.value} to {number}"
             ledger_key = new_id()
             if type_ is TxType.PAYMENT:
@@ -599,26 +629,35 @@ class WalletService:
                     type_=type_,
                 )
             result = await self.store.post(posting, conn=conn)
-            return Answer(201, _view_of_post(result, type_, ref, posting.metadata, currency))
+            answer = Answer(201, _view_of_post(result, type_, ref, posting.metadata, currency))
+            used = await conn.fetchval(
+                Q["transfer_finish"],
+                bucket,
+                src.wallet.account_id,
+                _this_month(),
+                kind.value if kind else None,
+                currency,
+                amount,
+                caller.scope,
+                key,
+                fingerprint,
+                answer.status,
+                answer.body,
+            )
+            if kind is not None and src.tier is not None:
+                self._check_limit(src.tier, kind, currency, amount, used)
+            return answer
 
-        return await self._idempotent(bucket, caller, key, request_hash("transfer", payload), work)
+        result: Answer = await self._in_transaction(run)
+        return result
 
-    async def _count_against_limit(
-        self, conn: asyncpg.Connection, src: WalletAccess, type_: TxType, amount: int, currency: str
-    ) -> None:
-        kind = domain.limit_kind(type_)
-        if kind is None or src.kind is not AccountKind.PERSONAL or src.tier is None:
-            return
-        limit = self.settings.monthly_limit(src.tier, kind)
-        month = datetime.now(UTC).date().replace(day=1)
-        used = await conn.fetchval(
-            Q["limit_add"], src.wallet.bucket, src.wallet.account_id, month, kind.value, currency, amount
-        )
+    def _check_limit(self, tier: Tier, kind: domain.LimitKind, currency: str, amount: int, used: int) -> None:
+        limit = self.settings.monthly_limit(tier, kind)
         if used > limit:
             raise errors.MonthlyLimitExceeded(
-                f"this {kind.value} would exceed the monthly limit of the {src.tier.value} tier",
+                f"this {kind.value} would exceed the monthly limit of the {tier.value} tier",
                 kind=kind.value,
-                tier=src.tier.value,
+                tier=tier.value,
                 currency=currency,
                 limit=limit,
                 used=used - amount,

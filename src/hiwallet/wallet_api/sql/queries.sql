@@ -76,17 +76,37 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind,
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  WHERE w.bucket = $1 AND w.number = $2
 
--- name: transfer_parties
--- The source wallet (with the caller's membership) and the recipient by number, in one round
--- trip: two single-row lookups, each by its own bucket (two shards at most on Citus).
-SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name,
+-- name: transfer_begin
+-- A transfer's first statement: the key's lock and stored answer (as idempotency_begin) and
+-- both parties (as transfer_parties), in one round trip. One row without parties, else one per
+-- party found. The lock is re-entrant within the transaction, so a second row takes it again.
+SELECT pg_try_advisory_xact_lock($7) AS locked, k.request_hash, k.status, k.body,
+       w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name,
        EXISTS (SELECT 1 FROM wallet.members m
                 WHERE m.bucket = w.bucket AND m.account_id = w.account_id
                   AND m.issuer = $5 AND m.subject = $6) AS member,
        (w.bucket = $1 AND w.id = $2) AS is_source
-  FROM wallet.wallets w
-  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
- WHERE (w.bucket = $1 AND w.id = $2) OR (w.bucket = $3 AND w.number = $4)
+  FROM (VALUES (1)) AS one (x)
+  LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $8 AND k.key = $9
+  LEFT JOIN (wallet.wallets w JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id)
+         ON (w.bucket = $1 AND w.id = $2) OR (w.bucket = $3 AND w.number = $4)
+
+-- name: transfer_finish
+-- A transfer's last statement, after the posting: add to the month's counter (when a limit
+-- applies: $4 not null) and store the answer. The counter's row stays locked until commit; the
+-- caller compares the total with the limit and rolls everything back when it is over.
+WITH counted AS (
+    INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
+    SELECT $1, $2, $3, $4, $5, $6 WHERE $4::text IS NOT NULL
+    ON CONFLICT (bucket, account_id, month, kind, currency)
+    DO UPDATE SET used = u.used + EXCLUDED.used
+    RETURNING used
+), saved AS (
+    INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, created_at)
+    VALUES ($1, $7, $8, $9, $10, $11, clock_timestamp())
+    RETURNING 1
+)
+SELECT (SELECT used FROM counted) AS used, (SELECT count(*) FROM saved) AS saved
 
 -- name: member_of_any_wallet
 -- Is the caller a member of the account of any of these wallets (a transfer's legs)?
@@ -112,15 +132,6 @@ VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
 -- citus: multi-shard read (a periodic job's bounded delete of expired records)
 DELETE FROM wallet.idempotency_keys
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM wallet.idempotency_keys WHERE created_at < $1 LIMIT $2))
-
--- name: limit_add
--- Adds to this month's counter and locks its row until commit; the caller compares the total
--- with the limit and rolls back when it is over, so the counter never counts a refused request.
-INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (bucket, account_id, month, kind, currency)
-DO UPDATE SET used = u.used + EXCLUDED.used
-RETURNING used
 
 -- name: limit_usage
 SELECT kind, currency, used FROM wallet.limit_usage
