@@ -22,7 +22,7 @@ from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.wallet_api.domain import Caller, Tier
 
-console = Console()
+console = Console(emoji=False, soft_wrap=True)  # ids hold ":a:", which rich would make an emoji
 
 DEMO_EMAIL = "demo@hiwallet.dev"
 DEMO_PASSWORD = "hiwallet-demo"

@@ -23,7 +23,7 @@ from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 
 business_app = typer.Typer(no_args_is_help=True, help="Business accounts (operator commands).")
-console = Console()
+console = Console(emoji=False, soft_wrap=True)  # ids hold ":a:", which rich would make an emoji
 T = TypeVar("T")
 
 
