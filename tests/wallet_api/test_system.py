@@ -3,7 +3,15 @@ curl walk-through works on it; health, readiness and metrics as SYSTEM.md says."
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import sys
+
+import httpx
+
 from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
+from tests.identity.conftest import free_port
 from tests.wallet_api.conftest import WalletApi
 
 
@@ -66,3 +74,30 @@ async def test_health_readiness_and_metrics(api: WalletApi) -> None:
     assert (
         'http_requests_total{method="GET",route="/v1/accounts",service="wallet-api",status="401"}' in metrics
     )
+
+
+async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm() -> None:
+    """`hiwallet run wallet-api` as its own process (on hiwallet_wallet, which `make test`
+    migrates first): health, readiness, metrics, and a clean exit on SIGTERM."""
+    port = free_port()
+    env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            for _ in range(150):
+                try:
+                    if (await http.get("/health")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.1)
+            assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
+            assert "http_requests_total" in (await http.get("/metrics")).text
+            assert (await http.get("/openapi.json")).json()["info"]["title"] == "wallet-api"
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) in (0, -signal.SIGTERM)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
