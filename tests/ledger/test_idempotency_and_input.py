@@ -189,12 +189,36 @@ async def test_the_database_refuses_to_rewrite_history(ledger: Ledger, pool: asy
         "TRUNCATE ledger.lines CASCADE",
         "UPDATE ledger.transactions SET ref = 'x'",
         "DELETE FROM ledger.transactions",
+        "DELETE FROM ledger.accounts",
+        "TRUNCATE ledger.accounts CASCADE",
     ):
         with pytest.raises(asyncpg.PostgresError, match="append-only"):
             await pool.execute(statement)
     # and a customer's balance cannot go below zero whatever writes it
     with pytest.raises(asyncpg.CheckViolationError, match="accounts_customer_not_negative"):
         await pool.execute("UPDATE ledger.accounts SET balance = -1 WHERE id = $1", cash_account(a))
+
+
+@pytest.mark.parametrize("missing", ["account", "transaction"])
+async def test_the_database_refuses_a_line_that_belongs_to_nothing(
+    ledger: Ledger, pool: asyncpg.Pool, missing: str
+) -> None:
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
+    tx = (await ledger.store.statement(cash_account(a))).lines[0].transaction_id
+    account = "0003:w:ghost:cash" if missing == "account" else cash_account(a)
+    transaction = tx if missing == "account" else "0003:ghost"
+    before = await snapshot(pool)
+    with pytest.raises(asyncpg.PostgresError, match=f"names no {missing}"):
+        # two lines that balance each other: only the missing owner is wrong
+        await pool.execute(
+            "INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,"
+            " balance_after, type, ref, posted_at, hash)"
+            " VALUES (3, $1, 99, $2, 1, 'TRY', 1, 'p2p', 'x', now(), '\\x'),"
+            "        (3, $1, 100, $2, -1, 'TRY', 0, 'p2p', 'x', now(), '\\x')",
+            account,
+            transaction,
+        )
+    assert await snapshot(pool) == before
 
 
 async def test_a_rule_cannot_build_unbalanced_legs() -> None:

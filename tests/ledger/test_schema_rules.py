@@ -85,7 +85,10 @@ async def test_balance_trigger_is_deferred_and_reads_by_bucket(pool: asyncpg.Poo
     )
     assert row is not None and row["tgdeferrable"] and row["tginitdeferred"]
     body = await pool.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'check_balanced'")
-    assert "WHERE t.bucket = NEW.bucket AND t.id = NEW.transaction_id" in body
+    # it reads the part and the account of its own bucket, and lines of the part's buckets only
+    assert "t.bucket = NEW.bucket AND t.id = NEW.transaction_id" in body
+    assert "a.bucket = NEW.bucket AND a.id = NEW.account_id" in body
+    assert "l.bucket = ANY (CASE WHEN t.parts_balanced THEN ARRAY[t.bucket] ELSE t.buckets END)" in body
 
 
 _TABLE_REF = re.compile(r"\bledger\.(accounts|transactions|lines|holds|promo_batches|promo_spends)\b")

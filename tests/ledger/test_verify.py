@@ -54,6 +54,11 @@ async def test_clean_ledger_verifies(ledger: Ledger) -> None:
         ),
         # a balance edited
         ("UPDATE ledger.accounts SET balance = balance + 500 WHERE id = $1", "but the lines add up to"),
+        # a line moved to a transaction that does not exist
+        (
+            "UPDATE ledger.lines SET transaction_id = '0021:ghost' WHERE account_id = $1 AND version = 2",
+            "names no transaction part",
+        ),
         # a held amount with no hold
         ("UPDATE ledger.accounts SET held = 100 WHERE id = $1", "pending holds sum to"),
         # the newest line removed and the account rolled back to match

@@ -51,6 +51,8 @@ async def verify(
         for i, bucket in enumerate(buckets, 1):
             for r in await conn.fetch(V["line_problems"], bucket):
                 add(f"line {r['account_id']} v{r['version']}: {r['problem']}")
+            for r in await conn.fetch(V["orphan_problems"], bucket):
+                add(f"line {r['account_id']} v{r['version']}: {r['problem']}")
             for r in await conn.fetch(V["account_problems"], bucket):
                 add(f"account {r['id']}: {r['problem']}")
             for r in await conn.fetch(V["hold_problems"], bucket):

@@ -37,6 +37,16 @@ SELECT account_id, version,
                                 amount, currency, balance_after, type::text, ref, posted_at)
  ORDER BY account_id, version
 
+-- name: orphan_problems
+-- Lines whose account or transaction part is not there.
+SELECT l.account_id, l.version,
+       CASE WHEN a.id IS NULL THEN 'names no account' ELSE 'names no transaction part ' || l.transaction_id END
+         AS problem
+  FROM ledger.lines l
+  LEFT JOIN ledger.accounts a ON a.bucket = l.bucket AND a.id = l.account_id
+  LEFT JOIN ledger.transactions t ON t.bucket = l.bucket AND t.id = l.transaction_id
+ WHERE l.bucket = $1 AND (a.id IS NULL OR t.id IS NULL)
+
 -- name: account_problems
 -- The stored balance, version and hash of each account against its last line; a customer's
 -- balance never below zero.
