@@ -209,7 +209,7 @@ def up() -> None:
 
     async def migrate_all() -> None:
         for key in db.DATABASES:
-            if (settings.migrations_dir / key).is_dir():
+            if (settings.migrations_dir / db.MIGRATION_FOLDERS.get(key, key)).is_dir():
                 await db.migrate(key, settings=settings)
 
     asyncio.run(migrate_all())

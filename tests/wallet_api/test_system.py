@@ -76,11 +76,11 @@ async def test_health_readiness_and_metrics(api: WalletApi) -> None:
     )
 
 
-async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm() -> None:
-    """`hiwallet run wallet-api` as its own process (on hiwallet_wallet, which `make test`
-    migrates first): health, readiness, metrics, and a clean exit on SIGTERM."""
+async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: str) -> None:
+    """`hiwallet run wallet-api` as its own process (on a fresh database): health, readiness,
+    metrics, the document, and a clean exit on SIGTERM."""
     port = free_port()
-    env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port)}
+    env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port), "HIWALLET_WALLET_API_DATABASE": wallet_db}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env
     )

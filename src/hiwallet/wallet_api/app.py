@@ -92,7 +92,8 @@ def create_wallet_api_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await _create_pool(database or db.DATABASES["wallet"], core, settings.db_pool_max_size)
+        name = database or settings.database or db.DATABASES["wallet"]
+        pool = await _create_pool(name, core, settings.db_pool_max_size)
         verifier = verifier_for(settings)
         store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
         app.state.verifier = verifier

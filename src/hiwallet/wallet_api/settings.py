@@ -13,6 +13,8 @@ class WalletApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_WALLET_API_", extra="ignore")
 
     port: int = 8010
+    # The database name; empty means hiwallet_wallet (SYSTEM.md). Tests and benches use clones.
+    database: str = ""
     # Trusted issuers (SYSTEM.md): customers' and staff's identity providers, and the audience
     # every internal service shares. Which realm a token came from is told by which key signed it.
     customer_issuer_base: str = "http://127.0.0.1:8080"
