@@ -455,10 +455,224 @@ BEGIN
                               'held', v_acc.held - v_hold.amount, 'balance', v_acc.balance);
 END $$;
 
+-- Plain postings (no promo, hold or refund options) as one set: one statement locks every
+-- account of the batch, the postings are applied in order in memory, then one insert writes
+-- all part rows, one all lines and one update all balances. Per posting that leaves the
+-- arithmetic and the rows themselves; the statements are paid once per batch. Each posting is
+-- answered exactly as ledger.post would answer it, in order: a later posting sees what an
+-- earlier one of the batch moved, a refused one moves nothing, and an id repeated in the batch
+-- is a replay (or reused) of the earlier posting unless that one was refused.
+CREATE FUNCTION ledger.post_many(
+    p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[],
+    p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[],
+    p_leg_counts int[], p_buckets smallint[], p_accounts text[], p_amounts bigint[],
+    p_currencies text[], p_options jsonb[]
+) RETURNS jsonb[] LANGUAGE plpgsql AS $$
+DECLARE
+    n        int := coalesce(array_length(p_ids, 1), 0);
+    results  jsonb[] := '{}';
+    v_at     timestamptz;
+    v_row    record;
+    -- the locked accounts
+    a_bucket smallint[] := '{}'; a_id text[] := '{}'; a_role text[] := '{}'; a_cur text[] := '{}';
+    a_bal bigint[] := '{}'; a_held bigint[] := '{}'; a_ver bigint[] := '{}'; a_hash bytea[] := '{}';
+    a_moved boolean[] := '{}';
+    n_acc    int := 0;
+    -- per posting
+    l_acc    int[];
+    amounts  bigint[];
+    v_parts  smallint[];
+    v_lines  jsonb;
+    v_refusal jsonb;
+    v_net    bigint;
+    v_debit  bigint;
+    -- ids answered in this batch, and by which posting
+    done_ids text[] := '{}';
+    done_at  int[] := '{}';
+    -- rows to write
+    t_bucket smallint[] := '{}'; t_id text[] := '{}'; t_home smallint[] := '{}'; t_buckets text[] := '{}';
+    t_type text[] := '{}'; t_actor text[] := '{}'; t_ref text[] := '{}'; t_hash bytea[] := '{}';
+    t_meta jsonb[] := '{}';
+    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}'; o_tx text[] := '{}';
+    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_type text[] := '{}';
+    o_ref text[] := '{}'; o_hash bytea[] := '{}';
+    s int := 1; e int; i int; j int; k int; m int; x int;
+BEGIN
+    -- Every account of the batch, locked in (bucket, id) order by one statement: the same
+    -- global order as ledger.post, so batches and single postings cannot deadlock.
+    FOR v_row IN
+        SELECT a.bucket, a.id, a.role, a.currency, a.balance, a.held, a.version, a.last_hash
+          FROM ledger.accounts a
+          JOIN (SELECT DISTINCT b, id FROM unnest(p_buckets, p_accounts) AS k(b, id)) AS k
+            ON a.bucket = k.b AND a.id = k.id
+         ORDER BY a.bucket, a.id
+           FOR UPDATE OF a
+    LOOP
+        n_acc := n_acc + 1;
+        a_bucket[n_acc] := v_row.bucket; a_id[n_acc] := v_row.id; a_role[n_acc] := v_row.role;
+        a_cur[n_acc] := v_row.currency; a_bal[n_acc] := v_row.balance; a_held[n_acc] := v_row.held;
+        a_ver[n_acc] := v_row.version; a_hash[n_acc] := v_row.last_hash; a_moved[n_acc] := false;
+    END LOOP;
+    v_at := clock_timestamp();
+
+    FOR i IN 1 .. n LOOP
+        e := s + p_leg_counts[i] - 1;
+        v_refusal := NULL;
+
+        -- 1. A repeated id: answered by its earlier posting in this batch (unless that one was
+        --    refused, which left the id free), or by the ledger.
+        x := array_position(done_ids, p_ids[i]);
+        IF x IS NOT NULL AND NOT results[done_at[x]] ? 'error' THEN
+            IF p_hashes[done_at[x]] = p_hashes[i] THEN
+                results := results || (results[done_at[x]] || '{"replayed": true}'::jsonb);
+            ELSE
+                results := results || ledger.refusal('HW003',
+                    format('transaction id %s was used for another request', p_ids[i]),
+                    jsonb_build_object('id', p_ids[i]));
+            END IF;
+            s := e + 1;
+            CONTINUE;
+        ELSIF x IS NULL THEN
+            PERFORM 1 FROM ledger.transactions WHERE bucket = p_homes[i] AND id = p_ids[i];
+            IF FOUND THEN
+                results := results || ledger.replay(p_homes[i], p_ids[i], p_hashes[i]);
+                s := e + 1;
+                CONTINUE;
+            END IF;
+            done_ids := done_ids || p_ids[i];
+            done_at := done_at || i;
+        ELSE
+            done_at[x] := i;  -- a new attempt of an id whose earlier posting was refused
+        END IF;
+
+        -- 2. Its legs: accounts (an id names its bucket, so the id alone finds it), currencies.
+        l_acc := '{}';
+        amounts := p_amounts[s:e];
+        v_parts := ARRAY[p_homes[i]];
+        FOR k IN s .. e LOOP
+            j := array_position(a_id, p_accounts[k]);
+            IF j IS NULL OR a_bucket[j] <> p_buckets[k] THEN
+                v_refusal := ledger.refusal('HW002', format('no account %s', p_accounts[k]),
+                                            jsonb_build_object('account', p_accounts[k]));
+                EXIT;
+            END IF;
+            IF a_cur[j] <> p_currencies[k] THEN
+                v_refusal := ledger.refusal('HW004',
+                    format('account %s holds %s, not %s', p_accounts[k], a_cur[j], p_currencies[k]),
+                    jsonb_build_object('account', p_accounts[k], 'account_currency', a_cur[j],
+                                       'currency', p_currencies[k]));
+                EXIT;
+            END IF;
+            l_acc := l_acc || j;
+            IF NOT p_buckets[k] = ANY (v_parts) THEN
+                v_parts := v_parts || p_buckets[k];
+            END IF;
+        END LOOP;
+
+        -- Transit legs take what makes their bucket's part balance by itself.
+        IF v_refusal IS NULL AND p_options[i] ? 'transit_legs' THEN
+            FOR k IN SELECT (jsonb_array_elements_text(p_options[i] -> 'transit_legs'))::int LOOP
+                v_net := 0;
+                FOR m IN 1 .. p_leg_counts[i] LOOP
+                    IF m <> k AND p_buckets[s + m - 1] = p_buckets[s + k - 1]
+                       AND p_currencies[s + m - 1] = p_currencies[s + k - 1] THEN
+                        v_net := v_net - amounts[m];
+                    END IF;
+                END LOOP;
+                amounts[k] := v_net;
+            END LOOP;
+        END IF;
+
+        -- 3. Customers' money: each account's net move in this posting against what it has.
+        IF v_refusal IS NULL THEN
+            FOR k IN 1 .. p_leg_counts[i] LOOP
+                j := l_acc[k];
+                CONTINUE WHEN a_role[j] <> 'user_wallet';
+                v_net := 0;
+                v_debit := 0;
+                FOR m IN 1 .. p_leg_counts[i] LOOP
+                    IF l_acc[m] = j THEN
+                        v_net := v_net + amounts[m];
+                        IF amounts[m] < 0 THEN
+                            v_debit := v_debit - amounts[m];
+                        END IF;
+                    END IF;
+                END LOOP;
+                IF v_debit > 0 AND a_bal[j] + v_net - a_held[j] < 0 THEN
+                    v_refusal := ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
+                        jsonb_build_object('account', a_id[j], 'balance', a_bal[j],
+                                           'available', a_bal[j] - a_held[j], 'amount', v_debit));
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
+
+        IF v_refusal IS NOT NULL THEN
+            results := results || v_refusal;
+            s := e + 1;
+            CONTINUE;
+        END IF;
+
+        -- 4. Apply: lines with balance, version and hash; one part row per bucket.
+        v_lines := '[]';
+        FOR k IN 1 .. p_leg_counts[i] LOOP
+            CONTINUE WHEN amounts[k] = 0;
+            j := l_acc[k];
+            a_bal[j] := a_bal[j] + amounts[k];
+            a_ver[j] := a_ver[j] + 1;
+            a_moved[j] := true;
+            a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], p_ids[i], amounts[k], a_cur[j],
+                                          a_bal[j], p_types[i], p_refs[i], v_at);
+            o_bucket := o_bucket || a_bucket[j]; o_acc := o_acc || a_id[j]; o_ver := o_ver || a_ver[j];
+            o_tx := o_tx || p_ids[i]; o_amt := o_amt || amounts[k]; o_cur := o_cur || a_cur[j];
+            o_bal := o_bal || a_bal[j]; o_type := o_type || p_types[i]; o_ref := o_ref || p_refs[i];
+            o_hash := o_hash || a_hash[j];
+            v_lines := v_lines || jsonb_build_object('account', a_id[j], 'version', a_ver[j],
+                                                     'amount', amounts[k], 'balance_after', a_bal[j]);
+        END LOOP;
+        IF array_length(v_parts, 1) > 1 THEN
+            v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
+        END IF;
+        FOREACH x IN ARRAY v_parts LOOP
+            t_bucket := t_bucket || x::smallint; t_id := t_id || p_ids[i]; t_home := t_home || p_homes[i];
+            t_buckets := t_buckets || v_parts::text; t_type := t_type || p_types[i];
+            t_actor := t_actor || p_actors[i]; t_ref := t_ref || p_refs[i]; t_hash := t_hash || p_hashes[i];
+            t_meta := t_meta || CASE WHEN x = p_homes[i] THEN coalesce(p_metadata[i], '{}'::jsonb)
+                                     ELSE '{}'::jsonb END;
+        END LOOP;
+        results := results || jsonb_build_object('id', p_ids[i], 'replayed', false, 'posted_at', v_at,
+                                                  'lines', v_lines);
+        s := e + 1;
+    END LOOP;
+
+    -- 5. Write it all. A concurrent writer of one of these ids makes the insert fail, and the
+    --    caller posts the batch again one posting at a time.
+    IF t_id <> '{}' THEN
+        INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
+                                         parts_balanced, refund_of, metadata, posted_at)
+        SELECT b, id, home, bs::smallint[], ty::ledger.tx_type, act, rf, h, p_parts_balanced, NULL, md, v_at
+          FROM unnest(t_bucket, t_id, t_home, t_buckets, t_type, t_actor, t_ref, t_hash, t_meta)
+            AS t(b, id, home, bs, ty, act, rf, h, md);
+        INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
+                                  balance_after, type, ref, posted_at, hash)
+        SELECT b, acc, ver, tx, amt, cur, bal, ty::ledger.tx_type, rf, v_at, h
+          FROM unnest(o_bucket, o_acc, o_ver, o_tx, o_amt, o_cur, o_bal, o_type, o_ref, o_hash)
+            AS t(b, acc, ver, tx, amt, cur, bal, ty, rf, h);
+        UPDATE ledger.accounts AS a
+           SET balance = t.bal, version = t.ver, last_hash = t.h
+          FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_moved) AS t(b, id, bal, ver, h, moved)
+         WHERE a.bucket = t.b AND a.id = t.id AND t.moved;
+    END IF;
+    RETURN results;
+END $$;
+
+ALTER FUNCTION ledger.post_many SET plan_cache_mode = force_generic_plan;
+
 -- Many postings in one database transaction and one round trip, with an answer for each (a
 -- result or a refusal). A refused posting wrote nothing (see ledger.post), so no subtransaction
 -- is needed; any other error aborts the batch. The legs of all postings come flattened, with
--- p_leg_counts saying how many belong to each.
+-- p_leg_counts saying how many belong to each. Plain postings go through ledger.post_many; a
+-- batch with promo, hold or refund options is posted one posting at a time.
 CREATE FUNCTION ledger.post_batch(
     p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[],
     p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[],
@@ -470,6 +684,12 @@ DECLARE
     s int := 1;
     e int;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_refund_ofs) AS r WHERE r IS NOT NULL)
+       AND NOT EXISTS (SELECT 1 FROM unnest(p_options) AS o WHERE (o - 'transit_legs') <> '{}'::jsonb) THEN
+        RETURN ledger.post_many(p_ids, p_homes, p_types, p_actors, p_refs, p_hashes, p_parts_balanced,
+                                p_metadata, p_leg_counts, p_buckets, p_accounts, p_amounts, p_currencies,
+                                p_options);
+    END IF;
     FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
         e := s + p_leg_counts[i] - 1;
         results := results || ledger.post(

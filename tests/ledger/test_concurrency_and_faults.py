@@ -145,3 +145,57 @@ async def test_database_down_is_unavailable(ledger: Ledger, pool: asyncpg.Pool) 
     with pytest.raises(LedgerUnavailable):
         await store.post(posting)
     await broken.close()
+
+
+async def test_a_batch_answers_as_the_same_postings_one_at_a_time(ledger: Ledger) -> None:
+    """The set-based batch and posting one at a time agree, posting by posting: the same
+    answers (ok, refused and why, replayed) and the same balances, over a random sequence with
+    overdrafts, repeats and reused ids."""
+    import random
+
+    from hiwallet.ledger import rules
+
+    rng = random.Random(20261129)
+    for round_ in range(3):
+        # two identical worlds: one posts the batch, the other one posting at a time
+        worlds = []
+        funding = [rng.randint(0, 20) * TL if i else 0 for i in range(5)]
+        for side in (0, 1):
+            # ids are scoped by the sender's bucket: the two worlds live in different buckets
+            wallets = [
+                await funded_wallet(
+                    ledger, f"w{side}-{round_}-{i}", funding[i], bucket=1 + i * 100 + side * 50
+                )
+                for i in range(5)
+            ]
+            worlds.append(wallets)
+        plan = []
+        for n in range(60):
+            if n % 7 == 6:
+                plan.append(rng.choice(plan))  # the same request again: a replay
+                continue
+            a, b = rng.sample(range(5), 2)
+            key = f"r{round_}-{rng.randint(0, 40)}"  # repeats: replays, or reused with other content
+            plan.append((key, a, b, rng.randint(1, 8) * TL))
+        batch = [
+            rules.transfer(k, worlds[0][a], worlds[0][b], m, "TRY", actor="t", ref="r") for k, a, b, m in plan
+        ]
+        answers_batch = await ledger.store.post_batch(batch)
+        answers_alone = []
+        for k, a, b, m in plan:
+            try:
+                answers_alone.append(
+                    await ledger.transfer(k, worlds[1][a], worlds[1][b], m, actor="t", ref="r")
+                )
+            except LedgerError as refused:
+                answers_alone.append(refused)
+
+        def kind(answer: object) -> str:
+            if isinstance(answer, PostResult):
+                return "replayed" if answer.replayed else "posted"
+            return type(answer).__name__
+
+        assert [kind(x) for x in answers_batch] == [kind(x) for x in answers_alone]
+        assert {kind(x) for x in answers_batch} >= {"posted", "replayed", "InsufficientFunds"}
+        assert [await cash(ledger, w) for w in worlds[0]] == [await cash(ledger, w) for w in worlds[1]]
+    await assert_verified(ledger.store)

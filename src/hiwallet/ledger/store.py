@@ -304,6 +304,11 @@ class LedgerStore:
                 if attempt == RETRY_ATTEMPTS:
                     raise translate(exc) from exc
                 await asyncio.sleep(0.005 * attempt)
+            except asyncpg.UniqueViolationError:
+                # Another writer posted one of these ids while the batch ran: the set-based
+                # batch writes its ids at the end, so it cannot tell which. One at a time, each
+                # posting finds out for itself (a replay, or a reused id).
+                return [await self._answer_alone(p) for p in postings]
             except Exception as exc:
                 raise translate(exc) from exc
         results: list[PostResult | errors.LedgerError] = []
@@ -313,6 +318,19 @@ class LedgerStore:
             except errors.LedgerError as refused:
                 results.append(refused)
         return results
+
+    async def _answer_alone(self, posting: Posting) -> PostResult | errors.LedgerError:
+        try:
+            return await self.post(posting)
+        except (
+            errors.InsufficientFunds,
+            errors.AccountNotFound,
+            errors.CurrencyMismatch,
+            errors.TransactionIdReused,
+            errors.HoldNotUsable,
+            errors.NothingToExpire,
+        ) as refused:
+            return refused
 
     # -----------------------------------------------------------------------------------------
     # Accounts
