@@ -262,9 +262,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     pool = await db.create_pool(database, settings=settings, min_size=4, max_size=34, init=init_connection)
     try:
-        ledger = Ledger(
-            LedgerStore(pool, transit_legs=settings.ledger_transit_legs), Fees.from_settings(settings)
-        )
+        ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
         bench = Bench(pool, ledger, datetime.now(UTC).strftime("%H%M%S"))
         print(f"opening and funding {WALLETS} wallets ...", flush=True)
         wallets = await bench.open_wallets(WALLETS)

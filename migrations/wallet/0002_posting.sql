@@ -82,6 +82,26 @@ BEGIN
                    WHERE l.bucket = ANY (v_tx.buckets) AND l.transaction_id = p_id));
 END $$;
 
+CREATE FUNCTION ledger.assert_balanced(p_id text, p_amounts bigint[], p_currencies text[])
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_sum bigint;
+    v_cur text;
+BEGIN
+    FOREACH v_cur IN ARRAY ARRAY(SELECT DISTINCT c FROM unnest(p_currencies) AS c) LOOP
+        v_sum := 0;
+        FOR i IN 1 .. array_length(p_amounts, 1) LOOP
+            IF p_currencies[i] = v_cur THEN
+                v_sum := v_sum + p_amounts[i];
+            END IF;
+        END LOOP;
+        IF v_sum <> 0 THEN
+            RAISE EXCEPTION 'transaction % is unbalanced: % sums to %', p_id, v_cur, v_sum
+                USING ERRCODE = 'HW011', CONSTRAINT = 'lines_balanced';
+        END IF;
+    END LOOP;
+END $$;
+
 CREATE FUNCTION ledger.post(
     p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text,
     p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb,
@@ -263,8 +283,11 @@ BEGIN
         END IF;
 
         -- Transit legs (placeholders of 0) take what makes their bucket's part balance by
-        -- itself, now that every other amount is final.
+        -- itself, now that every other amount is final. First, the legs without them must
+        -- balance: with transit legs the deferred trigger sees one part at a time, so only
+        -- this function, which sees every leg, can check the whole.
         IF p_options ? 'transit_legs' THEN
+            PERFORM ledger.assert_balanced(p_id, amounts, p_currencies);
             FOR i IN SELECT (jsonb_array_elements_text(p_options -> 'transit_legs'))::int LOOP
                 v_take := 0;
                 FOR k IN 1 .. n_legs LOOP
@@ -569,8 +592,10 @@ BEGIN
             END IF;
         END LOOP;
 
-        -- Transit legs take what makes their bucket's part balance by itself.
+        -- Transit legs take what makes their bucket's part balance by itself, once the legs
+        -- without them are seen to balance (as in ledger.post).
         IF v_refusal IS NULL AND p_options[i] ? 'transit_legs' THEN
+            PERFORM ledger.assert_balanced(p_ids[i], amounts, p_currencies[s:e]);
             FOR k IN SELECT (jsonb_array_elements_text(p_options[i] -> 'transit_legs'))::int LOOP
                 v_net := 0;
                 FOR m IN 1 .. p_leg_counts[i] LOOP

@@ -199,3 +199,48 @@ async def test_a_batch_answers_as_the_same_postings_one_at_a_time(ledger: Ledger
         assert {kind(x) for x in answers_batch} >= {"posted", "replayed", "InsufficientFunds"}
         assert [await cash(ledger, w) for w in worlds[0]] == [await cash(ledger, w) for w in worlds[1]]
     await assert_verified(ledger.store)
+
+
+async def test_coalesced_postings_share_batches_and_a_bad_one_fails_alone(
+    ledger: Ledger, pool: asyncpg.Pool
+) -> None:
+    from hiwallet.ledger import rules
+    from hiwallet.ledger.accounts import cash_account
+    from hiwallet.ledger.model import Leg, Posting, TxType
+
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    # unbalanced: only the database's deferred check can refuse it, and it does so at commit,
+    # for the whole batch it is in
+    bad = Posting(
+        id="0011:bad",
+        type=TxType.P2P,
+        actor="x",
+        ref="x",
+        legs=(Leg(cash_account(a), -TL, "TRY"), Leg(cash_account(b), 2 * TL, "TRY")),
+    )
+    good = [rules.transfer(f"g{i}", a, b, TL, "TRY", actor="a", ref="r") for i in range(5)]
+    results = await asyncio.gather(
+        *(ledger.store.post(p) for p in [good[0], bad, *good[1:]]), return_exceptions=True
+    )
+    assert isinstance(results[1], LedgerUnavailable) and "unbalanced" in str(results[1])
+    assert all(isinstance(r, PostResult) and not r.replayed for i, r in enumerate(results) if i != 1)
+    assert await cash(ledger, b) == 5 * TL
+    await assert_verified(ledger.store)
+
+
+async def test_the_coalescer_batches_what_arrives_together() -> None:
+    from hiwallet.ledger.coalesce import Coalescer
+
+    sizes: list[int] = []
+
+    async def post_batch(postings: object) -> list[object]:
+        batch = list(postings)  # type: ignore[call-overload]
+        sizes.append(len(batch))
+        await asyncio.sleep(0.01)
+        return [f"answer-{p}" for p in batch]
+
+    coalescer = Coalescer(post_batch, writers=2, max_batch=4)  # type: ignore[arg-type]
+    answers = await asyncio.gather(*(coalescer.post(i) for i in range(10)))  # type: ignore[arg-type]
+    assert answers == [f"answer-{i}" for i in range(10)]  # each caller its own answer
+    assert sum(sizes) == 10 and max(sizes) == 4 and len(sizes) < 10

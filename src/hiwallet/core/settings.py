@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     # Ledger: add transit legs so every per-bucket part of a transaction balances on its own
     # (needed on Citus; off on one node). CI runs the ledger suite with it on as well.
     ledger_transit_legs: bool = False
+    # Concurrent plain postings share a round trip and a commit (ledger/coalesce.py): how many
+    # batches may be in flight at once (0: every posting alone), and how large one may grow.
+    ledger_coalesce_writers: int = 2
+    ledger_coalesce_max_batch: int = 100
     ledger_payment_fee_bps: int = 200  # 2 % of the amount, rounded half up, to revenue
     ledger_payment_fee_min_minor: int = 0
     ledger_withdrawal_fee_minor: int = 200  # a flat fee per withdrawal, in minor units

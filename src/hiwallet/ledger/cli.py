@@ -44,7 +44,7 @@ async def _ledger() -> AsyncIterator[Ledger]:
     settings = get_settings()
     pool = await db.create_pool(db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection)
     try:
-        store = LedgerStore(pool, transit_legs=settings.ledger_transit_legs)
+        store = LedgerStore.from_settings(pool, settings)
         yield Ledger(store, Fees.from_settings(settings))
     finally:
         await pool.close()

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from hiwallet.core.queries import load_queries
+from hiwallet.core.settings import Settings
 from hiwallet.ledger import errors
 from hiwallet.ledger.accounts import (
     BUCKETS,
@@ -31,6 +32,7 @@ from hiwallet.ledger.accounts import (
     promo_account,
     system_account,
 )
+from hiwallet.ledger.coalesce import Coalescer
 from hiwallet.ledger.faults import NO_FAULTS, FaultInjector, FaultPoint
 from hiwallet.ledger.model import (
     AccountState,
@@ -189,11 +191,29 @@ class LedgerStore:
         faults: FaultInjector = NO_FAULTS,
         transit_legs: bool = False,
         providers: Sequence[str] = DEFAULT_PROVIDERS,
+        coalesce_writers: int = 2,
+        coalesce_max_batch: int = 100,
     ) -> None:
         self._pool = pool
         self._faults = faults
         self.transit_legs = transit_legs
         self.providers = list(providers)
+        # Concurrent plain postings share a round trip and a commit (coalesce.py); off under
+        # fault injection, whose points sit around one posting's own transaction.
+        self._coalescer = (
+            Coalescer(self.post_batch, writers=coalesce_writers, max_batch=coalesce_max_batch)
+            if coalesce_writers > 0 and faults is NO_FAULTS
+            else None
+        )
+
+    @classmethod
+    def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> LedgerStore:
+        return cls(
+            pool,
+            transit_legs=settings.ledger_transit_legs,
+            coalesce_writers=settings.ledger_coalesce_writers,
+            coalesce_max_batch=settings.ledger_coalesce_max_batch,
+        )
 
     # -----------------------------------------------------------------------------------------
     # Posting
@@ -240,6 +260,11 @@ class LedgerStore:
             except Exception as exc:
                 raise translate(exc) from exc
             return _answer(raw)
+        if self._coalescer is not None and not posting.options and posting.refund_of is None:
+            return await self._coalescer.post(posting)
+        return await self._post_alone(args)
+
+    async def _post_alone(self, args: _PostCall) -> PostResult:
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
                 return await self._post_own_transaction(args)
@@ -304,10 +329,13 @@ class LedgerStore:
                 if attempt == RETRY_ATTEMPTS:
                     raise translate(exc) from exc
                 await asyncio.sleep(0.005 * attempt)
-            except asyncpg.UniqueViolationError:
-                # Another writer posted one of these ids while the batch ran: the set-based
-                # batch writes its ids at the end, so it cannot tell which. One at a time, each
-                # posting finds out for itself (a replay, or a reused id).
+            except asyncpg.PostgresError as exc:
+                # A posting of the batch failed for a reason that is not a refusal: most often
+                # another writer posted one of these ids meanwhile (the set-based batch writes
+                # its ids at the end, so it cannot tell which). One at a time, each posting
+                # finds out for itself, and one bad posting cannot fail its neighbours.
+                if len(postings) == 1:
+                    raise translate(exc) from exc
                 return [await self._answer_alone(p) for p in postings]
             except Exception as exc:
                 raise translate(exc) from exc
@@ -321,16 +349,9 @@ class LedgerStore:
 
     async def _answer_alone(self, posting: Posting) -> PostResult | errors.LedgerError:
         try:
-            return await self.post(posting)
-        except (
-            errors.InsufficientFunds,
-            errors.AccountNotFound,
-            errors.CurrencyMismatch,
-            errors.TransactionIdReused,
-            errors.HoldNotUsable,
-            errors.NothingToExpire,
-        ) as refused:
-            return refused
+            return await self._post_alone(self._arguments(posting))
+        except errors.LedgerError as answer:  # a refusal, or this posting's own failure
+            return answer
 
     # -----------------------------------------------------------------------------------------
     # Accounts
