@@ -16,6 +16,9 @@ import asyncpg
 from hiwallet.core.queries import load_queries
 
 V = load_queries(Path(__file__).parent / "sql" / "verify.sql")
+# One query reads one bucket (or, for the global sums, everything): a batch job's bound, not a
+# request's. Both the server's statement timeout and the client's are set to it.
+QUERY_TIMEOUT_S = 900
 
 
 @dataclass
@@ -46,29 +49,32 @@ async def verify(
     # One snapshot for the whole run, so a posting committed halfway through is seen entirely
     # or not at all (on one node; on Citus the per-bucket checks keep this property).
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        buckets = [r["bucket"] for r in await conn.fetch(V["buckets"])]
+        # A whole-ledger check is a batch job, not a request: the pool's statement timeout
+        # (sized for postings) does not apply to it; each bucket's queries are bounded by it.
+        await conn.execute(f"SET LOCAL statement_timeout = '{QUERY_TIMEOUT_S}s'")
+        buckets = [r["bucket"] for r in await conn.fetch(V["buckets"], timeout=QUERY_TIMEOUT_S)]
         report.buckets = len(buckets)
         for i, bucket in enumerate(buckets, 1):
-            for r in await conn.fetch(V["line_problems"], bucket):
+            for r in await conn.fetch(V["line_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"line {r['account_id']} v{r['version']}: {r['problem']}")
-            for r in await conn.fetch(V["orphan_problems"], bucket):
+            for r in await conn.fetch(V["orphan_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"line {r['account_id']} v{r['version']}: {r['problem']}")
-            for r in await conn.fetch(V["account_problems"], bucket):
+            for r in await conn.fetch(V["account_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"account {r['id']}: {r['problem']}")
-            for r in await conn.fetch(V["hold_problems"], bucket):
+            for r in await conn.fetch(V["hold_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"account {r['id']}: held {r['held']} but pending holds sum to {r['pending']}")
-            for r in await conn.fetch(V["promo_problems"], bucket):
+            for r in await conn.fetch(V["promo_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"account {r['id']}: promo balance {r['balance']} but batches hold {r['remaining']}")
-            for r in await conn.fetch(V["part_problems"], bucket):
+            for r in await conn.fetch(V["part_problems"], bucket, timeout=QUERY_TIMEOUT_S):
                 add(f"transaction {r['transaction_id']} part {bucket}: {r['currency']} sums to {r['total']}")
-            counts = await conn.fetchrow(V["bucket_counts"], bucket)
+            counts = await conn.fetchrow(V["bucket_counts"], bucket, timeout=QUERY_TIMEOUT_S)
             report.accounts += counts["accounts"]
             report.lines += counts["lines"]
             report.transactions += counts["transactions"]
             if progress:
                 progress(i, len(buckets))
-        for r in await conn.fetch(V["unbalanced_transactions"]):
+        for r in await conn.fetch(V["unbalanced_transactions"], timeout=QUERY_TIMEOUT_S):
             add(f"transaction {r['transaction_id']}: {r['currency']} sums to {r['total']}")
-        for r in await conn.fetch(V["currency_totals"]):
+        for r in await conn.fetch(V["currency_totals"], timeout=QUERY_TIMEOUT_S):
             add(f"all accounts in {r['currency']} sum to {r['total']}, not 0")
     return report

@@ -38,14 +38,15 @@ SELECT account_id, version,
  ORDER BY account_id, version
 
 -- name: orphan_problems
--- Lines whose account or transaction part is not there.
+-- Lines whose account or transaction part is not there. Index probes per line (sub-plans),
+-- not a join, so that stale statistics cannot turn it into a nested loop over the bucket.
 SELECT l.account_id, l.version,
-       CASE WHEN a.id IS NULL THEN 'names no account' ELSE 'names no transaction part ' || l.transaction_id END
-         AS problem
+       CASE WHEN NOT EXISTS (SELECT 1 FROM ledger.accounts a WHERE a.bucket = l.bucket AND a.id = l.account_id)
+            THEN 'names no account' ELSE 'names no transaction part ' || l.transaction_id END AS problem
   FROM ledger.lines l
-  LEFT JOIN ledger.accounts a ON a.bucket = l.bucket AND a.id = l.account_id
-  LEFT JOIN ledger.transactions t ON t.bucket = l.bucket AND t.id = l.transaction_id
- WHERE l.bucket = $1 AND (a.id IS NULL OR t.id IS NULL)
+ WHERE l.bucket = $1
+   AND (NOT EXISTS (SELECT 1 FROM ledger.accounts a WHERE a.bucket = l.bucket AND a.id = l.account_id)
+        OR NOT EXISTS (SELECT 1 FROM ledger.transactions t WHERE t.bucket = l.bucket AND t.id = l.transaction_id))
 
 -- name: account_problems
 -- The stored balance, version and hash of each account against its last line; a customer's
