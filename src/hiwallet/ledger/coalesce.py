@@ -34,18 +34,29 @@ class Coalescer:
         self._queue: deque[tuple[Posting, asyncio.Future[PostResult]]] = deque()
         self._max_writers = writers
         self._max_batch = max_batch
-        self._writers: set[asyncio.Task[None]] = set()
+        self._active = 0  # writers draining now
+        self._tasks: set[asyncio.Task[None]] = set()  # references, so none is collected mid-flight
 
     async def post(self, posting: Posting) -> PostResult:
         future: asyncio.Future[PostResult] = asyncio.get_running_loop().create_future()
         self._queue.append((posting, future))
-        if len(self._writers) < self._max_writers:
+        if self._active < self._max_writers:
+            # Counted here and uncounted in _drain in the same step that sees the queue empty
+            # (no await between): a task that has finished draining but not yet been reaped
+            # must not be taken for a writer, or a posting could wait in the queue for ever.
+            self._active += 1
             task = asyncio.create_task(self._drain())
-            self._writers.add(task)  # a reference, so the task is not collected mid-flight
-            task.add_done_callback(self._writers.discard)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return await future
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_queue()
+        finally:
+            self._active -= 1
+
+    async def _drain_queue(self) -> None:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
             try:
