@@ -199,9 +199,7 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
             procs.append(_start(_WALLET_API, str(api_port), wallet_db, idp))
             await _wait_ready(client, api, procs[1])
             settings = get_settings()
-            ledger = Ledger(
-                LedgerStore(pool, transit_legs=settings.ledger_transit_legs), Fees.from_settings(settings)
-            )
+            ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
             people = await _customers(client, idp, api, ledger, max(2 * concurrency, 16))
             # Warm up: every sender's token is verified once (JWKS fetched, plans prepared).
             for token, wallet, _ in people[:concurrency]:

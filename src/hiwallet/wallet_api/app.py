@@ -95,7 +95,7 @@ def create_wallet_api_app(
         name = database or settings.database or db.DATABASES["wallet"]
         pool = await _create_pool(name, core, settings.db_pool_max_size)
         verifier = verifier_for(settings)
-        store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
+        store = LedgerStore.from_settings(pool, core)
         app.state.verifier = verifier
         app.state.service = WalletService(pool, store, Fees.from_settings(core), settings)
 

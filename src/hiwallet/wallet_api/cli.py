@@ -46,7 +46,7 @@ async def wallet_service(
         database or db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection
     )
     try:
-        store = LedgerStore(pool, transit_legs=settings.ledger_transit_legs)
+        store = LedgerStore.from_settings(pool, settings)
         yield WalletService(
             pool, store, Fees.from_settings(settings), api_settings or get_wallet_api_settings()
         )
