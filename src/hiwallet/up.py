@@ -195,7 +195,7 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any]) -> None:
   TOKEN=$(curl -s -d grant_type=password -d client_id=personal-mobile-api \\
     -d username={DEMO_EMAIL} -d password={DEMO_PASSWORD} \\
     {identity_url}/realms/hiwallet/protocol/openid-connect/token | jq -r .access_token)
-  curl -s -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $(uuidgen)" \\
+  curl -s -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" \\
     -H 'Content-Type: application/json' \\
     -d '{{"from_wallet":"{customer["id"]}","to_wallet_number":"{business["number"]}","amount":1250}}' \\
     {wallet_url}/v1/transfers
