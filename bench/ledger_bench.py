@@ -363,7 +363,7 @@ def cli() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration", type=int, default=15, help="seconds per run (default 15)")
-    parser.add_argument("--batch", type=int, default=200, help="transfers per batched transaction")
+    parser.add_argument("--batch", type=int, default=1000, help="transfers per batched transaction")
     parser.add_argument("--pgbench-scale", type=int, default=10)
     parser.add_argument("--skip-wallet-api", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the bench database")

@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     ledger_transit_legs: bool = False
     # Concurrent plain postings share a round trip and a commit (ledger/coalesce.py): how many
     # batches may be in flight at once (0: every posting alone), and how large one may grow.
-    ledger_coalesce_writers: int = 2
+    ledger_coalesce_writers: int = 4
     ledger_coalesce_max_batch: int = 100
     ledger_payment_fee_bps: int = 200  # 2 % of the amount, rounded half up, to revenue
     ledger_payment_fee_min_minor: int = 0

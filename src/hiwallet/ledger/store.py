@@ -191,7 +191,7 @@ class LedgerStore:
         faults: FaultInjector = NO_FAULTS,
         transit_legs: bool = False,
         providers: Sequence[str] = DEFAULT_PROVIDERS,
-        coalesce_writers: int = 2,
+        coalesce_writers: int = 4,
         coalesce_max_batch: int = 100,
     ) -> None:
         self._pool = pool
@@ -322,8 +322,8 @@ class LedgerStore:
         )
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                async with self._pool.acquire() as conn, conn.transaction():
-                    raw = await conn.fetchval(Q["post_batch"], *args)
+                # One statement in autocommit, as for a single posting: one round trip.
+                raw = await self._pool.fetchval(Q["post_batch"], *args)
                 break
             except _RETRYABLE as exc:
                 if attempt == RETRY_ATTEMPTS:
