@@ -28,6 +28,6 @@ lint: install
 test: install lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+# The benchmark makes and drops its own databases.
 bench: install
-	$(BIN)/hiwallet migrate
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
