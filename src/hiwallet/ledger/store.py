@@ -509,9 +509,6 @@ class LedgerStore:
             for r in rows
         ]
 
-    async def buckets_in_use(self) -> list[int]:
-        return [r["bucket"] for r in await self._pool.fetch(Q["buckets_in_use"])]
-
     # -----------------------------------------------------------------------------------------
     # Holds
     # -----------------------------------------------------------------------------------------

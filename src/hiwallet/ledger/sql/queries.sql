@@ -81,7 +81,3 @@ SELECT ledger.place_hold($1, $2, $3, $4)
 
 -- name: release_hold
 SELECT ledger.release_hold($1, $2, $3)
-
--- name: buckets_in_use
--- citus: multi-shard read (a job's work list)
-SELECT DISTINCT bucket FROM ledger.accounts ORDER BY bucket
