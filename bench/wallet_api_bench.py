@@ -29,7 +29,9 @@ from typing import Any
 
 import asyncpg
 import httpx
+import uvloop
 
+import httpload
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.service import Fees, Ledger
@@ -40,6 +42,8 @@ FUNDING_MINOR = 10**12
 AMOUNT_MINOR = 100
 MAX_DURATION_S = 300.0
 READY_TIMEOUT_S = 30.0
+WALLETS = 1000
+OPEN_CONCURRENCY = 8
 
 _IDENTITY = """
 import sys, uvicorn
@@ -128,12 +132,7 @@ async def _customers(
 ) -> list[tuple[str, str, str]]:
     """(token, wallet id, wallet number) of ``count`` contracted, funded customers."""
     token_url = f"{idp}/realms/hiwallet/protocol/openid-connect/token"
-    onboarding = (
-        await client.post(
-            token_url, auth=("onboarding", "dev-onboarding-secret"), data={"grant_type": "client_credentials"}
-        )
-    ).json()["access_token"]
-    admin = {"Authorization": f"Bearer {onboarding}"}
+    admin = await _onboarding_headers(client, idp)
     out = []
     for _ in range(count):
         name = f"bench-{uuid.uuid4().hex[:12]}"
@@ -180,6 +179,39 @@ async def _customers(
     return out
 
 
+async def _onboarding_headers(client: httpx.AsyncClient, idp: str) -> dict[str, str]:
+    token_url = f"{idp}/realms/hiwallet/protocol/openid-connect/token"
+    answer = await client.post(
+        token_url, auth=("onboarding", "dev-onboarding-secret"), data={"grant_type": "client_credentials"}
+    )
+    answer.raise_for_status()
+    return {"Authorization": f"Bearer {answer.json()['access_token']}"}
+
+
+async def _receivers(client: httpx.AsyncClient, idp: str, api: str, count: int) -> list[str]:
+    """Wallet numbers of ``count`` verified personal accounts, opened through onboarding."""
+    admin = await _onboarding_headers(client, idp)
+    numbers: list[str] = []
+    todo = iter(range(count))
+
+    async def opener() -> None:
+        for _ in todo:
+            subject = f"bench-receiver-{uuid.uuid4().hex}"
+            opened = await client.post(
+                f"{api}/v1/accounts/personal", json={"subject": subject}, headers=admin
+            )
+            opened.raise_for_status()
+            account = opened.json()
+            raised = await client.put(
+                f"{api}/v1/accounts/{account['id']}/tier", json={"tier": "verified"}, headers=admin
+            )
+            raised.raise_for_status()
+            numbers.append(account["wallets"][0]["number"])
+
+    await asyncio.gather(*(opener() for _ in range(OPEN_CONCURRENCY)))
+    return numbers
+
+
 async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
     """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``."""
     if not 1 <= concurrency <= 256 or not 0 < duration_s <= MAX_DURATION_S:
@@ -200,13 +232,16 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
             await _wait_ready(client, api, procs[1])
             settings = get_settings()
             ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
-            people = await _customers(client, idp, api, ledger, max(2 * concurrency, 16))
+            people = await _customers(client, idp, api, ledger, concurrency)
+            # As in the ledger core's spread run, money goes among 1,000 wallets: the senders
+            # and receivers opened through onboarding (no login needed to receive).
+            receivers = [w for _, _, w in people] + await _receivers(client, idp, api, WALLETS - len(people))
             # Warm up: every sender's token is verified once (JWKS fetched, plans prepared).
             for token, wallet, _ in people[:concurrency]:
                 headers = {"Authorization": f"Bearer {token}"}
                 (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
             before = await _server_time(client, api)
-            report = await _run(client, api, people, concurrency, duration_s, procs[1].pid)
+            report = await _run(api, people, receivers, concurrency, duration_s, procs[1].pid)
             after = await _server_time(client, api)
             if after[1] > before[1]:
                 # Time inside wallet-api (from its own histogram): the rest of the client's
@@ -235,9 +270,9 @@ async def _server_time(client: httpx.AsyncClient, api: str) -> tuple[float, floa
 
 
 async def _run(
-    client: httpx.AsyncClient,
     api: str,
     people: list[tuple[str, str, str]],
+    receivers: list[str],
     concurrency: int,
     duration_s: float,
     pid: int,
@@ -248,38 +283,39 @@ async def _run(
     deadline = time.monotonic() + duration_s
     rng = random.Random(7)
 
+    host, port = api.removeprefix("http://").rsplit(":", 1)
+
     async def worker(i: int) -> None:
         # Each worker sends from its own customer (no two requests lock one sender), to anyone,
-        # over its own keep-alive connection: one shared httpx pool of many connections costs
-        # the client more CPU per request than wallet-api spends.
+        # over its own keep-alive connection, with the lean client (bench/httpload.py): httpx
+        # costs the client more CPU per request than wallet-api spends, on the same 2 cores.
         token, wallet, _ = people[i]
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        async with httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=1)) as own:
-            await _send_until(own, i, token, wallet, headers)
-
-    async def _send_until(
-        client: httpx.AsyncClient, i: int, token: str, wallet: str, headers: dict[str, str]
-    ) -> None:
-        while time.monotonic() < deadline:
-            receiver = people[rng.randrange(len(people))][2]
-            if receiver == people[i][2]:
-                continue
-            body = json.dumps({"from_wallet": wallet, "to_wallet_number": receiver, "amount": AMOUNT_MINOR})
-            started = time.perf_counter()
-            try:
-                r = await client.post(
-                    f"{api}/v1/transfers",
-                    content=body,
-                    headers={**headers, "Idempotency-Key": str(uuid.uuid4())},
-                )
-                ok = r.status_code == 201
-                reason = str(r.status_code)
-            except httpx.HTTPError as exc:
-                ok, reason = False, type(exc).__name__
-            if ok:
-                latencies.append((time.perf_counter() - started) * 1000)
-            else:
-                errors[reason] = errors.get(reason, 0) + 1
+        conn = httpload.Connection(host, int(port))
+        try:
+            while time.monotonic() < deadline:
+                receiver = receivers[rng.randrange(len(receivers))]
+                if receiver == people[i][2]:
+                    continue
+                transfer = {"from_wallet": wallet, "to_wallet_number": receiver, "amount": AMOUNT_MINOR}
+                body = json.dumps(transfer)
+                headers = {
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": str(uuid.uuid4()),
+                }
+                started = time.perf_counter()
+                try:
+                    status, answer = await conn.request("POST", "/v1/transfers", headers, body.encode())
+                    ok = status == 201 and json.loads(answer)["status"] == "posted"
+                    reason = str(status)
+                except (httpload.HttpLoadError, OSError, TimeoutError) as exc:
+                    ok, reason = False, type(exc).__name__
+                if ok:
+                    latencies.append((time.perf_counter() - started) * 1000)
+                else:
+                    errors[reason] = errors.get(reason, 0) + 1
+        finally:
+            conn.close()
 
     async def sample() -> None:
         nonlocal peak
@@ -309,7 +345,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     args = parser.parse_args()
     for c in args.concurrency:
-        print(json.dumps(asyncio.run(measure(c, args.duration))), flush=True)
+        print(json.dumps(uvloop.run(measure(c, args.duration))), flush=True)
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ async def test_coalesced_postings_share_batches_and_a_bad_one_fails_alone(
 
 
 async def test_the_coalescer_batches_what_arrives_together() -> None:
-    from hiwallet.ledger.coalesce import Coalescer
+    from hiwallet.core.coalesce import Coalescer
 
     sizes: list[int] = []
 
@@ -241,14 +241,14 @@ async def test_the_coalescer_batches_what_arrives_together() -> None:
         return [f"answer-{p}" for p in batch]
 
     coalescer = Coalescer(post_batch, writers=2, max_batch=4)  # type: ignore[arg-type]
-    answers = await asyncio.gather(*(coalescer.post(i) for i in range(10)))  # type: ignore[arg-type]
+    answers = await asyncio.gather(*(coalescer.submit(i) for i in range(10)))  # type: ignore[arg-type]
     assert answers == [f"answer-{i}" for i in range(10)]  # each caller its own answer
     assert sum(sizes) == 10 and max(sizes) == 4 and len(sizes) < 10
 
 
 async def test_the_coalescer_never_strands_a_posting() -> None:
     """A posting that arrives just as the only writer finds the queue empty still gets a writer."""
-    from hiwallet.ledger.coalesce import Coalescer
+    from hiwallet.core.coalesce import Coalescer
 
     async def post_batch(postings: object) -> list[object]:
         return [f"answer-{p}" for p in postings]  # type: ignore[attr-defined]
@@ -258,4 +258,4 @@ async def test_the_coalescer_never_strands_a_posting() -> None:
         # (asyncio.timeout, not wait_for: wait_for would run the post in a task of its own,
         # scheduled after the finished writer is reaped, and hide the race)
         async with asyncio.timeout(2):
-            assert await coalescer.post(i) == f"answer-{i}"  # type: ignore[arg-type]
+            assert await coalescer.submit(i) == f"answer-{i}"  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ from hiwallet.core.queries import load_queries
 SRC = Path(__file__).parents[2] / "src" / "hiwallet"
 MAP = json.loads((SRC / "ledger" / "citus_tables.json").read_text())["tables"]
 QUERIES = SRC / "wallet_api" / "sql" / "queries.sql"
-_TABLE = re.compile(r"\bwallet\.(\w+)\b")
+# a table, not a function call (wallet.transfer(...) routes by its first argument, the bucket)
+_TABLE = re.compile(r"\bwallet\.(\w+)\b(?!\s*\()")
 _BUCKET_FILTER = re.compile(r"\bbucket\s*=\s*(\$\d+|ANY\s*\(\s*\$\d+)")
 
 

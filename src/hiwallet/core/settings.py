@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     # Ledger: add transit legs so every per-bucket part of a transaction balances on its own
     # (needed on Citus; off on one node). CI runs the ledger suite with it on as well.
     ledger_transit_legs: bool = False
-    # Concurrent plain postings share a round trip and a commit (ledger/coalesce.py): how many
+    # Concurrent plain postings share a round trip and a commit (core/coalesce.py): how many
     # batches may be in flight at once (0: every posting alone), and how large one may grow.
     ledger_coalesce_writers: int = 4
     ledger_coalesce_max_batch: int = 100

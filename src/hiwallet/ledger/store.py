@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import asyncpg
 
+from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.queries import load_queries
 from hiwallet.core.settings import Settings
 from hiwallet.ledger import errors
@@ -32,7 +33,6 @@ from hiwallet.ledger.accounts import (
     promo_account,
     system_account,
 )
-from hiwallet.ledger.coalesce import Coalescer
 from hiwallet.ledger.faults import NO_FAULTS, FaultInjector, FaultPoint
 from hiwallet.ledger.model import (
     AccountState,
@@ -198,7 +198,7 @@ class LedgerStore:
         self._faults = faults
         self.transit_legs = transit_legs
         self.providers = list(providers)
-        # Concurrent plain postings share a round trip and a commit (coalesce.py); off under
+        # Concurrent plain postings share a round trip and a commit (core/coalesce.py); off under
         # fault injection, whose points sit around one posting's own transaction.
         self._coalescer = (
             Coalescer(self.post_batch, writers=coalesce_writers, max_batch=coalesce_max_batch)
@@ -249,6 +249,35 @@ class LedgerStore:
             options=options,
         )
 
+    def batch_arguments(self, postings: Sequence[Posting]) -> tuple[Any, ...]:
+        """``ledger.post_batch``'s arguments for ``postings``, in its order: the legs of all
+        postings flattened, with a count per posting. Also for a caller whose own SQL function
+        posts through ``ledger.post_batch`` in the same statement as its own writes
+        (wallet-api's transfers); it reads each answer with ``post_answer``."""
+        calls = [self._arguments(p) for p in postings]
+        return (
+            [c.id for c in calls],
+            [c.home for c in calls],
+            [c.type for c in calls],
+            [c.actor for c in calls],
+            [c.ref for c in calls],
+            [c.request_hash for c in calls],
+            self.transit_legs,
+            [c.refund_of for c in calls],
+            [c.metadata for c in calls],
+            [len(c.accounts) for c in calls],
+            [b for c in calls for b in c.buckets],
+            [a for c in calls for a in c.accounts],
+            [m for c in calls for m in c.amounts],
+            [cur for c in calls for cur in c.currencies],
+            [c.options for c in calls],
+        )
+
+    @staticmethod
+    def post_answer(raw: dict[str, Any]) -> PostResult:
+        """``ledger.post``'s answer as a result; a refusal raises the ledger's error."""
+        return _answer(raw)
+
     async def post(self, posting: Posting, conn: asyncpg.Connection | None = None) -> PostResult:
         """Post once. With ``conn`` (in an open transaction) the posting joins the caller's unit
         of work and the caller commits; without, this is its own transaction, retried on a
@@ -261,7 +290,7 @@ class LedgerStore:
                 raise translate(exc) from exc
             return _answer(raw)
         if self._coalescer is not None and not posting.options and posting.refund_of is None:
-            return await self._coalescer.post(posting)
+            return await self._coalescer.submit(posting)
         return await self._post_alone(args)
 
     async def _post_alone(self, args: _PostCall) -> PostResult:
@@ -301,25 +330,7 @@ class LedgerStore:
         posting refused for a ledger reason leaves nothing and does not stop the others."""
         if not 0 < len(postings) <= MAX_BATCH:
             raise errors.InvalidPosting(f"a batch holds 1 to {MAX_BATCH} postings", field="postings")
-        calls = [self._arguments(p) for p in postings]
-        # The legs of all postings flattened, with a count per posting.
-        args = (
-            [c.id for c in calls],
-            [c.home for c in calls],
-            [c.type for c in calls],
-            [c.actor for c in calls],
-            [c.ref for c in calls],
-            [c.request_hash for c in calls],
-            self.transit_legs,
-            [c.refund_of for c in calls],
-            [c.metadata for c in calls],
-            [len(c.accounts) for c in calls],
-            [b for c in calls for b in c.buckets],
-            [a for c in calls for a in c.accounts],
-            [m for c in calls for m in c.amounts],
-            [cur for c in calls for cur in c.currencies],
-            [c.options for c in calls],
-        )
+        args = self.batch_arguments(postings)
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
                 # One statement in autocommit, as for a single posting: one round trip.

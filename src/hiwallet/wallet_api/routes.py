@@ -223,7 +223,9 @@ async def caller(
     return Caller(principal.issuer, principal.subject, principal.azp, principal.is_service_account)
 
 
-def service(request: Request) -> WalletService:
+async def service(request: Request) -> WalletService:
+    # async on purpose: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop
+    # (and two context switches) on every request for one attribute read.
     svc: WalletService = request.app.state.service
     return svc
 

@@ -9,22 +9,23 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 import structlog
 
+from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.http import ProblemError
 from hiwallet.core.ids import new_id
 from hiwallet.ledger import errors as ledger_errors
 from hiwallet.ledger import rules
 from hiwallet.ledger.accounts import random_bucket, wallet_of
-from hiwallet.ledger.model import PostResult, TransactionView, TxType
+from hiwallet.ledger.model import Posting, PostResult, TransactionView, TxType
 from hiwallet.ledger.service import Fees
-from hiwallet.ledger.store import LedgerStore
+from hiwallet.ledger.store import LedgerStore, translate
 from hiwallet.wallet_api import adapters, domain, errors
 from hiwallet.wallet_api.adapters import AccountRow, Q, Repo, WalletAccess, WalletRow
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
@@ -36,6 +37,9 @@ JSON = dict[str, Any]
 MAX_IDEMPOTENCY_KEY = 255
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as an sf-string's content
 RETRY_ATTEMPTS = 3
+TRANSFER_ATTEMPTS = 3  # a transfer decided again after "stale" or "retry" answers
+K = TypeVar("K")
+V = TypeVar("V")
 PROMO_MAX_DAYS = 366
 
 
@@ -66,16 +70,33 @@ def check_idempotency_key(key: str | None) -> str:
     return key
 
 
+def _in_progress() -> errors.IdempotencyInProgress:
+    return errors.IdempotencyInProgress("the first request with this key is still running; retry shortly")
+
+
+def _reused() -> errors.IdempotencyKeyReused:
+    return errors.IdempotencyKeyReused("this Idempotency-Key was used with another request; use a new key")
+
+
 def _stored_answer(row: asyncpg.Record, fingerprint: bytes) -> Answer | None:
     """From the first statement of a money-moving request: 409 while another request with the
     key runs, 422 when the key was used for another request, the stored answer, or None."""
     if not row["locked"]:
-        raise errors.IdempotencyInProgress("the first request with this key is still running; retry shortly")
+        raise _in_progress()
     if row["request_hash"] is None:
         return None
     if bytes(row["request_hash"]) != fingerprint:
-        raise errors.IdempotencyKeyReused("this Idempotency-Key was used with another request; use a new key")
-    return Answer(row["status"], row["body"], replayed=True)
+        raise _reused()
+    return _replay(row["status"], row["body"], row["posted"])
+
+
+def _replay(status: int, body: JSON | None, posted: JSON | None) -> Answer:
+    """A stored answer: its body, or for a transfer the body built again from what the posting
+    returned (the same function built the first answer from the same data)."""
+    if posted is not None:
+        return Answer(status, _view_of_posted(posted), replayed=True)
+    assert body is not None, "idempotency_keys_one_answer"
+    return Answer(status, body, replayed=True)
 
 
 def _this_month() -> date:
@@ -193,6 +214,19 @@ def _view_of_post(
     )
 
 
+def _view_of_posted(posted: JSON) -> JSON:
+    """A transfer's answer from what wallet.transfer returned and stored: the posting's result
+    and the view's own inputs."""
+    view = posted["view"]
+    return _view_of_post(
+        LedgerStore.post_answer(posted["result"]),
+        TxType(view["type"]),
+        view["ref"],
+        view["metadata"],
+        view["currency"],
+    )
+
+
 def _view_of_transaction(tx: TransactionView) -> JSON:
     return transfer_view(
         id=tx.id,
@@ -210,6 +244,66 @@ def _view_of_transaction(tx: TransactionView) -> JSON:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TransferItem:
+    """One transfer as wallet.transfer_batch takes it: the key, what was decided on, the limit,
+    the view's inputs and the posting."""
+
+    bucket: int
+    scope: str
+    key: str
+    lock: int
+    fingerprint: bytes
+    issuer: str
+    subject: str
+    src_account: str
+    src_tier: Tier | None
+    dst_bucket: int
+    dst_account: str
+    dst_tier: Tier | None
+    month: date
+    limit_kind: domain.LimitKind | None
+    limit_lock: int
+    currency: str
+    amount: int
+    limit: int | None
+    view: JSON
+    posting: Posting
+
+
+class _Bounded(Generic[K, V]):
+    """A dict of at most ``size`` entries; the oldest goes first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        return self._items.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        if self.size <= 0:
+            return
+        self._items.pop(key, None)
+        while len(self._items) >= self.size:
+            del self._items[next(iter(self._items))]
+        self._items[key] = value
+
+
+class PartyCache:
+    """The parties of recent transfers: source wallets by (wallet, caller), recipients by number.
+    Only what the transfer's statement checks again may go stale here (membership, tiers);
+    wallets, accounts, kinds, currencies and numbers never change."""
+
+    def __init__(self, size: int) -> None:
+        self.src: _Bounded[tuple[str, str, str], WalletAccess] = _Bounded(size)
+        self.dst: _Bounded[tuple[int, str], WalletAccess] = _Bounded(size)
+
+    def forget(self, src: tuple[str, str, str], dst: tuple[int, str]) -> None:
+        self.src._items.pop(src, None)
+        self.dst._items.pop(dst, None)
+
+
 class WalletService:
     def __init__(
         self, pool: asyncpg.Pool, store: LedgerStore, fees: Fees, settings: WalletApiSettings
@@ -218,16 +312,34 @@ class WalletService:
         self.store = store
         self.fees = fees
         self.settings = settings
+        self._parties = PartyCache(settings.party_cache_size)
+        # Concurrent transfers share a statement and a commit; two of one source account never
+        # share a batch (wallet.transfer_batch would answer "retry" to the second).
+        self._transfers: Coalescer[TransferItem, JSON] = Coalescer(
+            self._transfer_batch,
+            writers=max(1, settings.transfer_writers),
+            max_batch=max(1, settings.transfer_max_batch) if settings.transfer_writers > 0 else 1,
+            conflict_key=lambda item: (item.bucket, item.src_account),
+        )
 
     # -- transactions -------------------------------------------------------------------------
 
     async def _in_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
         """Run ``work`` in one transaction; retried on a deadlock or serialization failure. A
         ProblemError raised by ``work`` rolls everything back: a refusal writes nothing."""
+
+        async def once() -> Any:
+            async with self.pool.acquire() as conn, conn.transaction():
+                return await work(conn)
+
+        return await self._retrying(once)
+
+    async def _retrying(self, once: Callable[[], Awaitable[Any]]) -> Any:
+        """``once()``, again after a deadlock or serialization failure; database errors as
+        ``Unavailable``, ledger refusals as this service's problems."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    return await work(conn)
+                return await once()
             except (ProblemError, asyncio.CancelledError):
                 raise
             except ledger_errors.LedgerError as exc:
@@ -549,7 +661,14 @@ class WalletService:
         currency: str,
         reference: str | None,
     ) -> Answer:
-        """p2p, payment, B2P or B2B, by the kinds of the two accounts; one ledger transaction."""
+        """p2p, payment, B2P or B2B, by the kinds of the two accounts; one ledger transaction.
+
+        One statement in the common case: the parties come from the cache (a statement to read
+        them otherwise), and everything that writes is one call of wallet.transfer_batch,
+        shared with the transfers that arrive at the same moment (migration 0005). That call
+        checks again, under the key's lock, what was decided here from the cache (membership
+        and tiers) and answers "stale" when it changed: then the parties are read again and
+        the decision made again. A refusal at any point writes nothing."""
         key = check_idempotency_key(key)
         bucket = domain.bucket_in(from_wallet)
         payload = {
@@ -559,97 +678,209 @@ class WalletService:
             "currency": currency,
             "reference": reference,
         }
-
         fingerprint = request_hash("transfer", payload)
         to_bucket, number = domain.parse_wallet_number(to_wallet_number)
-        lock = _lock_key(bucket, caller.scope, key)
+        self._check_currency(currency)
+        fresh = False
+        for _ in range(TRANSFER_ATTEMPTS):
+            src_key, dst_key = (from_wallet, caller.issuer, caller.subject), (to_bucket, number)
+            src, dst = self._parties.src.get(src_key), self._parties.dst.get(dst_key)
+            if fresh or src is None or dst is None:
+                read = await self._read_parties(
+                    caller, key, fingerprint, bucket, from_wallet, to_bucket, number
+                )
+                if isinstance(read, Answer):
+                    return read
+                src, dst = read
+            item = self._transfer_item(caller, key, fingerprint, src, dst, amount, currency, reference)
+            answer = await self._transfers.submit(item)
+            if "result" in answer:
+                return Answer(201, _view_of_posted({"result": answer["result"], "view": item.view}))
+            if answer.get("stale"):
+                # Membership or a tier changed since the cache saw them: read and decide again.
+                self._parties.forget(src_key, dst_key)
+                fresh = True
+                continue
+            if answer.get("retry"):
+                continue
+            return self._refused(item, answer)
+        raise errors.Unavailable("the transfer could not be decided; retry")
 
-        async def run(conn: asyncpg.Connection) -> Answer:
-            # Three statements between BEGIN and COMMIT: the key and both parties; the posting;
-            # the limit counter and the stored answer. A refusal at any point rolls back all.
-            rows = await conn.fetch(
-                Q["transfer_begin"],
+    async def _read_parties(
+        self,
+        caller: Caller,
+        key: str,
+        fingerprint: bytes,
+        bucket: int,
+        from_wallet: str,
+        to_bucket: int,
+        number: str,
+    ) -> Answer | tuple[WalletAccess, WalletAccess]:
+        """Both parties, read (and cached for the next transfer); or the key's stored answer."""
+        try:
+            rows = await self.pool.fetch(
+                Q["transfer_parties"],
                 bucket,
                 from_wallet,
                 to_bucket,
                 number,
                 caller.issuer,
                 caller.subject,
-                lock,
                 caller.scope,
                 key,
             )
-            stored = _stored_answer(rows[0], fingerprint)
-            if stored is not None:
-                return stored
-            src = next(
-                (adapters.wallet_access(r) for r in rows if r["id"] is not None and r["is_source"]), None
-            )
-            dst = next((adapters.wallet_access(r, False) for r in rows if r["number"] == number), None)
-            if src is None or not src.member:
-                raise errors.NotFound("no such wallet")
-            if dst is None:
-                raise errors.RecipientNotFound("no wallet has this number")
-            if dst.wallet.id == src.wallet.id:
-                raise errors.SameWallet("a wallet cannot send to itself")
-            self._check_currency(currency)
-            if currency != src.wallet.currency or currency != dst.wallet.currency:
-                raise errors.CurrencyMismatch(
-                    "both wallets must hold the request's currency",
-                    currency=currency,
-                    from_currency=src.wallet.currency,
-                    to_currency=dst.wallet.currency,
-                )
-            type_ = domain.transfer_type(src.kind, dst.kind)
-            domain.check_may_send(src.kind, src.tier, type_)
-            domain.check_may_receive(dst.kind, dst.tier)
-            kind = domain.limit_kind(type_) if src.kind is AccountKind.PERSONAL else None
-            ref = reference or f"{type_.value} to {number}"
-            ledger_key = new_id()
-            if type_ is TxType.PAYMENT:
-                posting = rules.payment(
-                    ledger_key,
-                    src.wallet.id,
-                    dst.wallet.id,
-                    amount,
-                    currency,
-                    fee=self.fees.payment,
-                    actor=caller.actor,
-                    ref=ref,
-                )
-            else:
-                posting = rules.transfer(
-                    ledger_key,
-                    src.wallet.id,
-                    dst.wallet.id,
-                    amount,
-                    currency,
-                    actor=caller.actor,
-                    ref=ref,
-                    type_=type_,
-                )
-            result = await self.store.post(posting, conn=conn)
-            answer = Answer(201, _view_of_post(result, type_, ref, posting.metadata, currency))
-            used = await conn.fetchval(
-                Q["transfer_finish"],
-                bucket,
-                src.wallet.account_id,
-                _this_month(),
-                kind.value if kind else None,
-                currency,
-                amount,
-                caller.scope,
-                key,
-                fingerprint,
-                answer.status,
-                answer.body,
-            )
-            if kind is not None and src.tier is not None:
-                self._check_limit(src.tier, kind, currency, amount, used)
-            return answer
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            log.warning("database error", error=repr(exc))
+            raise errors.Unavailable("the database is not available; retry") from exc
+        stored = _stored_answer(rows[0], fingerprint)
+        if stored is not None:
+            return stored
+        src = next((adapters.wallet_access(r) for r in rows if r["id"] is not None and r["is_source"]), None)
+        dst = next((adapters.wallet_access(r, False) for r in rows if r["number"] == number), None)
+        if src is None or not src.member:
+            raise errors.NotFound("no such wallet")
+        if dst is None:
+            raise errors.RecipientNotFound("no wallet has this number")
+        self._parties.src.put((from_wallet, caller.issuer, caller.subject), src)
+        self._parties.dst.put((to_bucket, number), dst)
+        return src, dst
 
-        result: Answer = await self._in_transaction(run)
-        return result
+    def _transfer_item(
+        self,
+        caller: Caller,
+        key: str,
+        fingerprint: bytes,
+        src: WalletAccess,
+        dst: WalletAccess,
+        amount: int,
+        currency: str,
+        reference: str | None,
+    ) -> TransferItem:
+        """What may be moved, decided from both parties: the posting and what to check with it."""
+        if dst.wallet.id == src.wallet.id:
+            raise errors.SameWallet("a wallet cannot send to itself")
+        if currency != src.wallet.currency or currency != dst.wallet.currency:
+            raise errors.CurrencyMismatch(
+                "both wallets must hold the request's currency",
+                currency=currency,
+                from_currency=src.wallet.currency,
+                to_currency=dst.wallet.currency,
+            )
+        type_ = domain.transfer_type(src.kind, dst.kind)
+        domain.check_may_send(src.kind, src.tier, type_)
+        domain.check_may_receive(dst.kind, dst.tier)
+        # A personal account's transfers count against its tier's monthly limit.
+        kind = domain.limit_kind(type_) if src.kind is AccountKind.PERSONAL and src.tier else None
+        ref = reference or f"{type_.value} to {dst.wallet.number}"
+        if type_ is TxType.PAYMENT:
+            posting = rules.payment(
+                new_id(),
+                src.wallet.id,
+                dst.wallet.id,
+                amount,
+                currency,
+                fee=self.fees.payment,
+                actor=caller.actor,
+                ref=ref,
+            )
+        else:
+            posting = rules.transfer(
+                new_id(),
+                src.wallet.id,
+                dst.wallet.id,
+                amount,
+                currency,
+                actor=caller.actor,
+                ref=ref,
+                type_=type_,
+            )
+        bucket, account = src.wallet.bucket, src.wallet.account_id
+        month = _this_month()
+        return TransferItem(
+            bucket=bucket,
+            scope=caller.scope,
+            key=key,
+            lock=_lock_key(bucket, caller.scope, key),
+            fingerprint=fingerprint,
+            issuer=caller.issuer,
+            subject=caller.subject,
+            src_account=account,
+            src_tier=src.tier,
+            dst_bucket=dst.wallet.bucket,
+            dst_account=dst.wallet.account_id,
+            dst_tier=dst.tier,
+            month=month,
+            limit_kind=kind,
+            limit_lock=_lock_key(bucket, f"limit:{account}", f"{month}:{kind}:{currency}"),
+            currency=currency,
+            amount=amount,
+            limit=self.settings.monthly_limit(src.tier, kind) if kind and src.tier else None,
+            view={"type": type_.value, "ref": ref, "metadata": posting.metadata, "currency": currency},
+            posting=posting,
+        )
+
+    def _refused(self, item: TransferItem, answer: JSON) -> Answer:
+        """An answer of wallet.transfer_batch other than posted, stale or retry."""
+        if answer.get("in_progress"):
+            raise _in_progress()
+        if answer.get("reused"):
+            raise _reused()
+        if "stored" in answer:
+            found = answer["stored"]
+            return _replay(found["status"], found["body"], found["posted"])
+        if "limit" in answer and item.limit_kind and item.src_tier:
+            self._check_limit(
+                item.src_tier, item.limit_kind, item.currency, item.amount, answer["limit"]["used"]
+            )
+        try:
+            LedgerStore.post_answer(answer)  # a refusal: raises the ledger's error
+        except ledger_errors.LedgerError as refused:
+            raise errors.from_ledger(refused) from refused
+        raise AssertionError(f"unexpected answer from wallet.transfer_batch: {answer}")
+
+    async def _transfer_batch(self, items: Sequence[TransferItem]) -> list[JSON | BaseException]:
+        """One call of wallet.transfer_batch: an answer per transfer. Retried whole after a
+        deadlock or serialization failure; any other failure of a batch of many makes each
+        transfer go alone, so one cannot take its neighbours down."""
+        args = (
+            [i.bucket for i in items],
+            [i.scope for i in items],
+            [i.key for i in items],
+            [i.lock for i in items],
+            [i.fingerprint for i in items],
+            [i.issuer for i in items],
+            [i.subject for i in items],
+            [i.src_account for i in items],
+            [i.src_tier for i in items],
+            [i.dst_bucket for i in items],
+            [i.dst_account for i in items],
+            [i.dst_tier for i in items],
+            [i.month for i in items],
+            [i.limit_kind for i in items],
+            [i.limit_lock for i in items],
+            [i.currency for i in items],
+            [i.amount for i in items],
+            [i.limit for i in items],
+            [i.view for i in items],
+            *self.store.batch_arguments([i.posting for i in items]),
+        )
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            try:
+                answers: list[JSON] = await self.pool.fetchval(Q["transfer_batch"], *args)
+                return list(answers)
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
+                if attempt == RETRY_ATTEMPTS:
+                    return [errors.Unavailable("the database is busy; retry")] * len(items)
+                log.info("transfer batch retried", error=repr(exc))
+                await asyncio.sleep(0.005 * attempt)
+            except asyncpg.PostgresError as exc:
+                if len(items) > 1:
+                    return [answer for item in items for answer in await self._transfer_batch([item])]
+                return [errors.from_ledger(translate(exc))]
+            except (OSError, asyncpg.InterfaceError) as exc:
+                log.warning("database error", error=repr(exc))
+                return [errors.Unavailable("the database is not available; retry")] * len(items)
+        raise AssertionError("unreachable")
 
     def _check_limit(self, tier: Tier, kind: domain.LimitKind, currency: str, amount: int, used: int) -> None:
         limit = self.settings.monthly_limit(tier, kind)

@@ -29,6 +29,13 @@ class WalletApiSettings(BaseSettings):
     currencies: list[str] = ["TRY", "EUR", "USD"]
     max_body_bytes: int = 16_384
     db_pool_max_size: int = 20
+    # Concurrent transfers share a statement and a commit (core/coalesce.py): how many batches
+    # may be in flight at once, and how many transfers one holds. 0 writers: each alone.
+    transfer_writers: int = 4
+    transfer_max_batch: int = 50
+    # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
+    # checked again in the transfer's own statement), so a transfer needs one statement.
+    party_cache_size: int = 10_000
 
     # Idempotency records are kept at least this long, then purged by a periodic job.
     idempotency_retention_h: int = 48

@@ -76,37 +76,27 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind,
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  WHERE w.bucket = $1 AND w.number = $2
 
--- name: transfer_begin
--- A transfer's first statement: the key's lock and stored answer (as idempotency_begin) and
--- both parties (as transfer_parties), in one round trip. One row without parties, else one per
--- party found. The lock is re-entrant within the transaction, so a second row takes it again.
-SELECT pg_try_advisory_xact_lock($7) AS locked, k.request_hash, k.status, k.body,
+-- name: transfer_parties
+-- A transfer's first statement (read only, autocommit): the key's stored answer and both
+-- parties. One row without parties, else one per party found.
+SELECT true AS locked, k.request_hash, k.status, k.body, k.posted,
        w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name,
        EXISTS (SELECT 1 FROM wallet.members m
                 WHERE m.bucket = w.bucket AND m.account_id = w.account_id
                   AND m.issuer = $5 AND m.subject = $6) AS member,
        (w.bucket = $1 AND w.id = $2) AS is_source
   FROM (VALUES (1)) AS one (x)
-  LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $8 AND k.key = $9
+  LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $7 AND k.key = $8
   LEFT JOIN (wallet.wallets w JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id)
          ON (w.bucket = $1 AND w.id = $2) OR (w.bucket = $3 AND w.number = $4)
 
--- name: transfer_finish
--- A transfer's last statement, after the posting: add to the month's counter (when a limit
--- applies: $4 not null) and store the answer. The counter's row stays locked until commit; the
--- caller compares the total with the limit and rolls everything back when it is over.
-WITH counted AS (
-    INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
-    SELECT $1, $2, $3, $4, $5, $6 WHERE $4::text IS NOT NULL
-    ON CONFLICT (bucket, account_id, month, kind, currency)
-    DO UPDATE SET used = u.used + EXCLUDED.used
-    RETURNING used
-), saved AS (
-    INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, created_at)
-    VALUES ($1, $7, $8, $9, $10, $11, clock_timestamp())
-    RETURNING 1
-)
-SELECT (SELECT used FROM counted) AS used, (SELECT count(*) FROM saved) AS saved
+-- name: transfer_batch
+-- Transfers, one or many, in one autocommit statement: keys, checks, limits, postings and
+-- stored answers (migrations/wallet/0005_wallet_transfer.sql). On Citus each transfer's
+-- statements name its buckets; a batch spanning workers is a distributed transaction.
+SELECT wallet.transfer_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                             $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30,
+                             $31, $32, $33, $34)
 
 -- name: member_of_any_wallet
 -- Is the caller a member of the account of any of these wallets (a transfer's legs)?
@@ -120,7 +110,7 @@ SELECT w.id, w.account_id, a.kind
 -- name: idempotency_begin
 -- Try, never wait: a second request with a key whose first request is still running is
 -- answered 409 at once; and the stored answer, if any (see service.py, _idempotent).
-SELECT pg_try_advisory_xact_lock($4) AS locked, k.request_hash, k.status, k.body
+SELECT pg_try_advisory_xact_lock($4) AS locked, k.request_hash, k.status, k.body, k.posted
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $2 AND k.key = $3
 

@@ -1,0 +1,102 @@
+"""Concurrent requests share one round trip and one commit.
+
+When many callers write at once, each write alone pays a round trip, a statement and a commit
+(a WAL flush); on this kind of machine each round trip also costs a few system calls on both
+sides, which cost more than a small write itself. A coalescer queues the callers' items and a
+few writers drain the queue through one batch call, up to ``max_batch`` items at a time. A
+caller still awaits its own answer: the batch call returns one answer per item, a result or an
+exception instance, and each caller gets its own (the ledger's plain postings,
+``hiwallet.ledger.store``; wallet-api's transfers, ``hiwallet.wallet_api.service``).
+
+What changes for a caller: its write commits together with its neighbours'. If the batch call
+itself fails, every item of that batch gets that exception, and each may be retried, as after
+any failure.
+
+``conflict_key`` keeps two items with the same key out of one batch (the second waits for a
+later batch), for batch calls that must see such items one after the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class Coalescer(Generic[Item, Result]):
+    def __init__(
+        self,
+        call_batch: Callable[[Sequence[Item]], Awaitable[Sequence[Result | BaseException]]],
+        *,
+        writers: int,
+        max_batch: int,
+        conflict_key: Callable[[Item], Hashable] | None = None,
+    ) -> None:
+        assert writers >= 1 and max_batch >= 1
+        self._call_batch = call_batch
+        self._queue: deque[tuple[Item, asyncio.Future[Result]]] = deque()
+        self._max_writers = writers
+        self._max_batch = max_batch
+        self._conflict_key = conflict_key
+        self._active = 0  # writers draining now
+        self._tasks: set[asyncio.Task[None]] = set()  # references, so none is collected mid-flight
+
+    async def submit(self, item: Item) -> Result:
+        """``item``'s answer from the batch it joined; an exception answer is raised."""
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        if self._active < self._max_writers:
+            # Counted here and uncounted in _drain in the same step that sees the queue empty
+            # (no await between): a task that has finished draining but not yet been reaped
+            # must not be taken for a writer, or an item could wait in the queue for ever.
+            self._active += 1
+            task = asyncio.create_task(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            await self._drain_queue()
+        finally:
+            self._active -= 1
+
+    def _take(self) -> list[tuple[Item, asyncio.Future[Result]]]:
+        if self._conflict_key is None:
+            return [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        later: list[tuple[Item, asyncio.Future[Result]]] = []
+        keys: set[Hashable] = set()
+        # Bounded: at most max_batch taken and at most max_batch put back per batch.
+        while self._queue and len(batch) < self._max_batch and len(later) < self._max_batch:
+            entry = self._queue.popleft()
+            key = self._conflict_key(entry[0])
+            if key in keys:
+                later.append(entry)
+            else:
+                keys.add(key)
+                batch.append(entry)
+        self._queue.extendleft(reversed(later))  # first in the queue again, in their order
+        return batch
+
+    async def _drain_queue(self) -> None:
+        while self._queue:
+            batch = self._take()
+            try:
+                answers = await self._call_batch([item for item, _ in batch])
+            except Exception as exc:  # the batch's own failure (unavailable): every caller's
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if future.done():  # the caller gave up waiting; its write stands
+                    continue
+                if isinstance(answer, BaseException):
+                    future.set_exception(answer)
+                else:
+                    future.set_result(answer)
