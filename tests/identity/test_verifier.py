@@ -336,3 +336,50 @@ async def test_key_rotation_without_downtime(service: Service, customer_idp: Ide
         assert (await fresh_service.get("/anyone", new["access_token"])).status_code == 200
     finally:
         await fresh_service.close()
+
+
+async def test_a_verified_token_is_remembered_until_it_expires_or_its_key_goes(
+    customer_idp: IdentityServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verifier keeps what it verified (the whole token is the key), so a client's repeated
+    requests skip the signature; but a remembered token stops at its expiry, and when its
+    issuer no longer publishes its key."""
+    from hiwallet.core import auth
+
+    decoded: list[str] = []
+    real_decode = auth.jwt.decode
+
+    def counting_decode(token: Any, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(token)
+        return real_decode(token, *args, **kwargs)
+
+    monkeypatch.setattr(auth.jwt, "decode", counting_decode)
+    trusted = issuer(customer_idp, "customer")
+    verifier = TokenVerifier([trusted], leeway_seconds=0)
+    try:
+        claims = claims_of(customer_token(customer_idp)["access_token"])
+        now = int(time.time())
+        short = sign(customer_idp, claims | {"iat": now, "exp": now + 2})
+        decoded.clear()  # (the identity server, in this process, decodes tokens of its own)
+        first = await verifier.verify(short)
+        assert await verifier.verify(short) == first and len(decoded) == 1  # remembered
+
+        # Tampered bytes are another key: verified in full, and refused.
+        head, _, signature = short.split(".")
+        with pytest.raises(auth.TokenRejected):
+            await verifier.verify(".".join([head, b64(b'{"sub": "x"}'), signature]))
+
+        await asyncio.sleep(2.2)
+        with pytest.raises(auth.TokenExpired):
+            await verifier.verify(short)
+
+        lasting = sign(customer_idp, claims | {"iat": now, "exp": now + 600})
+        await verifier.verify(lasting)
+        # The issuer drops the key (as a JWKS fetch would find): the remembered token stops.
+        jwks_cache = verifier._caches[trusted.issuer_url]
+        jwks_cache.keys = {}
+        jwks_cache.last_fetch = time.monotonic()  # and no refetch within the interval
+        with pytest.raises(auth.TokenRejected):
+            await verifier.verify(lasting)
+    finally:
+        await verifier.aclose()

@@ -41,6 +41,7 @@ CallerKind = Literal["customer", "staff", "service_account"]
 ALGORITHMS = ["RS256"]  # pinned: no "none", no HMAC (RFC 8725 §3.1)
 MAX_TOKEN_BYTES = 16_384  # a Keycloak access token is 1-3 KiB; anything far larger is abuse
 MAX_JWKS_BYTES = 65_536
+VERIFIED_CACHE_SIZE = 4_096  # tokens verified lately, kept until they expire (TokenVerifier.verify)
 SERVICE_ACCOUNT_PREFIX = "service-account-"
 
 
@@ -181,6 +182,7 @@ class TokenVerifier:
         refetch_interval_seconds: float = 5.0,
         http_client: httpx.AsyncClient | None = None,
         timeout_seconds: float = 3.0,
+        cache_size: int = VERIFIED_CACHE_SIZE,
     ) -> None:
         if not issuers:
             raise ValueError("a verifier needs at least one trusted issuer")
@@ -192,6 +194,12 @@ class TokenVerifier:
         self.leeway = leeway_seconds
         self._issuers = {i.issuer_url: i for i in issuers}
         self._caches = {i.issuer_url: _JwksCache(i, self.client, refetch_interval_seconds) for i in issuers}
+        # token -> (principal, exp, issuer, kid). A client sends one access token with every
+        # request until it expires; verifying its RS256 signature and parsing it each time was
+        # a fifth of wallet-api's CPU per transfer (bench/). The key is the whole token,
+        # signature included, so only the very bytes that verified can hit.
+        self._verified: dict[str, tuple[Principal, float, str, str]] = {}
+        self._cache_size = cache_size
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -200,6 +208,14 @@ class TokenVerifier:
     async def verify(self, token: str) -> Principal:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("the token is too large")
+        hit = self._verified.get(token)
+        if hit is not None:
+            principal, exp, issuer_url, signed_by = hit
+            # Still valid only while unexpired and while its issuer still publishes its key (a
+            # key the issuer dropped stops verifying at the next JWKS fetch, cached or not).
+            if exp > time.time() - self.leeway and signed_by in self._caches[issuer_url].keys:
+                return principal
+            del self._verified[token]  # and verify it in full, for the precise refusal
         header, unverified = _peek(token)
         if header.get("alg") not in ALGORITHMS:
             raise TokenRejected(f"algorithm {header.get('alg')!r} is not accepted; use RS256")
@@ -216,7 +232,12 @@ class TokenVerifier:
         except JoseError as exc:
             raise TokenRejected("the token's signature is not valid") from exc
         self._check_claims(claims, issuer)
-        return _principal(claims, issuer)
+        principal = _principal(claims, issuer)
+        if self._cache_size > 0:
+            while len(self._verified) >= self._cache_size:
+                del self._verified[next(iter(self._verified))]  # the oldest first
+            self._verified[token] = (principal, float(claims["exp"]), issuer.issuer_url, str(kid))
+        return principal
 
     def _check_claims(self, claims: Mapping[str, Any], issuer: TrustedIssuer) -> None:
         now = time.time()

@@ -681,27 +681,39 @@ class WalletService:
         fingerprint = request_hash("transfer", payload)
         to_bucket, number = domain.parse_wallet_number(to_wallet_number)
         self._check_currency(currency)
-        fresh = False
+        must_read = False
         for _ in range(TRANSFER_ATTEMPTS):
             src_key, dst_key = (from_wallet, caller.issuer, caller.subject), (to_bucket, number)
             src, dst = self._parties.src.get(src_key), self._parties.dst.get(dst_key)
-            if fresh or src is None or dst is None:
+            cached = not must_read and src is not None and dst is not None
+            if not cached:
                 read = await self._read_parties(
                     caller, key, fingerprint, bucket, from_wallet, to_bucket, number
                 )
                 if isinstance(read, Answer):
                     return read
                 src, dst = read
-            item = self._transfer_item(caller, key, fingerprint, src, dst, amount, currency, reference)
+            assert src is not None and dst is not None
+            try:
+                item = self._transfer_item(caller, key, fingerprint, src, dst, amount, currency, reference)
+            except ProblemError:
+                if not cached:
+                    raise
+                # Refused on what the cache knew: a tier may have risen since. Read and decide
+                # again before refusing.
+                self._parties.forget(src_key, dst_key)
+                must_read = True
+                continue
             answer = await self._transfers.submit(item)
             if "result" in answer:
                 return Answer(201, _view_of_posted({"result": answer["result"], "view": item.view}))
             if answer.get("stale"):
                 # Membership or a tier changed since the cache saw them: read and decide again.
                 self._parties.forget(src_key, dst_key)
-                fresh = True
+                must_read = True
                 continue
             if answer.get("retry"):
+                must_read = False
                 continue
             return self._refused(item, answer)
         raise errors.Unavailable("the transfer could not be decided; retry")

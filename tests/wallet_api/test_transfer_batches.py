@@ -1,0 +1,104 @@
+"""Transfers share statements (wallet.transfer_batch) and decide from cached parties: what the
+cache knew is checked again in the transfer's own statement, so a tier raised or a membership
+gone since is honoured, and concurrent transfers in one batch are each answered as alone."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+
+from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+
+
+@pytest.fixture
+def wallet_api_settings() -> dict[str, Any]:
+    return {"limit_verified_transfer_minor": 50 * TL, "limit_contracted_transfer_minor": 200 * TL}
+
+
+async def raise_tier(api: WalletApi, account_id: str, tier: str) -> None:
+    raised = await api.http.put(
+        f"/v1/accounts/{account_id}/tier", json={"tier": tier}, headers=api.onboarding
+    )
+    assert raised.status_code == 200, raised.text
+
+
+async def test_a_tier_raised_after_the_parties_were_cached_is_honoured(api: WalletApi) -> None:
+    alice = await api.customer("verified", funds=500 * TL)
+    bob = await api.customer()
+    assert (await api.transfer(alice, bob.number, 10 * TL)).status_code == 201  # parties cached
+    # Verified may send 50 TL a month: 10 used, 60 more is over it.
+    assert_problem(await api.transfer(alice, bob.number, 60 * TL), "monthly-limit-exceeded", 422)
+    await raise_tier(api, alice.account_id, "contracted")
+    # The cache still says verified; the transfer's statement finds contracted ("stale"), and
+    # the transfer is decided again with the contracted limit (200 TL).
+    assert (await api.transfer(alice, bob.number, 60 * TL)).status_code == 201
+    assert await api.balance(bob.wallet_id) == {"cash": 70 * TL, "promo": 0, "held": 0}
+    await api.verify()
+
+
+async def test_a_recipient_raised_since_a_refusal_receives(api: WalletApi) -> None:
+    alice = await api.customer("verified", funds=100 * TL)
+    newcomer = await api.customer("unknown")
+    assert_problem(await api.transfer(alice, newcomer.number, TL), "recipient-cannot-receive", 422)
+    await raise_tier(api, newcomer.account_id, "unverified")
+    # Refused from the cache, the transfer reads the parties again before refusing.
+    assert (await api.transfer(alice, newcomer.number, TL)).status_code == 201
+    assert await api.balance(newcomer.wallet_id) == {"cash": TL, "promo": 0, "held": 0}
+
+
+async def test_a_membership_gone_since_the_cache_is_honoured(api: WalletApi) -> None:
+    alice = await api.customer("verified", funds=100 * TL)
+    bob = await api.customer()
+    assert (await api.transfer(alice, bob.number, TL)).status_code == 201
+    # No endpoint removes a member yet; the check must hold when one does.
+    await api.pool.execute("DELETE FROM wallet.members WHERE account_id = $1", alice.account_id)
+    before = await api.counts()
+    assert_problem(await api.transfer(alice, bob.number, TL), "not-found", 404)
+    assert await api.counts() == before
+
+
+async def test_many_senders_at_once_each_get_their_own_answer(api: WalletApi) -> None:
+    """Concurrent transfers from many senders share batches; one sender short of money and one
+    over its limit are refused alone, and everything else is posted once."""
+    senders = [await api.customer("verified", funds=40 * TL) for _ in range(12)]
+    receivers = [await api.customer() for _ in range(4)]
+    rng = random.Random(3)
+    amounts = [10 * TL] * 12
+    amounts[5] = 41 * TL  # more than the sender has
+    amounts[9] = 0  # bad input, refused before any batch
+    to = [rng.choice(receivers).number for _ in senders]
+    keys = [f"many-{i}" for i in range(len(senders))]
+    before = await api.counts()
+    answers = await asyncio.gather(
+        *(api.transfer(s, n, a, key=k) for s, n, a, k in zip(senders, to, amounts, keys, strict=True))
+    )
+    statuses = [r.status_code for r in answers]
+    assert statuses.count(201) == 10, [r.text for r in answers if r.status_code != 201]
+    assert_problem(answers[5], "insufficient-funds", 422)
+    assert answers[9].status_code == 422
+    after = await api.counts()
+    assert after["keys"] - before["keys"] == 10 and after["lines"] - before["lines"] == 20  # two legs each
+    assert after["used"] - before["used"] == 100 * TL
+    total = sum([(await api.balance(r.wallet_id))["cash"] for r in receivers])
+    assert total == 100 * TL
+    # Each posted one, sent again, answers its stored first answer, body for body.
+    for i, answer in enumerate(answers):
+        if answer.status_code == 201:
+            again = await api.transfer(senders[i], to[i], amounts[i], key=keys[i])
+            assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+            assert again.json() == answer.json()
+    await api.verify()
+
+
+async def test_one_sender_many_at_once_never_over_its_limit(api: WalletApi) -> None:
+    """Two transfers of one source account never share a batch; all of them at once still
+    respect the monthly limit and the balance."""
+    alice = await api.customer("verified", funds=1_000 * TL)
+    bob = await api.customer()
+    answers = await asyncio.gather(*(api.transfer(alice, bob.number, 9 * TL) for _ in range(8)))
+    assert sorted(r.status_code for r in answers) == [201] * 5 + [422] * 3  # 5 × 9 = 45 ≤ 50
+    assert await api.balance(bob.wallet_id) == {"cash": 45 * TL, "promo": 0, "held": 0}
+    await api.verify()
