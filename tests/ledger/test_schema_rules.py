@@ -11,6 +11,8 @@ import asyncpg
 import pytest
 
 from hiwallet.core.queries import load_queries
+from hiwallet.ledger.service import Ledger
+from tests.ledger.conftest import TL, funded_wallet
 
 LEDGER = Path(__file__).parents[2] / "src" / "hiwallet" / "ledger"
 MAP = json.loads((LEDGER / "citus_tables.json").read_text())
@@ -79,16 +81,42 @@ async def test_no_sequences_or_generated_keys(pool: asyncpg.Pool) -> None:
     assert not generated
 
 
-async def test_balance_trigger_is_deferred_and_reads_by_bucket(pool: asyncpg.Pool) -> None:
+async def test_balance_trigger_checks_every_statement_and_reads_by_bucket(pool: asyncpg.Pool) -> None:
+    """The balance check runs after every statement that inserts lines (migration 0006): a
+    statement-level trigger over the statement's new lines, not deferrable, so no writer can
+    postpone it; and it reads only by bucket."""
     row = await pool.fetchrow(
-        "SELECT tgdeferrable, tginitdeferred FROM pg_trigger WHERE tgname = 'lines_balanced'"
+        "SELECT tgtype, tgdeferrable, tgnewtable FROM pg_trigger WHERE tgname = 'lines_balanced'"
     )
-    assert row is not None and row["tgdeferrable"] and row["tginitdeferred"]
+    assert row is not None and not row["tgdeferrable"] and row["tgnewtable"] == "new_lines"
+    row_level, after_insert = 1 << 0, 1 << 2  # pg_trigger.tgtype bits: ROW, INSERT
+    assert not row["tgtype"] & row_level and row["tgtype"] & after_insert
     body = await pool.fetchval("SELECT prosrc FROM pg_proc WHERE proname = 'check_balanced'")
-    # it reads the part and the account of its own bucket, and lines of the part's buckets only
-    assert "t.bucket = NEW.bucket AND t.id = NEW.transaction_id" in body
-    assert "a.bucket = NEW.bucket AND a.id = NEW.account_id" in body
-    assert "l.bucket = ANY (CASE WHEN t.parts_balanced THEN ARRAY[t.bucket] ELSE t.buckets END)" in body
+    # it reads the parts and the accounts of the lines' own buckets, and sums only the
+    # statement's own lines
+    assert "t.bucket = n.bucket AND t.id = n.transaction_id" in body
+    assert "a.bucket = n.bucket AND a.id = n.account_id" in body
+    assert "ledger.lines" not in body and "FROM new_lines n" in body
+
+
+async def test_lines_of_one_transaction_written_by_two_statements_are_refused(
+    ledger: Ledger, pool: asyncpg.Pool
+) -> None:
+    """Each statement's lines of a transaction must sum to zero by themselves, so a line added
+    later to a balanced transaction is refused at once (and so is half a transaction)."""
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=5)
+    b = await funded_wallet(ledger, "bob", 0, bucket=5)
+    posted = await ledger.transfer("0005:two-statements", a, b, TL, actor="x", ref="x")
+    line = (
+        "INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,"
+        " balance_after, type, ref, posted_at, hash)"
+        " SELECT bucket, account_id, version + 100, transaction_id, $1, currency, balance_after,"
+        " type, ref, posted_at, hash FROM ledger.lines WHERE transaction_id = $2 AND amount > 0"
+    )
+    async with pool.acquire() as conn:
+        with pytest.raises(asyncpg.PostgresError, match="unbalanced") as refused:
+            await conn.execute(line, TL, posted.id)
+        assert refused.value.sqlstate == "HW011"
 
 
 _TABLE_REF = re.compile(r"\bledger\.(accounts|transactions|lines|holds|promo_batches|promo_spends)\b")
