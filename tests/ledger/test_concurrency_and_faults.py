@@ -210,8 +210,8 @@ async def test_coalesced_postings_share_batches_and_a_bad_one_fails_alone(
 
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
     b = await funded_wallet(ledger, "bob", 0, bucket=12)
-    # unbalanced: only the database's deferred check can refuse it, and it does so at commit,
-    # for the whole batch it is in
+    # unbalanced: only the database's balance trigger can refuse it, and it does so for the
+    # whole batch's statement it is in
     bad = Posting(
         id="0011:bad",
         type=TxType.P2P,

@@ -278,7 +278,14 @@ def create_app(
     app is built (e.g. once the database pool exists).
     """
     checks: Mapping[str, ReadyCheck] = ready_checks if ready_checks is not None else {}
-    app = FastAPI(title=title, version=version, lifespan=lifespan)
+    # FastAPI's native OpenTelemetry off: our metrics are Prometheus (/metrics, _Measure), and
+    # with it on, every request asks three global providers whether they are configured.
+    app = FastAPI(
+        title=title,
+        version=version,
+        lifespan=lifespan,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     metrics = _Metrics(title)
     app.state.metrics_registry = metrics.registry
 
