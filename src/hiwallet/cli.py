@@ -43,6 +43,9 @@ def run(
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    workers: Annotated[
+        int | None, typer.Option(help="wallet-api: worker processes (default from settings: 2).")
+    ] = None,
 ) -> None:
     """Run one deployable (assumes `hiwallet migrate` has run)."""
     if name == "identity":
@@ -53,7 +56,7 @@ def run(
     if name == "wallet-api":
         from hiwallet.wallet_api.app import run_wallet_api
 
-        run_wallet_api(port, host)
+        run_wallet_api(port, host, workers)
         return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 

@@ -77,8 +77,8 @@ async def test_health_readiness_and_metrics(api: WalletApi) -> None:
 
 
 async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: str) -> None:
-    """`hiwallet run wallet-api` as its own process (on a fresh database): health, readiness,
-    metrics, the document, and a clean exit on SIGTERM."""
+    """`hiwallet run wallet-api` as its own processes (on a fresh database): health, readiness,
+    metrics summed over its workers, the document, and a clean exit on SIGTERM."""
     port = free_port()
     env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port), "HIWALLET_WALLET_API_DATABASE": wallet_db}
     proc = await asyncio.create_subprocess_exec(
@@ -93,7 +93,15 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
             assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
-            assert "http_requests_total" in (await http.get("/metrics")).text
+            # Two worker processes by default (settings); /metrics counts what both answered.
+            for _ in range(12):
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as fresh:
+                    assert (await fresh.get("/v1/accounts")).status_code == 401
+            metrics = (await http.get("/metrics")).text
+            counted = (
+                'http_requests_total{method="GET",route="/v1/accounts",service="wallet-api",status="401"}'
+            )
+            assert f"{counted} 12.0" in metrics, metrics
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "wallet-api"
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) in (0, -signal.SIGTERM)

@@ -8,9 +8,12 @@ never leaks a traceback or a driver message.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, ClassVar
 
 import structlog
@@ -23,6 +26,7 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -207,6 +211,27 @@ async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextmanager
+def multiprocess_metrics(service: str) -> Iterator[str]:
+    """A fresh directory for the metrics of one service's worker processes, named in the
+    environment they inherit (prometheus_client's multiprocess mode, chosen when a worker
+    imports it); removed when the service stops."""
+    directory = tempfile.mkdtemp(prefix=f"hiwallet-{service}-metrics-")
+    previous = os.environ.get(MULTIPROC_ENV)
+    os.environ[MULTIPROC_ENV] = directory
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 class _Metrics:
     """Per-app Prometheus metrics in their own registry, so several apps fit in one process."""
 
@@ -322,6 +347,12 @@ def create_app(
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint() -> Response:
+        if os.environ.get(MULTIPROC_ENV):
+            # Worker processes: each writes its values to the shared directory; any of them
+            # answers with the sum of all.
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -310,8 +310,9 @@ class LedgerStore:
     async def _post_own_transaction(self, args: _PostCall) -> PostResult:
         if self._faults is NO_FAULTS:
             # One statement in autocommit: PostgreSQL wraps it in its own transaction; the
-            # balance check runs at the end of the statement that writes the lines. One round trip, where BEGIN ... COMMIT
-            # would be three (on loopback each costs more client CPU than the posting's Python).
+            # balance check runs at the end of the statement that writes the lines. One round
+            # trip, where BEGIN ... COMMIT would be three (on loopback each costs more client
+            # CPU than the posting's Python).
             raw = await self._pool.fetchval(Q["post"], *args)
             return _answer(raw)
         # Under test, the same call in an explicit transaction, so that a fault can strike

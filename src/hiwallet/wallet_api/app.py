@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.http import ReadyCheck, create_app, problem_response
+from hiwallet.core.http import ReadyCheck, create_app, multiprocess_metrics, problem_response
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger.errors import LedgerError
 from hiwallet.ledger.service import Fees
@@ -143,14 +143,29 @@ def _document_problems(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def run_wallet_api(port: int | None, host: str) -> None:
+def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> None:
+    """Serve wallet-api: in this process, or with ``workers`` worker processes (settings:
+    ``HIWALLET_WALLET_API_WORKERS``), each building the app from the environment's settings."""
     import uvicorn
 
     settings = get_wallet_api_settings()
-    uvicorn.run(
-        create_wallet_api_app(settings),
-        host=host,
-        port=port or settings.port,
-        log_level="warning",
-        access_log=False,
-    )
+    workers = settings.workers if workers is None else workers
+    if workers <= 1:
+        uvicorn.run(
+            create_wallet_api_app(settings),
+            host=host,
+            port=port or settings.port,
+            log_level="warning",
+            access_log=False,
+        )
+        return
+    with multiprocess_metrics("wallet-api"):
+        uvicorn.run(
+            "hiwallet.wallet_api.app:create_wallet_api_app",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port or settings.port,
+            log_level="warning",
+            access_log=False,
+        )
