@@ -272,22 +272,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
         for c in (1, 8, 32):
             print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
+            await quiesce(pool)
             report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
             print(f"  {report[f'spread_c{c}']}", flush=True)
         for c in (8, 32):
             print(f"hot account: top-ups through one provider's clearing, concurrency {c} ...", flush=True)
+            await quiesce(pool)
             report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
             print(f"  {report[f'hot_c{c}']}", flush=True)
         print("contrast: the same top-ups with every wallet in one bucket (one clearing row) ...", flush=True)
         one_bucket = await bench.open_wallets(100, bucket=1023)
+        await quiesce(pool)
         report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
         print(f"  {report['hot_single_row_c32']}", flush=True)
         if not args.skip_wallet_api:
             # Right after the ledger core's own spread runs, so that the two figures compared
             # are measured under the same conditions, before the batched run writes 100,000
             # transactions that the server then checkpoints and vacuums.
+            await quiesce(pool)
             await wallet_api(report, args.duration)
         print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
+        await quiesce(pool)
         report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
         print(f"  {report['batched']}", flush=True)
 
@@ -313,17 +318,37 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def quiesce(pool: asyncpg.Pool) -> None:
+    """Before each measured run, as pgbench does before its own (it vacuums its tables): vacuum
+    what the previous runs wrote and checkpoint, so that no run pays for an earlier one's
+    autovacuum or checkpoint."""
+    await pool.execute("VACUUM (ANALYZE) ledger.accounts, ledger.transactions, ledger.lines", timeout=600)
+    await pool.execute("CHECKPOINT", timeout=600)
+
+
 async def wallet_api(report: dict[str, Any], duration_s: float) -> None:
-    """wallet-api over HTTP with real tokens (bench/wallet_api_bench.py), at 8 and 32."""
-    try:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import wallet_api_bench  # type: ignore[import-not-found]
-    except ImportError:
+    """wallet-api over HTTP with real tokens (bench/wallet_api_bench.py), at 8 and 32, in a
+    process of its own: its load client then starts as fresh as when run alone, not in this
+    process with the ledger runs' heap behind it."""
+    script = Path(__file__).parent / "wallet_api_bench.py"
+    if not script.exists():
         report["wallet_api"] = "not present"
         return
     for c in (8, 32):
         print(f"wallet-api over HTTP, concurrency {c} ...", flush=True)
-        report[f"wallet_api_c{c}"] = await wallet_api_bench.measure(c, duration_s)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(script),
+            "--duration",
+            str(duration_s),
+            "--concurrency",
+            str(c),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"wallet-api bench failed with {proc.returncode}")
+        report[f"wallet_api_c{c}"] = json.loads(out.decode().strip().splitlines()[-1])
         print(f"  {report[f'wallet_api_c{c}']}", flush=True)
 
 

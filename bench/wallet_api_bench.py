@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -136,7 +137,10 @@ async def _wait_ready(client: httpx.AsyncClient, url: str, proc: subprocess.Pope
 
 
 def _start(code: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL)
+    # Its own process group: wallet-api's worker processes go with it, however it ends.
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, start_new_session=True
+    )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -147,6 +151,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # any worker left behind
 
 
 async def _customers(

@@ -6,6 +6,7 @@ how to use it, and on Ctrl-C or SIGTERM stops all children cleanly."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -102,6 +103,9 @@ def _stop(procs: dict[Deployable, subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(timeout=5)
+        # A service's worker processes (wallet-api's) are in its process group; none outlives it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
         console.print(f"  stopped {d.name} ({p.returncode})")
 
 

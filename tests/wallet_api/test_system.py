@@ -4,6 +4,7 @@ curl walk-through works on it; health, readiness and metrics as SYSTEM.md says."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -81,8 +82,9 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
     metrics summed over its workers, the document, and a clean exit on SIGTERM."""
     port = free_port()
     env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port), "HIWALLET_WALLET_API_DATABASE": wallet_db}
+    # Its own process group, so that its worker processes can be stopped with it if it fails.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env
+        sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env, start_new_session=True
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
@@ -109,3 +111,5 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -261,4 +261,7 @@ async def test_promo_grant_rules(api: WalletApi) -> None:
     }  # only the funding of `rich`
     ok = await api.post("/v1/promos", grant(customer.number), shop.auth)
     assert ok.status_code == 201 and ok.json()["expires_at"]
+    # Read again, the grant shows the same expiry (and the same everything).
+    again = await api.http.get(f"/v1/transfers/{ok.json()['id']}", headers=shop.auth)
+    assert again.status_code == 200 and again.json() == ok.json()
     await api.verify()

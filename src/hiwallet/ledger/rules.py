@@ -246,6 +246,8 @@ def promo_grant(
                 "expires_at": expires_at.isoformat(),
             }
         },
+        # also in the transaction's metadata, so that reading the transaction shows it
+        metadata={"expires_at": expires_at.isoformat()},
     )
 
 

@@ -191,8 +191,14 @@ def transfer_view(
         "refund_of": refund_of,
         "posted_at": _ts(posted_at),
         "legs": shown,
-        "expires_at": None,
+        "expires_at": _promo_expiry(metadata),
     }
+
+
+def _promo_expiry(metadata: dict[str, Any]) -> str | None:
+    """A promo grant's expiry, from its ledger transaction's metadata."""
+    expires_at = metadata.get("expires_at")
+    return _ts(datetime.fromisoformat(expires_at)) if isinstance(expires_at, str) else None
 
 
 def _view_of_post(
@@ -993,8 +999,7 @@ class WalletService:
             )
             # The promo batch lives in the customer's bucket, so the posting's home is there.
             result = await self.store.post(posting, conn=conn)
-            view = _view_of_post(result, TxType.PROMO_GRANT, ref, {}, currency)
-            return Answer(201, {**view, "expires_at": _ts(expires_at)})
+            return Answer(201, _view_of_post(result, TxType.PROMO_GRANT, ref, posting.metadata, currency))
 
         return await self._idempotent(bucket, caller, key, request_hash("promo", payload), work)
 
