@@ -147,6 +147,10 @@ async def _on_validation(request: Request, exc: Exception) -> Response:
 async def _on_http_exception(request: Request, exc: Exception) -> Response:
     # Starlette raises these for unknown routes (404) and wrong methods (405).
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc.__cause__, ProblemError):
+        # FastAPI turns any failure while reading a body into "400, error parsing the body";
+        # one of ours (a chunked body over the limit, from BodySizeLimit) keeps its own answer.
+        return problem_response(exc.__cause__, request.url.path)
     slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
     body = {
         "type": problem_type(slug),
