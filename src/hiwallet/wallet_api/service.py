@@ -287,6 +287,9 @@ class _Bounded(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self._items.get(key)
 
+    def pop(self, key: K) -> None:
+        self._items.pop(key, None)
+
     def put(self, key: K, value: V) -> None:
         if self.size <= 0:
             return
@@ -306,8 +309,8 @@ class PartyCache:
         self.dst: _Bounded[tuple[int, str], WalletAccess] = _Bounded(size)
 
     def forget(self, src: tuple[str, str, str], dst: tuple[int, str]) -> None:
-        self.src._items.pop(src, None)
-        self.dst._items.pop(dst, None)
+        self.src.pop(src)
+        self.dst.pop(dst)
 
 
 class WalletService:
@@ -719,7 +722,8 @@ class WalletService:
                 must_read = True
                 continue
             if answer.get("retry"):
-                must_read = False
+                # Another transfer of this source shared the batch (the coalescer keeps them
+                # apart, so this is rare): send it again as it is.
                 continue
             return self._refused(item, answer)
         raise errors.Unavailable("the transfer could not be decided; retry")
