@@ -337,18 +337,10 @@ class WalletService:
         """Run ``work`` in one transaction; retried on a deadlock or serialization failure. A
         ProblemError raised by ``work`` rolls everything back: a refusal writes nothing."""
 
-        async def once() -> Any:
-            async with self.pool.acquire() as conn, conn.transaction():
-                return await work(conn)
-
-        return await self._retrying(once)
-
-    async def _retrying(self, once: Callable[[], Awaitable[Any]]) -> Any:
-        """``once()``, again after a deadlock or serialization failure; database errors as
-        ``Unavailable``, ledger refusals as this service's problems."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                return await once()
+                async with self.pool.acquire() as conn, conn.transaction():
+                    return await work(conn)
             except (ProblemError, asyncio.CancelledError):
                 raise
             except ledger_errors.LedgerError as exc:
@@ -833,7 +825,8 @@ class WalletService:
             dst_tier=dst.tier,
             month=month,
             limit_kind=kind,
-            limit_lock=_lock_key(bucket, f"limit:{account}", f"{month}:{kind}:{currency}"),
+            # 0 when no limit applies (wallet.transfer_batch then takes no limit lock)
+            limit_lock=_lock_key(bucket, f"limit:{account}", f"{month}:{kind}:{currency}") if kind else 0,
             currency=currency,
             amount=amount,
             limit=self.settings.monthly_limit(src.tier, kind) if kind and src.tier else None,
