@@ -5,13 +5,14 @@ same PostgreSQL server, reported as ratios.
 
 1. pgbench's tpcb-like script, prepared mode, 8 clients: the machine's limit of one commit per
    operation.
-2. p2p transfers among 1,000 wallets at concurrency 1, 8 and 32 (the spread runs).
+2. p2p transfers among 1,000 wallets at concurrency 1, 8 and 32 (the spread runs). Each of the
+   runs at 8 and 32 is followed at once by wallet-api's at the same concurrency, over HTTP with
+   real tokens (bench/wallet_api_bench.py): the figures compared, minutes apart at most.
+   ``--wallet-api-only`` runs only these four.
 3. A hot-account run: top-ups, every one touching the card provider's clearing account (split
    into per-bucket sub-accounts), at concurrency 8 and 32; and, for contrast, the same with all
    wallets in one bucket, so every top-up hits one clearing row.
-4. wallet-api over HTTP with real tokens at concurrency 8 and 32 (bench/wallet_api_bench.py),
-   right after the ledger core's own runs it is compared with.
-5. A batched run: many transfers per database transaction, a result for each.
+4. A batched run: many transfers per database transaction, a result for each.
 
 Then ``verify`` over everything written, and the results as JSON in bench/results/.
 """
@@ -37,6 +38,7 @@ from typing import Any
 import asyncpg
 import uvloop
 
+from cpu import machine_busy_s, process_cpu_s
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import rules
@@ -128,11 +130,11 @@ async def run_load(
             latencies.append((time.perf_counter() - start) * 1000)
             n += 1
 
-    cpu_before, busy_before = _process_cpu_s(), _machine_busy_s()
+    cpu_before, busy_before = process_cpu_s(), machine_busy_s()
     started = time.perf_counter()
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     elapsed = time.perf_counter() - started
-    client_cpu_s, machine_busy_s = _process_cpu_s() - cpu_before, _machine_busy_s() - busy_before
+    client_cpu_s, busy_s = process_cpu_s() - cpu_before, machine_busy_s() - busy_before
     per = max(done, 1)
     return {
         "concurrency": concurrency,
@@ -144,20 +146,8 @@ async def run_load(
         "errors": errors,
         # where the CPU went, per transfer: this (client) process, and the whole machine
         "client_cpu_us": round(client_cpu_s / per * 1e6),
-        "machine_cpu_us": round(machine_busy_s / per * 1e6),
+        "machine_cpu_us": round(busy_s / per * 1e6),
     }
-
-
-def _process_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _machine_busy_s() -> float:
-    """CPU seconds all cores spent busy since boot (from /proc/stat)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 class Bench:
@@ -258,9 +248,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "transit_legs": settings.ledger_transit_legs,
     }
 
-    print(f"pgbench tpcb-like, prepared, 8 clients, {args.duration} s ...", flush=True)
-    report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
-    print(f"  {report['pgbench_c8']}", flush=True)
+    full = not args.wallet_api_only
+    if full:
+        print(f"pgbench tpcb-like, prepared, 8 clients, {args.duration} s ...", flush=True)
+        report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
+        print(f"  {report['pgbench_c8']}", flush=True)
 
     pool = await db.create_pool(database, settings=settings, min_size=4, max_size=34, init=init_connection)
     try:
@@ -270,31 +262,36 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         wallets = await bench.open_wallets(WALLETS)
         await pool.execute("ANALYZE")
 
-        for c in (1, 8, 32):
+        for c in (1, 8, 32) if full else (8, 32):
             print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
             await quiesce(pool)
             report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
             print(f"  {report[f'spread_c{c}']}", flush=True)
-        for c in (8, 32):
+            if c > 1 and not args.skip_wallet_api:
+                # Right after the ledger core's own run at this concurrency, so that the two
+                # figures compared are measured minutes apart at most (the machine's speed
+                # drifts), and before the batched run writes 100,000 transactions that the
+                # server then checkpoints and vacuums.
+                await quiesce(pool)
+                await wallet_api(report, c, args.duration)
+        for c in (8, 32) if full else ():
             print(f"hot account: top-ups through one provider's clearing, concurrency {c} ...", flush=True)
             await quiesce(pool)
             report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
             print(f"  {report[f'hot_c{c}']}", flush=True)
-        print("contrast: the same top-ups with every wallet in one bucket (one clearing row) ...", flush=True)
-        one_bucket = await bench.open_wallets(100, bucket=1023)
-        await quiesce(pool)
-        report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
-        print(f"  {report['hot_single_row_c32']}", flush=True)
-        if not args.skip_wallet_api:
-            # Right after the ledger core's own spread runs, so that the two figures compared
-            # are measured under the same conditions, before the batched run writes 100,000
-            # transactions that the server then checkpoints and vacuums.
+        if full:
+            print(
+                "contrast: the same top-ups with every wallet in one bucket (one clearing row) ...",
+                flush=True,
+            )
+            one_bucket = await bench.open_wallets(100, bucket=1023)
             await quiesce(pool)
-            await wallet_api(report, args.duration)
-        print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
-        await quiesce(pool)
-        report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
-        print(f"  {report['batched']}", flush=True)
+            report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
+            print(f"  {report['hot_single_row_c32']}", flush=True)
+            print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
+            await quiesce(pool)
+            report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
+            print(f"  {report['batched']}", flush=True)
 
         print("verify ...", flush=True)
         started = time.perf_counter()
@@ -326,44 +323,49 @@ async def quiesce(pool: asyncpg.Pool) -> None:
     await pool.execute("CHECKPOINT", timeout=600)
 
 
-async def wallet_api(report: dict[str, Any], duration_s: float) -> None:
-    """wallet-api over HTTP with real tokens (bench/wallet_api_bench.py), at 8 and 32, in a
-    process of its own: its load client then starts as fresh as when run alone, not in this
+async def wallet_api(report: dict[str, Any], concurrency: int, duration_s: float) -> None:
+    """wallet-api over HTTP with real tokens (bench/wallet_api_bench.py) at this concurrency, in
+    a process of its own: its load client then starts as fresh as when run alone, not in this
     process with the ledger runs' heap behind it."""
     script = Path(__file__).parent / "wallet_api_bench.py"
-    if not script.exists():
-        report["wallet_api"] = "not present"
-        return
-    for c in (8, 32):
-        print(f"wallet-api over HTTP, concurrency {c} ...", flush=True)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(script),
-            "--duration",
-            str(duration_s),
-            "--concurrency",
-            str(c),
-            stdout=asyncio.subprocess.PIPE,
-        )
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"wallet-api bench failed with {proc.returncode}")
-        report[f"wallet_api_c{c}"] = json.loads(out.decode().strip().splitlines()[-1])
-        print(f"  {report[f'wallet_api_c{c}']}", flush=True)
+    print(f"wallet-api over HTTP, concurrency {concurrency} ...", flush=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        "--duration",
+        str(duration_s),
+        "--concurrency",
+        str(concurrency),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wallet-api bench failed with {proc.returncode}")
+    key = f"wallet_api_c{concurrency}"
+    report[key] = json.loads(out.decode().strip().splitlines()[-1])
+    print(f"  {report[key]}", flush=True)
 
 
 def ratios(r: dict[str, Any]) -> dict[str, Any]:
-    pg = r["pgbench_c8"]["tps"]
-    out: dict[str, Any] = {
-        "spread_c8_vs_pgbench_c8": round(r["spread_c8"]["transfers_per_s"] / pg, 2),
-        "hot_vs_spread_c32": round(r["hot_c32"]["transfers_per_s"] / r["spread_c32"]["transfers_per_s"], 2),
-        "hot_c32_p99_ms": r["hot_c32"]["p99_ms"],
-        "hot_single_row_vs_spread_c32": round(
-            r["hot_single_row_c32"]["transfers_per_s"] / r["spread_c32"]["transfers_per_s"], 2
-        ),
-        "batched_vs_pgbench_c8": round(r["batched"]["transfers_per_s"] / pg, 2),
-        "peak_rss_mb": r["peak_rss_mb"],
-    }
+    out: dict[str, Any] = {"peak_rss_mb": r["peak_rss_mb"]}
+    checks: dict[str, bool] = {}
+    if "pgbench_c8" in r:
+        pg = r["pgbench_c8"]["tps"]
+        spread_c32 = r["spread_c32"]["transfers_per_s"]
+        out |= {
+            "spread_c8_vs_pgbench_c8": round(r["spread_c8"]["transfers_per_s"] / pg, 2),
+            "hot_vs_spread_c32": round(r["hot_c32"]["transfers_per_s"] / spread_c32, 2),
+            "hot_c32_p99_ms": r["hot_c32"]["p99_ms"],
+            "hot_single_row_vs_spread_c32": round(r["hot_single_row_c32"]["transfers_per_s"] / spread_c32, 2),
+            "batched_vs_pgbench_c8": round(r["batched"]["transfers_per_s"] / pg, 2),
+        }
+        checks |= {
+            "spread_c8_vs_pgbench_c8": out["spread_c8_vs_pgbench_c8"] >= TARGETS["spread_c8_vs_pgbench_c8"],
+            "hot_vs_spread_c32": out["hot_vs_spread_c32"] >= TARGETS["hot_vs_spread_c32"],
+            "hot_c32_p99_ms": out["hot_c32_p99_ms"] < TARGETS["hot_c32_p99_ms_max"],
+            "batched_vs_pgbench_c8": out["batched_vs_pgbench_c8"] >= TARGETS["batched_vs_pgbench_c8"],
+        }
+    checks["peak_rss_mb"] = out["peak_rss_mb"] < TARGETS["peak_rss_mb_max"]
     if isinstance(r.get("wallet_api_c8"), dict):
         out["wallet_api_c8_vs_ledger_c8"] = round(
             r["wallet_api_c8"]["transfers_per_s"] / r["spread_c8"]["transfers_per_s"], 2
@@ -378,13 +380,6 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
         out["wallet_api_rss_total_mb"] = max(
             r["wallet_api_c8"].get("rss_total_mb", 0), r["wallet_api_c32"].get("rss_total_mb", 0)
         )
-    checks = {
-        "spread_c8_vs_pgbench_c8": out["spread_c8_vs_pgbench_c8"] >= TARGETS["spread_c8_vs_pgbench_c8"],
-        "hot_vs_spread_c32": out["hot_vs_spread_c32"] >= TARGETS["hot_vs_spread_c32"],
-        "hot_c32_p99_ms": out["hot_c32_p99_ms"] < TARGETS["hot_c32_p99_ms_max"],
-        "batched_vs_pgbench_c8": out["batched_vs_pgbench_c8"] >= TARGETS["batched_vs_pgbench_c8"],
-        "peak_rss_mb": out["peak_rss_mb"] < TARGETS["peak_rss_mb_max"],
-    }
     if "wallet_api_c8_vs_ledger_c8" in out:
         checks["wallet_api_c8_vs_ledger_c8"] = (
             out["wallet_api_c8_vs_ledger_c8"] >= TARGETS["wallet_api_c8_vs_ledger_c8"]
@@ -406,6 +401,11 @@ def cli() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="transfers per batched transaction")
     parser.add_argument("--pgbench-scale", type=int, default=10)
     parser.add_argument("--skip-wallet-api", action="store_true")
+    parser.add_argument(
+        "--wallet-api-only",
+        action="store_true",
+        help="only the ledger core's p2p runs at 8 and 32, each followed by wallet-api's",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
     args = parser.parse_args()
     # uvloop, as the services run (uvicorn picks it): the client's own loop overhead is part of

@@ -34,6 +34,7 @@ import httpx
 import uvloop
 
 import httpload
+from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.service import Fees, Ledger
@@ -352,9 +353,19 @@ async def _run(
             peak, peak_total = max(peak, largest), max(peak_total, total)
             await asyncio.sleep(0.2)
 
+    server = [pid, *_children(pid)]
+
+    def cpu_now() -> tuple[float, float, float]:
+        return process_cpu_s(), pids_cpu_s(server), machine_busy_s()
+
+    cpu_before = cpu_now()
     started = time.monotonic()
     await asyncio.gather(sample(), *(worker(i) for i in range(concurrency)))
     elapsed = time.monotonic() - started
+    client_s, server_s, machine_s = (
+        after - before for after, before in zip(cpu_now(), cpu_before, strict=True)
+    )
+    per = max(len(latencies), 1)
     largest, total = rss_tree_mb(pid)
     peak, peak_total = max(peak, largest), max(peak_total, total)
     return {
@@ -367,6 +378,11 @@ async def _run(
         "error_kinds": errors,
         "rss_mb": round(peak, 1),  # the largest wallet-api process
         "rss_total_mb": round(peak_total, 1),  # all of them, with uvicorn's supervisor
+        # where the CPU went, per transfer: wallet-api's processes, this (client) process, and
+        # the whole machine (the rest is mostly PostgreSQL)
+        "server_cpu_us": round(server_s / per * 1e6),
+        "client_cpu_us": round(client_s / per * 1e6),
+        "machine_cpu_us": round(machine_s / per * 1e6),
     }
 
 

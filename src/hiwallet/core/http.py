@@ -8,12 +8,13 @@ never leaks a traceback or a driver message.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, ClassVar
 
 import structlog
@@ -215,6 +216,22 @@ async def _no_receive() -> Message:
     return {"type": "http.disconnect"}
 
 
+# The youngest generation's threshold (CPython's default: 700 allocations). A request allocates
+# a few thousand objects that nearly all die with it; at 700 the collector ran several times per
+# request (bench/: 7 % of wallet-api's CPU under load).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def settle_heap() -> None:
+    """Once a service has started: what it built (modules, routes, schemas, pools) lives as long
+    as the process, so the cyclic collector stops traversing it (``gc.freeze``), and young
+    collections run less often. Cycles made later are still collected."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
+
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -307,12 +324,19 @@ def create_app(
     app is built (e.g. once the database pool exists).
     """
     checks: Mapping[str, ReadyCheck] = ready_checks if ready_checks is not None else {}
+
+    @asynccontextmanager
+    async def started(app: FastAPI) -> AsyncIterator[None]:
+        async with lifespan(app) if lifespan is not None else nullcontext():
+            settle_heap()
+            yield
+
     # FastAPI's native OpenTelemetry off: our metrics are Prometheus (/metrics, _Measure), and
     # with it on, every request asks three global providers whether they are configured.
     app = FastAPI(
         title=title,
         version=version,
-        lifespan=lifespan,
+        lifespan=started,
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     metrics = _Metrics(title)

@@ -36,7 +36,7 @@ class WalletApiSettings(BaseSettings):
     db_pool_max_size: int = 20
     # Concurrent transfers share a statement and a commit (core/coalesce.py): how many batches
     # may be in flight at once, and how many transfers one holds. 0 writers: each alone.
-    transfer_writers: int = 4
+    transfer_writers: int = 1
     transfer_max_batch: int = 50
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
