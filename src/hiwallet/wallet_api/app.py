@@ -19,7 +19,7 @@ from hiwallet.ledger.errors import LedgerError
 from hiwallet.ledger.service import Fees
 from hiwallet.ledger.store import LedgerStore, init_connection
 from hiwallet.wallet_api import errors
-from hiwallet.wallet_api.routes import Problem, PromoIn, RefundIn, TransferIn, router
+from hiwallet.wallet_api.routes import Problem, PromoIn, RefundIn, TransferIn, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 
@@ -119,6 +119,7 @@ def create_wallet_api_app(
         max_body_bytes=settings.max_body_bytes,
         extra_problem_handlers=[(LedgerError, _on_ledger_error)],
     )
+    app.include_router(lean_router)
     app.include_router(router)
     # The schemas the document refers to by hand: problem+json answers, and the bodies of the
     # routes that read their own (routes._moves_money).

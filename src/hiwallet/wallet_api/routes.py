@@ -11,7 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from hiwallet.core.auth import bearer_token
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, json_body, json_body_openapi
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute, json_body, json_body_openapi
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR
 from hiwallet.ledger.store import MAX_STATEMENT_PAGE
 from hiwallet.wallet_api import errors
@@ -252,10 +252,10 @@ def _answer(answer: Answer) -> Response:
 
 
 def _moves_money(model: type[BaseModel]) -> dict[str, Any]:
-    """The document of a money-moving route. These routes take the request alone and read the
-    caller, the body and the key themselves (``verified_caller``, ``json_body``): FastAPI's
-    dependency solving and body parsing cost a fifth of wallet-api's CPU per transfer (bench/).
-    Their answers are the same; the OpenAPI document says by hand what the parameters said."""
+    """The document of a money-moving route. These routes read the caller, the body and the key
+    themselves (``verified_caller``, ``json_body``): FastAPI's dependency solving and body
+    parsing cost a fifth of wallet-api's CPU per transfer (bench/). Their answers are the same;
+    the OpenAPI document says by hand what the parameters said."""
     return {
         **_IDEMPOTENCY_HEADER,
         **json_body_openapi(model),
@@ -268,6 +268,10 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 router = APIRouter(prefix="/v1", responses=_COMMON)
+# The hot money-moving routes, without path parameters: their endpoints take the request alone
+# and FastAPI calls them without its request handler (core.http.LeanRoute). Included first, so
+# they are also matched first.
+lean_router = APIRouter(prefix="/v1", responses=_COMMON, route_class=LeanRoute)
 
 
 @router.post(
@@ -341,7 +345,7 @@ async def promo_batches(wallet_id: WalletIdPath, who: CallerDep, svc: ServiceDep
     return await svc.promos(who, wallet_id)
 
 
-@router.post(
+@lean_router.post(
     "/transfers",
     response_model=TransferOut,
     status_code=201,
@@ -388,7 +392,7 @@ async def refund(transfer_id: TransferIdPath, request: Request) -> Response:
     return _answer(await svc.refund(who, _idempotency_key(request), transfer_id, body.reference))
 
 
-@router.post(
+@lean_router.post(
     "/promos",
     response_model=TransferOut,
     status_code=201,
