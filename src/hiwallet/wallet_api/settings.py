@@ -17,7 +17,7 @@ class WalletApiSettings(BaseSettings):
     # code at a time per process; on this 2-core kind, two workers carried 1.5 times the
     # transfers of one at concurrency 8 (bench/). Each keeps its own caches and coalescer; the
     # database decides what they share (keys, limits, balances).
-    workers: int = 2
+    workers: int = 1
     # The database name; empty means hiwallet_wallet (SYSTEM.md). Tests and benches use clones.
     database: str = ""
     # Trusted issuers (SYSTEM.md): customers' and staff's identity providers, and the audience
