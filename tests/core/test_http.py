@@ -1,14 +1,24 @@
-"""core.http: problem+json in one place, health, readiness, metrics, body limit."""
+"""core.http: problem+json in one place, health, readiness, metrics, body limit, hot routes."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, FastAPI, Request, Response
 from pydantic import BaseModel
 
-from hiwallet.core.http import ProblemError, create_app
+from hiwallet.core.http import (
+    FastJSONResponse,
+    LeanRoute,
+    ProblemError,
+    create_app,
+    document_models,
+    json_body,
+    json_body_openapi,
+)
 
 
 class InsufficientFunds(ProblemError):
@@ -108,3 +118,79 @@ async def test_body_size_limit(client: httpx.AsyncClient) -> None:
     )
     assert response.status_code == 413
     assert response.json()["type"] == "https://hiwallet.dev/problems/payload-too-large"
+
+
+def lean_app(hot: bool) -> FastAPI:
+    """The same LeanRoutes, served ahead of the stack or through it."""
+    router = APIRouter(route_class=LeanRoute)
+
+    @router.post("/pay", openapi_extra=json_body_openapi(Transfer))
+    async def pay(request: Request) -> Response:
+        body = await json_body(request, Transfer)
+        if body.currency == "XXX":
+            raise RuntimeError("SELECT secret FROM internals")
+        if body.amount_minor > 100:
+            raise InsufficientFunds("not enough", balance=100, amount=body.amount_minor)
+        return FastJSONResponse({"paid": body.amount_minor}, status_code=201)
+
+    app = create_app("lean-test", max_body_bytes=1_000, hot_routes=router.routes if hot else ())
+    app.include_router(router)
+    document_models(app, Transfer)
+    return app
+
+
+LEAN_REQUESTS: list[dict[str, Any]] = [
+    {"json": {"amount_minor": 5, "currency": "TRY"}},
+    {"json": {"amount_minor": 500, "currency": "TRY"}},  # a problem of ours
+    {"json": {"amount_minor": "lots"}},  # validation
+    {"content": b"{", "headers": {"content-type": "application/json"}},  # not JSON
+    {"content": b"amount_minor=5", "headers": {"content-type": "text/plain"}},
+    {"json": {"amount_minor": 5, "currency": "XXX"}},  # unhandled: 500, internals hidden
+    {"content": b"x" * 5_000, "headers": {"content-type": "application/json"}},  # declared too big
+]
+
+
+async def test_hot_routes_answer_as_the_stack_does() -> None:
+    """Each request answered by a hot route gets the same status, body and content type as
+    through FastAPI's stack, and is counted under the same route."""
+    answers: dict[bool, list[tuple[int, str, Any]]] = {}
+    metrics: dict[bool, str] = {}
+    for hot in (False, True):
+        transport = httpx.ASGITransport(app=lean_app(hot), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            answers[hot] = []
+            for request in LEAN_REQUESTS:
+                r = await c.post("/pay", **request)
+                answers[hot].append((r.status_code, r.headers["content-type"], r.json()))
+            metrics[hot] = (await c.get("/metrics")).text
+    assert answers[True] == answers[False]
+    assert [status for status, _, _ in answers[True]] == [201, 422, 422, 422, 422, 500, 413]
+    assert "SELECT" not in str(answers[True])
+    for hot in (False, True):
+        counted = 'http_requests_total{method="POST",route="/pay",service="lean-test",status="422"} 4.0'
+        assert counted in metrics[hot], metrics[hot]
+
+
+async def test_a_chunked_body_over_the_limit_is_refused_on_a_hot_route() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b"x" * 500
+
+    transport = httpx.ASGITransport(app=lean_app(True), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.post("/pay", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["type"] == "https://hiwallet.dev/problems/payload-too-large"
+
+
+def test_a_hot_route_must_be_served_by_the_app() -> None:
+    router = APIRouter(route_class=LeanRoute)
+
+    @router.post("/pay")
+    async def pay(request: Request) -> Response:
+        return Response(status_code=204)
+
+    app = create_app("lean-test", hot_routes=router.routes)
+    app.include_router(router, prefix="/v2")  # served elsewhere than the hot route's path
+    with pytest.raises(AssertionError):
+        app.build_middleware_stack()

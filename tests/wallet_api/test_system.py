@@ -78,13 +78,17 @@ async def test_health_readiness_and_metrics(api: WalletApi) -> None:
 
 
 async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: str) -> None:
-    """`hiwallet run wallet-api` as its own processes (on a fresh database): health, readiness,
-    metrics summed over its workers, the document, and a clean exit on SIGTERM."""
+    """`hiwallet run wallet-api --workers 2` as its own processes (on a fresh database): health,
+    readiness, metrics summed over its workers (the hot route's too), the document, and a clean
+    exit on SIGTERM."""
     port = free_port()
     env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port), "HIWALLET_WALLET_API_DATABASE": wallet_db}
     # Its own process group, so that its worker processes can be stopped with it if it fails.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env, start_new_session=True
+        sys.executable,
+        *("-m", "hiwallet.cli", "run", "wallet-api", "--workers", "2"),
+        env=env,
+        start_new_session=True,
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
@@ -95,15 +99,17 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
             assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
-            # Two worker processes by default (settings); /metrics counts what both answered.
+            # Two worker processes; /metrics counts what both answered, on a new connection each
+            # (so both answer some), through the stack and through the hot routes alike.
             for _ in range(12):
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as fresh:
                     assert (await fresh.get("/v1/accounts")).status_code == 401
+                    assert (await fresh.post("/v1/transfers", json={})).status_code == 401
             metrics = (await http.get("/metrics")).text
-            counted = (
-                'http_requests_total{method="GET",route="/v1/accounts",service="wallet-api",status="401"}'
-            )
-            assert f"{counted} 12.0" in metrics, metrics
+            for method, route in (("GET", "/v1/accounts"), ("POST", "/v1/transfers")):
+                labels = f'method="{method}",route="{route}",service="wallet-api",status="401"'
+                counted = f"http_requests_total{{{labels}}}"
+                assert f"{counted} 12.0" in metrics, metrics
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "wallet-api"
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) in (0, -signal.SIGTERM)

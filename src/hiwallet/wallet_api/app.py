@@ -13,7 +13,14 @@ from fastapi.responses import Response
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.http import ReadyCheck, create_app, document_models, multiprocess_metrics, problem_response
+from hiwallet.core.http import (
+    LeanRoute,
+    ReadyCheck,
+    create_app,
+    document_models,
+    multiprocess_metrics,
+    problem_response,
+)
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger.errors import LedgerError
 from hiwallet.ledger.service import Fees
@@ -118,6 +125,8 @@ def create_wallet_api_app(
         lifespan=lifespan,
         max_body_bytes=settings.max_body_bytes,
         extra_problem_handlers=[(LedgerError, _on_ledger_error)],
+        # POST /v1/transfers (nearly all of wallet-api's traffic under load) and /v1/promos
+        hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
     )
     app.include_router(lean_router)
     app.include_router(router)
@@ -134,13 +143,17 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
 
     settings = get_wallet_api_settings()
     workers = settings.workers if workers is None else workers
+    # An internal service: the clients' addresses are not used, so uvicorn's proxy-header
+    # middleware (on by default, a layer on every request) is off.
+    port = port or settings.port
     if workers <= 1:
         uvicorn.run(
             create_wallet_api_app(settings),
             host=host,
-            port=port or settings.port,
+            port=port,
             log_level="warning",
             access_log=False,
+            proxy_headers=False,
         )
         return
     with multiprocess_metrics("wallet-api"):
@@ -149,7 +162,8 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
             factory=True,
             workers=workers,
             host=host,
-            port=port or settings.port,
+            port=port,
             log_level="warning",
             access_log=False,
+            proxy_headers=False,
         )

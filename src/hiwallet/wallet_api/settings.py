@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -55,14 +55,18 @@ class WalletApiSettings(BaseSettings):
     limit_contracted_payment_minor: int = 500_000_00
 
     def monthly_limit(self, tier: Tier, kind: LimitKind) -> int:
-        table = {
+        return self._limits.get((tier, kind), 0)
+
+    @cached_property
+    def _limits(self) -> dict[tuple[Tier, LimitKind], int]:
+        # Built once (settings do not change after start): asked on every transfer.
+        return {
             (Tier.UNVERIFIED, LimitKind.PAYMENT): self.limit_unverified_payment_minor,
             (Tier.VERIFIED, LimitKind.TRANSFER): self.limit_verified_transfer_minor,
             (Tier.VERIFIED, LimitKind.PAYMENT): self.limit_verified_payment_minor,
             (Tier.CONTRACTED, LimitKind.TRANSFER): self.limit_contracted_transfer_minor,
             (Tier.CONTRACTED, LimitKind.PAYMENT): self.limit_contracted_payment_minor,
         }
-        return table.get((tier, kind), 0)
 
     @property
     def customer_issuer(self) -> str:
