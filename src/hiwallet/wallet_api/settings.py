@@ -13,10 +13,11 @@ class WalletApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_WALLET_API_", extra="ignore")
 
     port: int = 8010
-    # Worker processes behind the one port (uvicorn's supervisor). Python runs one request's
-    # code at a time per process; on this 2-core kind, two workers carried 1.5 times the
-    # transfers of one at concurrency 8 (bench/). Each keeps its own caches and coalescer; the
-    # database decides what they share (keys, limits, balances).
+    # Worker processes behind the one port (uvicorn's supervisor). Each keeps its own caches
+    # and coalescer; the database decides what they share (keys, limits, balances). On this
+    # 2-core kind, where PostgreSQL shares the cores, one process carried more transfers than
+    # two at concurrency 8 and 32 (bench/: its batches are twice as big, and a transfer now
+    # costs it ~150 µs of CPU); a machine with more cores would run more.
     workers: int = 1
     # The database name; empty means hiwallet_wallet (SYSTEM.md). Tests and benches use clones.
     database: str = ""
@@ -35,7 +36,9 @@ class WalletApiSettings(BaseSettings):
     max_body_bytes: int = 16_384
     db_pool_max_size: int = 20
     # Concurrent transfers share a statement and a commit (core/coalesce.py): how many batches
-    # may be in flight at once, and how many transfers one holds. 0 writers: each alone.
+    # may be in flight at once, and how many transfers one holds. 0 writers: each alone. One
+    # writer (the next batch gathers while one runs) measured best at 8 and 32 (bench/: 2 and
+    # 4 writers split the same transfers into smaller batches, each paying its own commit).
     transfer_writers: int = 1
     transfer_max_batch: int = 50
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
