@@ -109,3 +109,14 @@ async def test_token_refusals(api: WalletApi) -> None:
     async with httpx.AsyncClient(base_url=api.base_url) as raw:
         ok = await raw.get(path, headers=alice.auth)
     assert ok.status_code == 200
+
+
+async def test_no_token_is_401_before_anything_else_is_looked_at(api: WalletApi) -> None:
+    """The money-moving routes read the caller themselves (or, with a path, as a dependency):
+    without a token each is 401, whatever its body, key or path holds, and nothing is written."""
+    before = await api.counts()
+    for path in ("/v1/transfers", "/v1/promos", "/v1/transfers/not-an-id/refund"):
+        for body in (b"{", b'{"amount": -1}', b"[]"):
+            r = await api.http.post(path, content=body, headers={"Content-Type": "application/json"})
+            assert_problem(r, "token-missing", 401)
+    assert await api.counts() == before
