@@ -38,7 +38,9 @@ class WalletApiSettings(BaseSettings):
     # Concurrent transfers share a statement and a commit (core/coalesce.py): how many batches
     # may be in flight at once, and how many transfers one holds. 0 writers: each alone. One
     # writer (the next batch gathers while one runs) measured best at 8 and 32 (bench/: 2 and
-    # 4 writers split the same transfers into smaller batches, each paying its own commit).
+    # 4 writers split the same transfers into smaller batches, each paying its own commit). The
+    # price: a batch waiting on a lock held elsewhere holds back the next, for at most the
+    # lock timeout (core settings, 2 s).
     transfer_writers: int = 1
     transfer_max_batch: int = 50
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
