@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from hiwallet.ledger.accounts import cash_account
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
 
 @pytest.fixture
-def wallet_api_settings() -> dict[str, Any]:
-    return {"limit_verified_transfer_minor": 50 * TL, "limit_contracted_transfer_minor": 200 * TL}
+def wallet_api_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    limits = {"limit_verified_transfer_minor": 50 * TL, "limit_contracted_transfer_minor": 200 * TL}
+    return {**limits, **getattr(request, "param", {})}
 
 
 async def raise_tier(api: WalletApi, account_id: str, tier: str) -> None:
@@ -101,4 +103,35 @@ async def test_one_sender_many_at_once_never_over_its_limit(api: WalletApi) -> N
     answers = await asyncio.gather(*(api.transfer(alice, bob.number, 9 * TL) for _ in range(8)))
     assert sorted(r.status_code for r in answers) == [201] * 5 + [422] * 3  # 5 × 9 = 45 ≤ 50
     assert await api.balance(bob.wallet_id) == {"cash": 45 * TL, "promo": 0, "held": 0}
+    await api.verify()
+
+
+@pytest.mark.parametrize(
+    ("wallet_api_settings", "others_go_on"),
+    [({}, True), ({"transfer_spare_after_ms": 0, "transfer_writers": 1}, False)],
+    indirect=["wallet_api_settings"],
+    ids=["spare writers", "one writer only"],
+)
+async def test_a_transfer_stuck_on_a_lock_does_not_hold_back_the_others(
+    api: WalletApi, others_go_on: bool
+) -> None:
+    """One writer drains the transfers; when its batch waits on a lock held elsewhere, a spare
+    writer takes the transfers waiting behind it (settings: transfer_spare_after_ms)."""
+    alice, carol = [await api.customer("verified", funds=100 * TL) for _ in range(2)]
+    bob, dave = [await api.customer() for _ in range(2)]
+    async with api.pool.acquire() as conn, conn.transaction():
+        # Alice's cash account, locked as a long transaction elsewhere would hold it.
+        await conn.execute(
+            "SELECT 1 FROM ledger.accounts WHERE id = $1 FOR UPDATE", cash_account(alice.wallet_id)
+        )
+        stuck = asyncio.ensure_future(api.transfer(alice, bob.number, TL))
+        await asyncio.sleep(0.2)  # its batch is waiting for the lock
+        other = asyncio.ensure_future(api.transfer(carol, dave.number, TL))
+        done, _ = await asyncio.wait({other}, timeout=1.0)
+        assert (other in done) is others_go_on
+        assert not stuck.done()
+    assert (await stuck).status_code == 201
+    assert (await other).status_code == 201
+    assert await api.balance(bob.wallet_id) == {"cash": TL, "promo": 0, "held": 0}
+    assert await api.balance(dave.wallet_id) == {"cash": TL, "promo": 0, "held": 0}
     await api.verify()

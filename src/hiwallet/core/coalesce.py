@@ -14,6 +14,12 @@ any failure.
 
 ``conflict_key`` keeps two items with the same key out of one batch (the second waits for a
 later batch), for batch calls that must see such items one after the other.
+
+``spare_after_s`` keeps batches big without letting one stuck batch hold everyone back: one
+writer drains (the next batch gathers while one runs: the biggest batches), and another starts
+only when a batch has been in flight that long with items waiting, up to ``writers``. A batch
+waiting on a lock held elsewhere then no longer holds back the rest; once no batch is stalled,
+the extra writers leave after their batch.
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 
+class _Stall:
+    """Whether a batch in flight has been taken for stalled (its timer fired)."""
+
+    __slots__ = ("stalled",)
+
+    def __init__(self) -> None:
+        self.stalled = False
+
+
 class Coalescer(Generic[Item, Result]):
     def __init__(
         self,
@@ -35,29 +50,50 @@ class Coalescer(Generic[Item, Result]):
         writers: int,
         max_batch: int,
         conflict_key: Callable[[Item], Hashable] | None = None,
+        spare_after_s: float | None = None,
     ) -> None:
         assert writers >= 1 and max_batch >= 1
+        assert spare_after_s is None or spare_after_s > 0
         self._call_batch = call_batch
         self._queue: deque[tuple[Item, asyncio.Future[Result]]] = deque()
         self._max_writers = writers
         self._max_batch = max_batch
         self._conflict_key = conflict_key
+        self._spare_after_s = spare_after_s
         self._active = 0  # writers draining now
+        self._stalled = 0  # batches in flight for longer than spare_after_s
         self._tasks: set[asyncio.Task[None]] = set()  # references, so none is collected mid-flight
 
     async def submit(self, item: Item) -> Result:
         """``item``'s answer from the batch it joined; an exception answer is raised."""
         future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
-        if self._active < self._max_writers:
-            # Counted here and uncounted in _drain in the same step that sees the queue empty
-            # (no await between): a task that has finished draining but not yet been reaped
-            # must not be taken for a writer, or an item could wait in the queue for ever.
-            self._active += 1
-            task = asyncio.create_task(self._drain())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if self._active < self._writers_wanted():
+            self._start_writer()
         return await future
+
+    def _writers_wanted(self) -> int:
+        if self._spare_after_s is None:
+            return self._max_writers
+        # One, and a spare beside each stalled batch.
+        return min(self._max_writers, 1 + self._stalled)
+
+    def _start_writer(self) -> None:
+        # Counted here and uncounted in _drain in the same step that sees the queue empty (no
+        # await between): a task that has finished draining but not yet been reaped must not
+        # be taken for a writer, or an item could wait in the queue for ever.
+        self._active += 1
+        task = asyncio.create_task(self._drain())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _on_stall(self, stall: _Stall) -> None:
+        """A batch has been in flight for ``spare_after_s``: the items waiting get a writer of
+        their own, if one is allowed."""
+        stall.stalled = True
+        self._stalled += 1
+        if self._queue and self._active < self._writers_wanted():
+            self._start_writer()
 
     async def _drain(self) -> None:
         try:
@@ -84,8 +120,17 @@ class Coalescer(Generic[Item, Result]):
         return batch
 
     async def _drain_queue(self) -> None:
+        spares = self._spare_after_s is not None and self._max_writers > 1
         while self._queue:
+            if spares and self._active > self._writers_wanted():
+                return  # more writers than the stalled batches call for: the others go on
             batch = self._take()
+            stall = _Stall()
+            timer = (
+                asyncio.get_running_loop().call_later(self._spare_after_s, self._on_stall, stall)
+                if spares and self._spare_after_s is not None
+                else None
+            )
             try:
                 answers = await self._call_batch([item for item, _ in batch])
             except Exception as exc:  # the batch's own failure (unavailable): every caller's
@@ -93,6 +138,11 @@ class Coalescer(Generic[Item, Result]):
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if stall.stalled:
+                    self._stalled -= 1
             for (_, future), answer in zip(batch, answers, strict=True):
                 if future.done():  # the caller gave up waiting; its write stands
                     continue

@@ -323,12 +323,15 @@ class WalletService:
         self.settings = settings
         self._parties = PartyCache(settings.party_cache_size)
         # Concurrent transfers share a statement and a commit; two of one source account never
-        # share a batch (wallet.transfer_batch would answer "retry" to the second).
+        # share a batch (wallet.transfer_batch would answer "retry" to the second). One writer
+        # drains; spares only beside a stalled batch (settings).
+        spare_after_ms = settings.transfer_spare_after_ms
         self._transfers: Coalescer[TransferItem, JSON] = Coalescer(
             self._transfer_batch,
             writers=max(1, settings.transfer_writers),
             max_batch=max(1, settings.transfer_max_batch) if settings.transfer_writers > 0 else 1,
             conflict_key=lambda item: (item.bucket, item.src_account),
+            spare_after_s=spare_after_ms / 1000 if spare_after_ms > 0 else None,
         )
 
     # -- transactions -------------------------------------------------------------------------

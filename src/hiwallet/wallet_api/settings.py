@@ -37,11 +37,12 @@ class WalletApiSettings(BaseSettings):
     db_pool_max_size: int = 20
     # Concurrent transfers share a statement and a commit (core/coalesce.py): how many batches
     # may be in flight at once, and how many transfers one holds. 0 writers: each alone. One
-    # writer (the next batch gathers while one runs) measured best at 8 and 32 (bench/: 2 and
-    # 4 writers split the same transfers into smaller batches, each paying its own commit). The
-    # price: a batch waiting on a lock held elsewhere holds back the next, for at most the
-    # lock timeout (core settings, 2 s).
-    transfer_writers: int = 1
+    # writer drains (the next batch gathers while one runs): measured best at 8 and 32 (bench/:
+    # more writers split the same transfers into smaller batches, each paying its own commit).
+    # Another starts only when a batch has been in flight for transfer_spare_after_ms with
+    # transfers waiting (a lock held elsewhere), so a stuck batch does not hold back the rest.
+    transfer_writers: int = 4
+    transfer_spare_after_ms: int = 50
     transfer_max_batch: int = 50
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
