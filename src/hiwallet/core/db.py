@@ -40,6 +40,51 @@ class DatabaseUnavailable(Exception):
     """The database could not be reached or failed in a way no caller can act on."""
 
 
+# What a retry can cure, by SQLSTATE: the connection (class 08), the server going away or
+# refusing connections (57P01-57P03, 53300), our own statement and lock timeouts (57014,
+# 55P03), and a deadlock or serialization failure (40P01, 40001; callers retry these a few
+# times themselves before giving up with "unavailable"). Anything else - a data error, an
+# invariant trigger, an unmapped constraint, an unknown state - is a defect: a 500, never
+# "retry later" (fail closed).
+TRANSIENT_SQLSTATES = frozenset(
+    {"40001", "40P01", "53300", "55P03", "57014", "57P01", "57P02", "57P03", "58000", "58030"}
+)
+TRANSIENT_SQLSTATE_CLASSES = frozenset({"08"})
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """The connection itself failed or is in an unknown state: it must be discarded, never
+    returned to a pool (asyncpg's ``InternalClientError`` "cannot switch to state" came from a
+    connection reused after the server went away)."""
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state[:2] in TRANSIENT_SQLSTATE_CLASSES or state in {"57P01", "57P02", "57P03"}
+    return isinstance(
+        exc,
+        asyncpg.InterfaceError  # closed connection, "another operation is in progress", ...
+        | asyncpg.InternalClientError
+        | OSError
+        | ConnectionError
+        | TimeoutError,
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a retry (with the same idempotency key) can cure ``exc``: the only database
+    errors that may be answered 503 "unavailable". Looks through ``raise ... from`` chains."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk of the cause chain
+        if seen is None:
+            return False
+        if is_connection_error(seen):
+            return True
+        if isinstance(seen, asyncpg.PostgresError):
+            state = getattr(seen, "sqlstate", None) or ""
+            return state in TRANSIENT_SQLSTATES or state[:2] in TRANSIENT_SQLSTATE_CLASSES
+        seen = seen.__cause__
+    return False
+
+
 def dsn_for(database: str, settings: Settings | None = None) -> str:
     """The server URL from settings with its path replaced by ``database``."""
     settings = settings or get_settings()
