@@ -107,7 +107,14 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release without asyncpg's default reset query (a round trip per release: advisory
     unlock, CLOSE ALL, UNLISTEN, RESET ALL). Pooled sessions here hold no session state: no SET
     outside a transaction, no LISTEN, no session advisory locks (jobs and migrations use their
-    own connections). An open transaction is still rolled back by asyncpg before this runs."""
+    own connections). An open transaction is still rolled back by asyncpg before this runs.
+
+    A broken connection is not kept either: asyncpg closes one that failed at the connection
+    level, and the pool opens a fresh one. An idle pooled connection whose server went away
+    fails its next use once (``InternalClientError`` or ``ConnectionDoesNotExistError``, both
+    :func:`is_transient`: 503, and the client's retry with the same key succeeds); a liveness
+    probe on every acquire would cost a round trip per request to spare that one failure.
+    tests/core/test_db_faults.py holds asyncpg to this."""
 
 
 async def create_pool(

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
-import asyncpg
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -46,29 +45,6 @@ def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
     )
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Release without the default reset query (one round trip per request saved). asyncpg
-    still rolls back an open transaction; wallet-api sets no session state, listens to
-    nothing, holds no cursors, and takes only transaction-scoped advisory locks."""
-
-
-async def _create_pool(database: str, core: Settings, max_size: int) -> asyncpg.Pool:
-    try:
-        pool = await asyncpg.create_pool(
-            db.dsn_for(database, core),
-            min_size=core.db_pool_min_size,
-            max_size=max_size,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-            init=init_connection,
-            reset=_keep_session,
-        )
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise db.DatabaseUnavailable(f"cannot open a pool to {database}: {exc}") from exc
-    assert pool is not None
-    return pool
-
-
 async def _on_ledger_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LedgerError)
     return problem_response(errors.from_ledger(exc), request.url.path)
@@ -99,7 +75,9 @@ def create_wallet_api_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         name = database or settings.database or db.DATABASES["wallet"]
-        pool = await _create_pool(name, core, settings.db_pool_max_size)
+        pool = await db.create_pool(
+            name, settings=core, max_size=settings.db_pool_max_size, init=init_connection
+        )
         verifier = verifier_for(settings)
         store = LedgerStore.from_settings(pool, core)
         app.state.verifier = verifier

@@ -351,7 +351,12 @@ class WalletService:
                     await asyncio.sleep(0.005 * attempt)
                     continue
                 raise errors.from_ledger(exc) from exc
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            except (
+                asyncpg.PostgresError,
+                OSError,
+                asyncpg.InterfaceError,
+                asyncpg.InternalClientError,
+            ) as exc:
                 if _is_retryable(exc) and attempt < RETRY_ATTEMPTS:
                     await asyncio.sleep(0.005 * attempt)
                     continue
@@ -746,7 +751,7 @@ class WalletService:
                 caller.scope,
                 key,
             )
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
             log.warning("database error", error=repr(exc))
             raise errors.Unavailable("the database is not available; retry") from exc
         stored = _stored_answer(rows[0], fingerprint)
@@ -895,7 +900,7 @@ class WalletService:
                 if len(items) > 1:
                     return [answer for item in items for answer in await self._transfer_batch([item])]
                 return [errors.from_ledger(translate(exc))]
-            except (OSError, asyncpg.InterfaceError) as exc:
+            except (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError) as exc:
                 log.warning("database error", error=repr(exc))
                 return [errors.Unavailable("the database is not available; retry")] * len(items)
         raise AssertionError("unreachable")
