@@ -261,3 +261,11 @@ def test_up_exits_non_zero_when_every_child_is_given_up() -> None:
         guard.cancel()
         supervisor.stop()
     assert supervisor.child("crasher").state == "given-up"
+
+
+def test_the_default_restart_policy() -> None:
+    """0.5 s doubling, capped at 10 s; the sixth exit within the window is a crash loop."""
+    policy = RestartPolicy()
+    assert [policy.delay_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, None]
+    patient = RestartPolicy(max_restarts=8)
+    assert [patient.delay_s(n) for n in range(6, 10)] == [10.0, 10.0, 10.0, None]

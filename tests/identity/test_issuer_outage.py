@@ -10,12 +10,17 @@ come.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
+import os
+import signal
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import httpx
 import pytest
@@ -200,3 +205,76 @@ async def test_valid_tokens_are_503_not_401_while_the_keys_cannot_be_had(outage:
     finally:
         await service.aclose()
         await outage.verifier.aclose()
+
+
+async def test_wallet_api_started_while_identity_is_down(outage: Outage, wallet_db: str) -> None:
+    """The fault as it was seen: `hiwallet run wallet-api` (its own process) started while the
+    identity service is unreachable answers a valid token 503 issuer-unavailable, not 401; once
+    identity is back, 200; identity gone again, still 200 (the last good keys)."""
+    idp = outage.start()
+    token = customer_token(idp, "rana")["access_token"]
+    forged = forgeries(idp, token, b"not the key")
+    outage.stop()
+    port = free_port()
+    env = {
+        **os.environ,
+        "HIWALLET_WALLET_API_PORT": str(port),
+        "HIWALLET_WALLET_API_DATABASE": wallet_db,
+        "HIWALLET_WALLET_API_CUSTOMER_ISSUER_BASE": idp.base_url,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hiwallet.cli", "run", "wallet-api", env=env, start_new_session=True
+    )
+    me = {"Authorization": f"Bearer {token}"}
+
+    async def poll(condition: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not await condition():
+            assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+            await asyncio.sleep(0.05)  # the polling interval
+
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as api:
+
+            async def up() -> bool:
+                try:
+                    return (await api.get("/health")).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            await poll(up, 30, "wallet-api up")
+
+            async def refusals_are_401() -> None:
+                for name in WITHOUT_KEYS:
+                    bad = {"Authorization": f"Bearer {forged[name]}"}
+                    assert (await api.get("/v1/accounts", headers=bad)).status_code == 401, name
+
+            for _ in range(3):
+                down = await api.get("/v1/accounts", headers=me)
+                assert_refused(down, "issuer-unavailable", 503)
+                assert int(down.headers["retry-after"]) >= 1
+            await refusals_are_401()
+
+            outage.start()
+
+            async def served() -> bool:
+                answer = await api.get("/v1/accounts", headers=me)
+                assert answer.status_code in (200, 503), answer.text  # never 401
+                return answer.status_code == 200
+
+            await poll(served, 30, "200 once identity is back")  # within the refetch interval
+            await refusals_are_401()
+
+            outage.stop()
+            assert (await api.get("/v1/accounts", headers=me)).status_code == 200
+            await refusals_are_401()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
