@@ -1,7 +1,22 @@
-"""``hiwallet up``: the whole system on one machine. Migrates, starts every deployable as its
-own process (both identity realms and wallet-api so far; every later service joins the list),
-waits until each is ready, seeds the demo data (idempotent: a second start reuses it), prints
-how to use it, and on Ctrl-C or SIGTERM stops all children cleanly."""
+"""``hiwallet up``: the whole system on one machine, supervised.
+
+Migrates, starts every deployable as its own process (both identity realms and wallet-api so
+far; every later service joins the list), waits until each is ready, seeds the demo data
+(idempotent: a second start reuses it), prints how to use it, then supervises
+(:class:`Supervisor`):
+
+- a child that exits is restarted after a backoff (0.5 s, doubling, at most 10 s) while the
+  others keep serving; its worker processes (its process group) go with it;
+- a crash loop (more than 5 restarts within 60 s) is reported at error level and that child is
+  given up; the others keep running, and ``up`` keeps serving while any child runs. When none
+  is left it exits with status 1;
+- only Ctrl-C or SIGTERM stops the whole system: the services that depend on identity first,
+  then identity, each with SIGTERM (uvicorn stops accepting and finishes the requests in
+  flight), SIGKILL after 10 s. ``up`` then exits 0.
+
+Every event (started, ready, exited with its code or signal, restarting in N s, given up,
+stopping, stopped) is one structured log line with the child's name.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +27,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import structlog
 from rich.console import Console
 
 from hiwallet.core import db
@@ -24,6 +43,7 @@ from hiwallet.core.settings import get_settings
 from hiwallet.wallet_api.domain import Caller, Tier
 
 console = Console(emoji=False, soft_wrap=True)  # ids hold ":a:", which rich would make an emoji
+log = structlog.get_logger("hiwallet.up")
 
 DEMO_EMAIL = "demo@hiwallet.dev"
 DEMO_PASSWORD = "hiwallet-demo"
@@ -31,13 +51,20 @@ DEMO_BUSINESS = "Demo Kahve"
 DEMO_FUNDS_MINOR = 1_000_00
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 60.0
+POLL_S = 0.2
 
 
 @dataclass(frozen=True)
 class Deployable:
+    """A process ``up`` runs: ``hiwallet <args>``, answering ``/ready`` on ``port``.
+
+    ``tier`` orders the stop: higher tiers stop first. Identity is 0; services that verify its
+    tokens are 1, so they drain their requests while identity still answers."""
+
     name: str
     args: tuple[str, ...]
     port: int
+    tier: int = 1
 
     @property
     def url(self) -> str:
@@ -51,12 +78,229 @@ def deployables() -> list[Deployable]:
     identity = get_identity_settings()
     wallet = get_wallet_api_settings()
     return [
-        Deployable("identity (hiwallet)", ("run", "identity", "--realm", "hiwallet"), identity.port),
+        Deployable("identity (hiwallet)", ("run", "identity", "--realm", "hiwallet"), identity.port, 0),
         Deployable(
-            "identity (hiwallet-staff)", ("run", "identity", "--realm", "hiwallet-staff"), identity.staff_port
+            "identity (hiwallet-staff)",
+            ("run", "identity", "--realm", "hiwallet-staff"),
+            identity.staff_port,
+            0,
         ),
-        Deployable("wallet-api", ("run", "wallet-api"), wallet.port),
+        Deployable("wallet-api", ("run", "wallet-api"), wallet.port, 1),
     ]
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Restart after ``first_delay_s`` doubling per exit within ``window_s`` (so a child that
+    stayed up for ``window_s`` starts over at ``first_delay_s``), at most ``max_delay_s``; more
+    than ``max_restarts`` exits within ``window_s`` is a crash loop: the child is given up.
+    With the defaults a child that dies at once is restarted after 0.5, 1, 2, 4 and 8 s and
+    given up at its sixth exit, about 20 s after the first."""
+
+    first_delay_s: float = 0.5
+    max_delay_s: float = 10.0
+    max_restarts: int = 5
+    window_s: float = 60.0
+
+    def delay_s(self, exits_in_window: int) -> float | None:
+        """The wait before the next start, or None to give up."""
+        if exits_in_window > self.max_restarts:
+            return None
+        return float(min(self.max_delay_s, self.first_delay_s * 2 ** (exits_in_window - 1)))
+
+
+def spawn(deployable: Deployable, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+    # Each child in its own process group (session): the terminal's Ctrl-C reaches only us, we
+    # stop the children in order, and a child's workers can be stopped with it.
+    return subprocess.Popen(
+        [sys.executable, "-m", "hiwallet.cli", *deployable.args],
+        start_new_session=True,
+        env=dict(env) if env is not None else None,
+    )
+
+
+def probe_ready(deployable: Deployable) -> bool:
+    try:
+        return httpx.get(f"{deployable.url}/ready", timeout=0.5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _describe(returncode: int) -> dict[str, Any]:
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return {"signal": signal.Signals(-returncode).name}
+        return {"signal": -returncode}
+    return {"code": returncode}
+
+
+def _kill_group(pid: int) -> None:
+    # A service's worker processes are in its process group; none outlives it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+@dataclass
+class Child:
+    deployable: Deployable
+    process: subprocess.Popen[bytes] | None = None
+    state: str = "new"  # new, starting, ready, waiting (to restart), given-up, stopped
+    started_at: float = 0.0
+    restart_at: float = 0.0
+    exits: deque[float] = field(default_factory=deque)  # times of exits within the window
+    restarts: int = 0
+    delays_s: list[float] = field(default_factory=list)  # each restart's wait, in order
+
+
+class Supervisor:
+    """Runs ``children``, restarts those that exit, gives up crash loops, stops all in order.
+
+    Synchronous and single-threaded: :meth:`step` does one round (reap, restart what is due,
+    probe readiness) and :meth:`run` repeats it until told to stop. ``spawn``, ``probe`` and
+    ``clock`` are injectable; the CLI uses the defaults."""
+
+    def __init__(
+        self,
+        deployables: Sequence[Deployable],
+        *,
+        policy: RestartPolicy | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        spawn: Callable[[Deployable, Mapping[str, str] | None], subprocess.Popen[bytes]] = spawn,
+        probe: Callable[[Deployable], bool] = probe_ready,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> None:
+        self.children = [Child(d) for d in deployables]
+        self.policy = policy or RestartPolicy()
+        self.env = env
+        self.clock = clock
+        self._spawn = spawn
+        self._probe = probe
+        self.stop_timeout_s = stop_timeout_s
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.deployable.name == name)
+
+    @property
+    def serving(self) -> list[Child]:
+        """The children still supervised (running, starting or waiting to restart)."""
+        return [c for c in self.children if c.state in ("starting", "ready", "waiting")]
+
+    def start(self) -> None:
+        for c in self.children:
+            self._start(c)
+
+    def _start(self, c: Child) -> None:
+        c.process = self._spawn(c.deployable, self.env)
+        c.state = "starting"
+        c.started_at = self.clock()
+        log.info("child started", child=c.deployable.name, pid=c.process.pid, restarts=c.restarts)
+
+    def step(self) -> None:
+        now = self.clock()
+        for c in self.children:
+            if c.state in ("starting", "ready") and c.process is not None:
+                returncode = c.process.poll()
+                if returncode is not None:
+                    self._exited(c, returncode, now)
+                elif c.state == "starting" and self._probe(c.deployable):
+                    c.state = "ready"
+                    log.info("child ready", child=c.deployable.name, pid=c.process.pid, restarts=c.restarts)
+            if c.state == "waiting" and now >= c.restart_at:
+                c.restarts += 1
+                self._start(c)
+
+    def _exited(self, c: Child, returncode: int, now: float) -> None:
+        pid = c.process.pid if c.process is not None else 0
+        _kill_group(pid)
+        log.error(
+            "child exited",
+            child=c.deployable.name,
+            pid=pid,
+            uptime_s=round(now - c.started_at, 3),
+            **_describe(returncode),
+        )
+        c.exits.append(now)
+        while c.exits and now - c.exits[0] > self.policy.window_s:
+            c.exits.popleft()
+        delay_s = self.policy.delay_s(len(c.exits))
+        if delay_s is None:
+            c.state = "given-up"
+            log.error(
+                "child given up",
+                child=c.deployable.name,
+                reason="crash loop",
+                exits=len(c.exits),
+                window_s=self.policy.window_s,
+                still_serving=[s.deployable.name for s in self.serving],
+            )
+            console.print(
+                f"[bold red]{c.deployable.name} exited {len(c.exits)} times within "
+                f"{self.policy.window_s:.0f} s: given up[/bold red] (the others keep running)"
+            )
+            return
+        c.state = "waiting"
+        c.restart_at = now + delay_s
+        c.delays_s.append(delay_s)
+        log.warning("child restarting", child=c.deployable.name, delay_s=delay_s, exits=len(c.exits))
+
+    def wait_ready(self, timeout_s: float, stop: threading.Event) -> None:
+        """Until every child is ready (restarting any that exit meanwhile). Raises RuntimeError
+        if one is given up or the time runs out."""
+        deadline = self.clock() + timeout_s
+        while not stop.is_set():
+            self.step()
+            given_up = [c.deployable.name for c in self.children if c.state == "given-up"]
+            if given_up:
+                raise RuntimeError(f"could not start: {', '.join(given_up)} (is its port taken?)")
+            pending = [c.deployable.name for c in self.children if c.state != "ready"]
+            if not pending:
+                return
+            if self.clock() > deadline:
+                raise RuntimeError(f"not ready after {timeout_s:.0f} s: {sorted(pending)}")
+            stop.wait(POLL_S)
+
+    def run(self, stop: threading.Event, poll_s: float = POLL_S) -> int:
+        """Supervise until ``stop`` is set (0) or every child has been given up (1). Does not
+        stop the children: :meth:`stop` does, in order."""
+        while not stop.is_set():
+            self.step()
+            if not self.serving:
+                log.error("every child given up; nothing left to serve")
+                return 1
+            stop.wait(poll_s)
+        return 0
+
+    def stop(self) -> None:
+        """Higher tiers first (the services that use identity drain while it still answers):
+        SIGTERM, then SIGKILL after ``stop_timeout_s``; a tier's children stop together."""
+        for tier in sorted({c.deployable.tier for c in self.children}, reverse=True):
+            # Those whose process is (or was until now) running; the others were reaped.
+            group = [
+                c
+                for c in self.children
+                if c.deployable.tier == tier and c.state in ("starting", "ready") and c.process is not None
+            ]
+            for c in group:
+                if c.process is not None and c.process.poll() is None:
+                    log.info("child stopping", child=c.deployable.name, pid=c.process.pid)
+                    c.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_timeout_s
+            for c in group:
+                p = c.process
+                if p is None:
+                    continue
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.error("child did not stop; killing it", child=c.deployable.name, pid=p.pid)
+                    p.kill()
+                    p.wait(timeout=5)
+                _kill_group(p.pid)
+                log.info("child stopped", child=c.deployable.name, pid=p.pid, **_describe(p.returncode))
+        for c in self.children:
+            if c.state != "given-up":
+                c.state = "stopped"
 
 
 def _secret(client: str, default: str) -> str:
@@ -67,46 +311,6 @@ def _port_taken(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _wait_ready(procs: dict[Deployable, subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    pending = set(procs)
-    with httpx.Client(timeout=2.0) as client:
-        while pending:
-            for d in list(pending):
-                if procs[d].poll() is not None:
-                    raise RuntimeError(
-                        f"{d.name} exited with {procs[d].returncode} (is port {d.port} taken?)"
-                    )
-                try:
-                    if client.get(f"{d.url}/ready").status_code == 200:
-                        pending.discard(d)
-                        console.print(f"  [green]ready[/green] {d.name} on {d.url}")
-                except httpx.HTTPError:
-                    pass
-            if pending and time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"not ready after {READY_TIMEOUT_S:.0f} s: {sorted(d.name for d in pending)}"
-                )
-            time.sleep(0.2)
-
-
-def _stop(procs: dict[Deployable, subprocess.Popen[bytes]]) -> None:
-    for p in procs.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for d, p in procs.items():
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(timeout=5)
-        # A service's worker processes (wallet-api's) are in its process group; none outlives it.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        console.print(f"  stopped {d.name} ({p.returncode})")
 
 
 async def seed(
@@ -207,51 +411,62 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any]) -> None:
 """)
 
 
+def _databases() -> dict[str, str]:
+    """Each database key and the database it names here (settings may point at clones)."""
+    from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.wallet_api.settings import get_wallet_api_settings
+
+    identity = get_identity_settings()
+    return {
+        "wallet": get_wallet_api_settings().database or db.DATABASES["wallet"],
+        "identity": identity.database_name("identity"),
+        "staff_identity": identity.database_name("staff_identity"),
+    }
+
+
 def up() -> None:
     settings = get_settings()
     console.print("[bold]migrating[/bold]")
+    databases = _databases()
 
     async def migrate_all() -> None:
         for key in db.DATABASES:
             if (settings.migrations_dir / db.MIGRATION_FOLDERS.get(key, key)).is_dir():
-                await db.migrate(key, settings=settings)
+                await db.migrate(key, settings=settings, database=databases[key])
 
     asyncio.run(migrate_all())
-    procs: dict[Deployable, subprocess.Popen[bytes]] = {}
-    stopping = False
+    stop = threading.Event()
+    received: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
+        # Only flags: writing a log line here could re-enter a write the signal interrupted.
+        received.append(signum)
+        stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = Supervisor(deployables())
+    status = 0
     try:
         taken = [f"{d.name} :{d.port}" for d in deployables() if _port_taken(d.port)]
         if taken:
             raise RuntimeError(f"ports in use, is the system running already? {', '.join(taken)}")
-        for d in deployables():
-            # Each child in its own process group: the terminal's Ctrl-C reaches only us, and we
-            # stop the children in order.
-            procs[d] = subprocess.Popen(
-                [sys.executable, "-m", "hiwallet.cli", *d.args], start_new_session=True
-            )
         console.print("[bold]starting[/bold]")
-        _wait_ready(procs)
-        ds = list(procs)
-        identity_url, wallet_url = ds[0].url, ds[2].url
-        demo = asyncio.run(seed(identity_url, wallet_url))
-        _usage(identity_url, wallet_url, demo)
-        while not stopping:
-            for d, p in procs.items():
-                if p.poll() is not None:
-                    console.print(f"[red]{d.name} exited with {p.returncode}[/red]; stopping")
-                    stopping = True
-            time.sleep(0.5)
+        supervisor.start()
+        supervisor.wait_ready(READY_TIMEOUT_S, stop)
+        if not stop.is_set():
+            identity, _, wallet = (c.deployable for c in supervisor.children)
+            demo = asyncio.run(seed(identity.url, wallet.url, database=databases["wallet"]))
+            _usage(identity.url, wallet.url, demo)
+            status = supervisor.run(stop)
     except RuntimeError as exc:
         console.print(f"[red]{exc}[/red]")
-        raise SystemExit(1) from exc
+        status = 1
     finally:
+        if received:
+            log.info("stop requested", signal=signal.Signals(received[0]).name)
         console.print("[bold]stopping[/bold]")
-        _stop(procs)
+        supervisor.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if status:
+        raise SystemExit(status)

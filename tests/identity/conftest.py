@@ -141,8 +141,9 @@ def test_settings(port: int, **overrides: Any) -> IdentitySettings:
     return IdentitySettings(**values)
 
 
-def start_server(realm: str, database: str, **overrides: Any) -> IdentityServer:
-    port = free_port()
+def start_server(realm: str, database: str, *, port: int | None = None, **overrides: Any) -> IdentityServer:
+    """``port`` to start again where a stopped server was (tests of an issuer outage)."""
+    port = port or free_port()
     settings = test_settings(port, **overrides)
     app = create_identity_app(realm, settings, database=database)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")

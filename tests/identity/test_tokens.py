@@ -120,6 +120,49 @@ def test_introspection(customer_idp: IdentityServer) -> None:
     assert business_api.introspect(token["access_token"]) == {"active": False}
 
 
+def test_a_live_refresh_token_is_active_with_keycloaks_claims(customer_idp: IdentityServer) -> None:
+    """A refresh token the refresh grant still accepts is ``active: true`` with the claims of
+    Keycloak's refresh token (``typ: Refresh``), to the resource server (business-api) as to a
+    BFF, through python-keycloak; spent, logged out, expired or of a disabled user, it is not."""
+    user_id = customer_idp.create_user("elif")
+    mobile = customer_idp.openid("personal-mobile-api")
+    token = mobile.token("elif", PASSWORD)
+    business_api = customer_idp.openid("business-api")
+    before = int(time.time())
+    live = business_api.introspect(token["refresh_token"])
+    assert live["active"] is True, live
+    assert live["typ"] == "Refresh"
+    assert (live["sub"], live["azp"], live["client_id"]) == (user_id, *["personal-mobile-api"] * 2)
+    assert live["sid"] == token["session_state"] and live["username"] == "elif"
+    assert live["iss"] == customer_idp.issuer and live["aud"] == customer_idp.issuer
+    assert live["scope"].split() == token["scope"].split()
+    assert live["exp"] - live["iat"] == customer_idp.settings.refresh_token_lifetime_s
+    assert abs(live["iat"] - before) <= 5
+    assert "token_type" not in live  # a refresh token is not a bearer credential
+    assert customer_idp.openid("personal-web-bff").introspect(token["refresh_token"])["active"] is True
+
+    # It still works, and once spent by that use it is inactive; its successor is active.
+    rotated = refresh(customer_idp, token["refresh_token"])
+    assert rotated.status_code == 200
+    assert business_api.introspect(token["refresh_token"]) == {"active": False}
+    successor = rotated.json()["refresh_token"]
+    assert business_api.introspect(successor)["active"] is True
+
+    # A disabled user's token does not refresh, so it is not active; enabled again, it is.
+    customer_idp.admin().disable_user(user_id)
+    assert business_api.introspect(successor) == {"active": False}
+    customer_idp.admin().enable_user(user_id)
+    assert business_api.introspect(successor)["active"] is True
+
+    mobile.logout(successor)
+    assert business_api.introspect(successor) == {"active": False}
+
+    expiring = mobile.token("elif", PASSWORD)["refresh_token"]
+    assert business_api.introspect(expiring)["active"] is True
+    customer_idp.sql("UPDATE refresh_tokens SET expires_at = now() - interval '1 s' WHERE used_at IS NULL")
+    assert business_api.introspect(expiring) == {"active": False}
+
+
 def test_lockout_after_repeated_failures(identity_factory: ServerFactory) -> None:
     idp = identity_factory("hiwallet", max_login_failures=3, lockout_s=2)
     idp.create_user("murat")

@@ -11,13 +11,17 @@ claims is whether the caller is a service account (see :func:`_is_service_accoun
 
 JWKS are cached per issuer and refetched only when a token names an unknown ``kid`` (a key
 rotation), at most once per ``refetch_interval``, so a flood of tokens with made-up kids cannot
-turn into a flood of requests to the identity provider.
+turn into a flood of requests to the identity provider. When the keys cannot be had (never
+fetched, or the refresh an unknown kid needs failed), the answer is 503 ``issuer-unavailable``
+with ``Retry-After``, never 401: a 401 tells a client to throw its token away. A failed refresh
+keeps the last good key set (see :class:`_JwksCache`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,45 +136,101 @@ class IssuerUnavailable(ServiceUnavailable):
 
 
 class _JwksCache:
-    def __init__(self, issuer: TrustedIssuer, client: httpx.AsyncClient, refetch_interval: float) -> None:
+    """One issuer's signing keys: the last good set, refreshed only for an unknown ``kid``.
+
+    What a caller can be told follows from what is known. A kid in the set: its key. A kid not
+    in the set, and the last fetch succeeded (at most ``refetch_interval`` ago): the issuer does
+    not publish it, 401. A kid not in the set and the keys cannot be had (never fetched, or the
+    last fetch failed): nobody can tell a good token from a bad one, so 503
+    ``issuer-unavailable``, never 401, which would make clients throw good tokens away. A failed
+    fetch never clears the set: tokens signed by known keys keep verifying while the issuer is
+    down. Fetches, failed or not, are at most one per ``refetch_interval``, so a storm of
+    made-up kids (or of requests during an outage) cannot hammer the issuer.
+    """
+
+    def __init__(
+        self,
+        issuer: TrustedIssuer,
+        client: httpx.AsyncClient,
+        refetch_interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.issuer = issuer
         self.client = client
         self.refetch_interval = refetch_interval
+        self.clock = clock
         self.keys: dict[str, RSAKey] = {}
         self.last_fetch = float("-inf")
+        self.last_fetch_ok = False
         self.lock = asyncio.Lock()
 
     async def key(self, kid: str) -> RSAKey | None:
+        """The key named ``kid``, or None if the issuer (reached lately) does not publish it;
+        raises :class:`IssuerUnavailable` if the issuer's keys cannot be had."""
         if kid in self.keys:
             return self.keys[kid]
         async with self.lock:
             # Another request may have refetched while this one waited for the lock.
-            if kid not in self.keys and time.monotonic() - self.last_fetch >= self.refetch_interval:
+            if kid not in self.keys and self.clock() - self.last_fetch >= self.refetch_interval:
                 await self._fetch()
-        return self.keys.get(kid)
+            if kid in self.keys:
+                return self.keys[kid]
+            if not self.last_fetch_ok:
+                retry_after_s = max(1, math.ceil(self.last_fetch + self.refetch_interval - self.clock()))
+                raise IssuerUnavailable(
+                    "cannot fetch the issuer's signing keys; retry with the same token",
+                    headers={"Retry-After": str(retry_after_s)},
+                )
+            return None
 
     async def _fetch(self) -> None:
-        self.last_fetch = time.monotonic()
+        self.last_fetch = self.clock()
         try:
             response = await self.client.get(self.issuer.jwks_url)
             response.raise_for_status()
             if len(response.content) > MAX_JWKS_BYTES:
                 raise ValueError("JWKS too large")
-            document = response.json()
+            keys = _signing_keys(response.json())
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("jwks fetch failed", issuer=self.issuer.issuer_url, error=repr(exc))
-            if not self.keys:
-                raise IssuerUnavailable("cannot fetch the issuer's signing keys") from exc
+            self.last_fetch_ok = False
+            log.warning(
+                "jwks fetch failed; keeping the last good keys",
+                issuer=self.issuer.issuer_url,
+                error=repr(exc),
+                kids=sorted(self.keys),
+            )
             return
-        keys: dict[str, RSAKey] = {}
-        for entry in document.get("keys", []):
-            # Only RSA signing keys; an "enc" key or an EC key is not for us.
-            if entry.get("kty") != "RSA" or entry.get("use", "sig") != "sig" or "kid" not in entry:
-                continue
-            keys[entry["kid"]] = RSAKey.import_key(entry)
         # Replace, not merge: a key the issuer dropped must stop verifying.
         self.keys = keys
+        self.last_fetch_ok = True
         log.info("jwks fetched", issuer=self.issuer.issuer_url, kids=sorted(keys))
+
+
+def _signing_keys(document: Any) -> dict[str, RSAKey]:
+    """The RSA signing keys of a JWKS document. A document with none is refused (ValueError) as
+    a failed fetch would be: an issuer always publishes its signing key, so an empty or
+    unreadable set is a broken answer (a proxy's error page, a half-started server), and taking
+    it would turn every valid token into a 401."""
+    entries = document.get("keys") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError("not a JWKS document")
+    keys: dict[str, RSAKey] = {}
+    for entry in entries:
+        # Only RSA signing keys; an "enc" key or an EC key is not for us.
+        if (
+            not isinstance(entry, dict)
+            or entry.get("kty") != "RSA"
+            or entry.get("use", "sig") != "sig"
+            or not isinstance(entry.get("kid"), str)
+        ):
+            continue
+        try:
+            keys[entry["kid"]] = RSAKey.import_key(entry)
+        except (JoseError, ValueError, TypeError) as exc:
+            log.warning("jwks entry skipped", kid=entry["kid"], error=repr(exc))
+    if not keys:
+        raise ValueError("the JWKS holds no RSA signing key")
+    return keys
 
 
 class TokenVerifier:
@@ -183,7 +243,9 @@ class TokenVerifier:
         http_client: httpx.AsyncClient | None = None,
         timeout_seconds: float = 3.0,
         cache_size: int = VERIFIED_CACHE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` (monotonic seconds) paces the JWKS refetches; tests pass their own."""
         if not issuers:
             raise ValueError("a verifier needs at least one trusted issuer")
         self._own_client = http_client is None
@@ -193,7 +255,9 @@ class TokenVerifier:
         )
         self.leeway = leeway_seconds
         self._issuers = {i.issuer_url: i for i in issuers}
-        self._caches = {i.issuer_url: _JwksCache(i, self.client, refetch_interval_seconds) for i in issuers}
+        self._caches = {
+            i.issuer_url: _JwksCache(i, self.client, refetch_interval_seconds, clock) for i in issuers
+        }
         # token -> (principal, exp, issuer, kid). A client sends one access token with every
         # request until it expires; verifying its RS256 signature and parsing it each time was
         # a fifth of wallet-api's CPU per transfer (bench/). The key is the whole token,
@@ -223,8 +287,15 @@ class TokenVerifier:
         issuer = self._issuers.get(str(unverified.get("iss")))
         if issuer is None:
             raise UntrustedIssuer("the token's issuer is not trusted by this service")
+        # A refusal needs no proof: a token that is expired, not an access token or not for us
+        # is refused before any key is looked at, so it is 401 even while the issuer's keys
+        # cannot be had (503 is only for tokens that might be good). Once the signature
+        # verifies, the same claims are checked again, verified.
+        self._check_claims(unverified, issuer)
         kid = header.get("kid")
-        key = await self._caches[issuer.issuer_url].key(kid) if isinstance(kid, str) else None
+        if not isinstance(kid, str):
+            raise TokenRejected("the token names no signing key")
+        key = await self._caches[issuer.issuer_url].key(kid)  # raises IssuerUnavailable (503)
         if key is None:
             raise TokenRejected("the token is signed with a key the issuer does not publish")
         try:

@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hiwallet.core.auth import bearer_token
-from hiwallet.core.db import DATABASES, create_pool
+from hiwallet.core.db import create_pool
 from hiwallet.core.http import Forbidden, NotFound, ReadyCheck, create_app, problem_response
 from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
@@ -303,7 +303,7 @@ def create_identity_app(
     """The app of one realm. ``database`` overrides the realm's database (tests use clones)."""
     settings = settings or get_identity_settings()
     config = load_realm(realm_name, settings.realms_dir)
-    database_name = database or DATABASES[config.database_key]
+    database_name = database or settings.database_name(config.database_key)
     checks: dict[str, ReadyCheck] = {}
 
     @asynccontextmanager

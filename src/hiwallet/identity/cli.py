@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from hiwallet.core.db import DATABASES, create_pool
+from hiwallet.core.db import create_pool
 from hiwallet.identity.keys import ensure_keys, rotate_keys
 from hiwallet.identity.realm import REALM_DATABASES, RealmConfigError
 from hiwallet.identity.settings import get_identity_settings
@@ -27,7 +27,8 @@ def rotate_keys_command(realm: RealmOption = "hiwallet") -> None:
     settings = get_identity_settings()
 
     async def _run() -> str:
-        pool = await create_pool(DATABASES[REALM_DATABASES[realm]], min_size=1, max_size=2)
+        database = settings.database_name(REALM_DATABASES[realm])
+        pool = await create_pool(database, min_size=1, max_size=2)
         try:
             await ensure_keys(pool, settings.key_bits)
             kid = await rotate_keys(pool, settings.key_bits, publish_for_s=retire_after(realm))

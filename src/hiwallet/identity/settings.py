@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.core.db import DATABASES
+
 REALMS_DIR = Path(__file__).resolve().parent / "realms"
 
 
@@ -20,6 +22,10 @@ class IdentitySettings(BaseSettings):
     port: int = 8080
     staff_port: int = 8180
     realms_dir: Path = REALMS_DIR
+    # The realms' database names; empty means hiwallet_identity and hiwallet_staff_identity
+    # (SYSTEM.md). Tests run `hiwallet up` on clones.
+    database: str = ""
+    staff_database: str = ""
 
     # Lifetimes in seconds (Keycloak's defaults where it has one).
     access_token_lifetime_s: int = 300
@@ -69,6 +75,12 @@ class IdentitySettings(BaseSettings):
 
     def base_url(self, realm: str) -> str:
         return self.staff_public_url if realm == "hiwallet-staff" else self.public_url
+
+    def database_name(self, key: str) -> str:
+        """The database of the realm whose database key is ``key`` (``identity`` or
+        ``staff_identity``)."""
+        override = self.staff_database if key == "staff_identity" else self.database
+        return override or DATABASES[key]
 
     def default_port(self, realm: str) -> int:
         return self.staff_port if realm == "hiwallet-staff" else self.port

@@ -339,7 +339,15 @@ async def userinfo(realm: Realm, access_token: str) -> dict[str, Any]:
 
 
 async def introspect(realm: Realm, client: ClientConfig, form: Mapping[str, str]) -> dict[str, Any]:
-    """RFC 7662. Only confidential clients may ask; an inactive token is just ``active: false``."""
+    """RFC 7662. Only confidential clients may ask; an inactive token is just ``active: false``.
+
+    Any confidential client of the realm may introspect any of its tokens, access or refresh, as
+    Keycloak did before 26.6.2 (which began to require the caller in ``aud``, or for a refresh
+    token in ``azp``): business-api, the resource server, introspects the mobile app's tokens. A
+    refresh token is active exactly while the refresh grant would accept it, and is answered
+    with the claims Keycloak's refresh JWT carries (``typ: Refresh``); ours are opaque, so the
+    claims come from its row.
+    """
     if client.public:
         raise UnauthorizedClient("Public clients may not introspect tokens")
     token = form.get("token") or ""
@@ -349,21 +357,22 @@ async def introspect(realm: Realm, client: ClientConfig, form: Mapping[str, str]
         if isinstance(sid, str) and await realm.pool.fetchrow(Q["active_session"], sid) is None:
             return {"active": False}
         return {**claims, "active": True, "client_id": claims.get("azp"), "token_type": "Bearer"}
-    row = await realm.pool.fetchrow(Q["refresh_token_by_hash"], token_hash(token))
-    if (
-        row is not None
-        and row["client_id"] == client.client_id
-        and row["used_at"] is None
-        and row["revoked_at"] is None
-        and row["expires_at"].timestamp() > time.time()
-    ):
-        return {
-            "active": True,
-            "typ": "Refresh",
-            "client_id": row["client_id"],
-            "sub": row["user_id"],
-            "sid": row["session_id"],
-            "scope": row["scope"],
-            "exp": int(row["expires_at"].timestamp()),
-        }
-    return {"active": False}
+    if not token or len(token) > 16_384:
+        return {"active": False}
+    row = await realm.pool.fetchrow(Q["live_refresh_token"], token_hash(token))
+    if row is None:
+        return {"active": False}
+    return {
+        "exp": row["exp"],
+        "iat": row["iat"],
+        "iss": realm.issuer,
+        "aud": realm.issuer,  # Keycloak's refresh tokens are addressed to the realm itself
+        "sub": row["user_id"],
+        "typ": "Refresh",
+        "azp": row["client_id"],
+        "sid": row["session_id"],
+        "scope": row["scope"],
+        "client_id": row["client_id"],
+        "username": row["username"],
+        "active": True,
+    }

@@ -148,6 +148,16 @@ RETURNING *;
 -- name: refresh_token_by_hash
 SELECT * FROM refresh_tokens WHERE token_hash = $1;
 
+-- name: live_refresh_token
+-- What introspection reports: a refresh token the refresh grant would still accept (unspent,
+-- unrevoked, unexpired, its session open, its user enabled), with its user's name.
+SELECT r.*, extract(epoch FROM r.created_at)::bigint AS iat,
+       extract(epoch FROM r.expires_at)::bigint AS exp, u.username
+FROM refresh_tokens r
+JOIN sessions s ON s.id = r.session_id AND s.ended_at IS NULL AND s.expires_at > now()
+JOIN users u ON u.id = r.user_id AND u.enabled
+WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.revoked_at IS NULL AND r.expires_at > now();
+
 -- name: revoke_family
 UPDATE refresh_tokens SET revoked_at = now() WHERE family_id = $1 AND revoked_at IS NULL;
 

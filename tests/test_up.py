@@ -1,0 +1,271 @@
+"""`hiwallet up` as a supervisor (issue 9, item 6), with real processes on free ports and
+fresh databases: a child killed with SIGKILL comes back ready while the others keep answering;
+a child that always crashes is given up after the bound while the others serve; SIGTERM stops
+everything (the services that use identity first) and `up` exits 0.
+
+Every wait polls a condition against a deadline; nothing sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hiwallet.core import db
+from hiwallet.up import DEMO_EMAIL, DEMO_PASSWORD, Deployable, RestartPolicy, Supervisor
+from tests import pgtemplate
+from tests.identity.conftest import free_port
+
+POLL_S = 0.05
+
+
+def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(POLL_S)  # the polling interval, not a synchronisation
+
+
+def ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+async def databases() -> AsyncIterator[dict[str, str]]:
+    """Fresh, migrated databases for the wallet and both realms."""
+    names: dict[str, str] = {}
+    try:
+        for key in ("wallet", "identity", "staff_identity"):
+            names[key] = await pgtemplate.clone("template0")
+            await db.migrate(key, database=names[key])
+        yield names
+    finally:
+        for name in names.values():
+            await pgtemplate.drop_database(name)
+
+
+def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    ports = {"identity": free_port(), "staff": free_port(), "wallet-api": free_port()}
+    customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
+    env = {
+        **os.environ,
+        "HIWALLET_IDENTITY_PORT": str(ports["identity"]),
+        "HIWALLET_IDENTITY_STAFF_PORT": str(ports["staff"]),
+        "HIWALLET_IDENTITY_PUBLIC_URL": customer,
+        "HIWALLET_IDENTITY_STAFF_PUBLIC_URL": staff,
+        "HIWALLET_IDENTITY_DATABASE": databases["identity"],
+        "HIWALLET_IDENTITY_STAFF_DATABASE": databases["staff_identity"],
+        "HIWALLET_IDENTITY_SMTP_ENABLED": "false",
+        "HIWALLET_IDENTITY_ARGON2_TIME_COST": "1",
+        "HIWALLET_IDENTITY_ARGON2_MEMORY_KIB": "1024",
+        "HIWALLET_IDENTITY_ARGON2_PARALLELISM": "1",
+        "HIWALLET_WALLET_API_PORT": str(ports["wallet-api"]),
+        "HIWALLET_WALLET_API_DATABASE": databases["wallet"],
+        "HIWALLET_WALLET_API_CUSTOMER_ISSUER_BASE": customer,
+        "HIWALLET_WALLET_API_STAFF_ISSUER_BASE": staff,
+    }
+    return env, ports
+
+
+class Output:
+    """A process's stdout and stderr, in a file read while it runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def lines(self, *needles: str) -> list[str]:
+        return [line for line in self.path.read_text().splitlines() if all(n in line for n in needles)]
+
+    def pids(self, event: str, child: str) -> list[int]:
+        """The pids logged with ``event`` for ``child``, in order. Tolerant of the renderer
+        (key=value or JSON)."""
+        found = []
+        for line in self.lines(event, child):
+            match = re.search(r"pid\W+(\d+)", line)
+            if match:
+                found.append(int(match[1]))
+        return found
+
+
+def demo_token(identity_port: int) -> str:
+    response = httpx.post(
+        f"http://127.0.0.1:{identity_port}/realms/hiwallet/protocol/openid-connect/token",
+        data={
+            "grant_type": "password",
+            "client_id": "personal-mobile-api",
+            "username": DEMO_EMAIL,
+            "password": DEMO_PASSWORD,
+        },
+    )
+    assert response.status_code == 200, response.text
+    token: str = response.json()["access_token"]
+    return token
+
+
+@pytest.fixture
+def up_process(
+    databases: dict[str, str], tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Output]]:
+    env, ports = system_env(databases)
+    out = Output(tmp_path / "up.log")
+    with out.path.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hiwallet.cli", "up"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc, ports, out
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        # Whatever it started, should it have failed to stop them.
+        for child in ("identity (hiwallet)", "identity (hiwallet-staff)", "wallet-api"):
+            for pid in out.pids("child started", child):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+
+
+async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stops_all(
+    up_process: tuple[subprocess.Popen[bytes], dict[str, int], Output],
+) -> None:
+    proc, ports, out = up_process
+    await asyncio.to_thread(
+        until,
+        lambda: bool(out.lines("HiWallet is running")) or proc.poll() is not None,
+        120,
+        "hiwallet up running",
+    )
+    assert proc.poll() is None, out.path.read_text()
+    [wallet_pid] = out.pids("child started", "wallet-api")
+    [identity_pid] = out.pids("child started", "identity (hiwallet)")
+    me = {"Authorization": f"Bearer {demo_token(ports['identity'])}"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports['wallet-api']}", timeout=5) as api:
+        assert (await api.get("/v1/accounts", headers=me)).status_code == 200
+
+        os.kill(wallet_pid, signal.SIGKILL)
+        # Until wallet-api is back (a new pid, ready), identity answers every probe.
+        identity_probes = 0
+
+        def back() -> bool:
+            nonlocal identity_probes
+            assert ready(ports["identity"]) and ready(ports["staff"]), "identity stopped answering"
+            identity_probes += 1
+            pids = out.pids("child started", "wallet-api")
+            return len(pids) == 2 and ready(ports["wallet-api"])
+
+        await asyncio.to_thread(until, back, 60, "wallet-api restarted and ready")
+        assert identity_probes >= 2
+        assert out.lines("child exited", "wallet-api", "SIGKILL"), out.path.read_text()
+        assert out.lines("child restarting", "wallet-api")
+        assert out.lines("child ready", "wallet-api")
+        new_pid = out.pids("child started", "wallet-api")[1]
+        assert new_pid != wallet_pid and alive(new_pid) and alive(identity_pid)
+        assert out.pids("child started", "identity (hiwallet)") == [identity_pid]  # not restarted
+        # The new wallet-api fetches identity's keys and serves the same token.
+        assert (await api.get("/v1/accounts", headers=me)).status_code == 200
+
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 30) == 0, out.path.read_text()
+    for pid in (new_pid, identity_pid, *out.pids("child started", "identity (hiwallet-staff)")):
+        assert not alive(pid)
+    for port in ports.values():
+        assert not ready(port)
+    # Those that use identity drain first; identity stops after them.
+    stopping = out.lines("child stopping")
+    assert [("wallet-api" in line) for line in stopping] == [True, False, False], stopping
+
+
+def test_a_child_that_always_crashes_is_given_up_while_the_others_serve(
+    databases: dict[str, str],
+) -> None:
+    env, ports = system_env(databases)
+    identity = Deployable("identity", ("run", "identity", "--realm", "hiwallet"), ports["identity"], 0)
+    # A real `hiwallet run` that exits at once (status 2: no such deployable), every time.
+    crasher = Deployable("crasher", ("run", "no-such-deployable"), free_port(), 1)
+    policy = RestartPolicy(first_delay_s=0.1, max_delay_s=0.3, max_restarts=3, window_s=60)
+    supervisor = Supervisor([identity, crasher], policy=policy, env=env)
+    stop = threading.Event()
+    status: list[int] = []
+    supervisor.start()
+    runner = threading.Thread(target=lambda: status.append(supervisor.run(stop, poll_s=0.05)))
+    runner.start()
+    try:
+        until(lambda: supervisor.child("identity").state == "ready", 60, "identity ready")
+        identity_pid = supervisor.child("identity").process.pid  # type: ignore[union-attr]
+
+        def given_up() -> bool:
+            assert ready(ports["identity"]), "identity stopped answering"
+            return supervisor.child("crasher").state == "given-up"
+
+        until(given_up, 60, "the crasher given up")
+        crashed = supervisor.child("crasher")
+        # Restarted max_restarts times, the waits doubling up to the cap; then given up.
+        assert crashed.restarts == 3 and crashed.delays_s == [0.1, 0.2, 0.3]
+        assert len(crashed.exits) == 4
+        assert supervisor.child("identity").restarts == 0
+        assert supervisor.child("identity").process.pid == identity_pid  # type: ignore[union-attr]
+        assert ready(ports["identity"]) and runner.is_alive() and not status  # still serving
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+        supervisor.stop()
+    assert status == [0]
+    assert not alive(identity_pid) and not ready(ports["identity"])
+
+
+def test_up_exits_non_zero_when_every_child_is_given_up() -> None:
+    crasher = Deployable("crasher", ("run", "no-such-deployable"), free_port(), 1)
+    policy = RestartPolicy(first_delay_s=0.05, max_delay_s=0.05, max_restarts=1, window_s=60)
+    supervisor = Supervisor([crasher], policy=policy)
+    stop = threading.Event()
+    guard = threading.Timer(60, stop.set)  # were it never given up: run returns 0, and fails
+    guard.start()
+    supervisor.start()
+    try:
+        assert supervisor.run(stop, poll_s=0.05) == 1
+    finally:
+        guard.cancel()
+        supervisor.stop()
+    assert supervisor.child("crasher").state == "given-up"
+
+
+def test_the_default_restart_policy() -> None:
+    """0.5 s doubling, capped at 10 s; the sixth exit within the window is a crash loop."""
+    policy = RestartPolicy()
+    assert [policy.delay_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, None]
+    patient = RestartPolicy(max_restarts=8)
+    assert [patient.delay_s(n) for n in range(6, 10)] == [10.0, 10.0, 10.0, None]
