@@ -305,18 +305,18 @@ def test_a_process_that_configured_nothing_logs_json_without_locals() -> None:
 @pytest.fixture
 def planted() -> Iterator[list[str]]:
     lines = [
-        _render({"event": "login", "password": "hiwallet-demo"}).decode(),
-        _render({"event": "auth", "authorization": f"Bearer {TOKEN}"}).decode(),
-        _render({"event": "jwt", "token": TOKEN}).decode(),
-        _render({"event": "user", "email": "demo@hiwallet.dev"}).decode(),
-        _render({"event": "client", "secret": "dev-onboarding-secret"}).decode(),
+        _render({"event": "login", "password": "hiwallet-demo"}).decode().strip(),
+        _render({"event": "auth", "authorization": f"Bearer {TOKEN}"}).decode().strip(),
+        _render({"event": "jwt", "token": TOKEN}).decode().strip(),
+        _render({"event": "user", "email": "demo@hiwallet.dev"}).decode().strip(),
+        _render({"event": "client", "secret": "dev-onboarding-secret"}).decode().strip(),
     ]
     yield lines
 
 
 def test_the_run_scan_catches_a_planted_secret(planted: list[str]) -> None:
     """The control of the scan that ends every test run (tests/conftest.py)."""
-    clean = _render({"event": "request", "service": "wallet-api", "route": "/v1/transfers"}).decode()
+    clean = _render({"event": "request", "service": "wallet-api", "route": "/v1/transfers"}).decode().strip()
     assert logscan.find_secrets(clean) == []
     found = logscan.find_secrets("\n".join([clean, *planted]))
     assert {line for _, line in found} == set(planted)
