@@ -12,7 +12,13 @@ from hiwallet.core import db
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
 
-app = typer.Typer(no_args_is_help=True, help="HiWallet: wallets on a double-entry ledger.")
+# No locals in a crash's traceback (typer's rich tracebacks show them by default): settings,
+# DSNs and tokens live in locals.
+app = typer.Typer(
+    no_args_is_help=True,
+    help="HiWallet: wallets on a double-entry ledger.",
+    pretty_exceptions_show_locals=False,
+)
 console = Console()
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import httpx
@@ -14,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from pydantic import BaseModel
 
 from hiwallet.core.http import (
+    GC_YOUNG_THRESHOLD,
     FastJSONResponse,
     LeanRoute,
     LeanRouteError,
@@ -22,6 +25,7 @@ from hiwallet.core.http import (
     document_models,
     json_body,
     json_body_openapi,
+    settle_heap_once_started,
 )
 
 
@@ -337,3 +341,30 @@ def test_the_guards_hold_under_python_dash_o() -> None:
     )
     run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert "refused: POST /pay" in run.stdout
+
+
+async def test_the_heap_is_settled_once_the_app_has_started() -> None:
+    """At the process entry point (settle_heap_once_started), after the app's lifespan has built
+    what lives as long as the process, before the first request."""
+    seen: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        seen["frozen during startup"] = gc.get_freeze_count()
+        yield
+
+    app = settle_heap_once_started(create_app("gc-test", lifespan=lifespan))
+    threshold = gc.get_threshold()
+    try:
+        async with app.router.lifespan_context(app):
+            seen["frozen once started"] = gc.get_freeze_count()
+            assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    assert seen["frozen during startup"] == 0
+    assert seen["frozen once started"] > 0
+    # The factory alone settles nothing.
+    plain = create_app("gc-test")
+    async with plain.router.lifespan_context(plain):
+        assert gc.get_freeze_count() == 0
