@@ -139,8 +139,11 @@ class Edge:
                     status = 500
         finally:
             if status == 0:
+                # Nothing answered: cancelled (the server stopping) or an app that sent nothing.
+                # Counted as a 500, as before; logged as what it is.
                 status = 500
-            if status >= 500:
+                log.warning("request not answered", method=scope.get("method", ""), route=route_label(scope))
+            elif status >= 500:
                 self._log_failure(scope, status)
             REQUEST_ID.reset(token)
             self._measure(scope, status, started, request_id)
