@@ -137,11 +137,17 @@ async def _wait_ready(client: httpx.AsyncClient, url: str, proc: subprocess.Pope
     raise RuntimeError(f"{url} not ready in {READY_TIMEOUT_S} s")
 
 
+# The services' log lines (wallet-api's access line on every request) go to a file, as under a
+# supervisor or a container runtime: not to the terminal, whose speed would be measured too.
+SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-services.jsonl"
+
+
 def _start(code: str, *args: str) -> subprocess.Popen[bytes]:
     # Its own process group: wallet-api's worker processes go with it, however it ends.
-    return subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, start_new_session=True
-    )
+    with SERVICE_LOG.open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+        )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

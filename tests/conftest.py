@@ -1,10 +1,56 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from tests import pgtemplate
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.settings import get_settings
+from tests import logscan, pgtemplate
+
+LOG_FILE_ENV = "HIWALLET_LOG_FILE"
+_ran: set[str] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One log file for the whole run, inherited by every process the tests start; scanned for
+    # secrets when the run ends (pytest_sessionfinish).
+    if LOG_FILE_ENV not in os.environ:
+        directory = tempfile.mkdtemp(prefix="hiwallet-test-log-")
+        os.environ[LOG_FILE_ENV] = str(Path(directory) / "run.jsonl")
+    get_settings.cache_clear()
+    configure_logging("tests")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        _ran.add(report.nodeid.split("/")[1] if report.nodeid.count("/") > 1 else report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any process it started logged a secret; and make sure the scan saw the
+    services the run exercised (their access lines are in the file)."""
+    path = Path(os.environ[LOG_FILE_ENV])
+    text = path.read_text(errors="replace") if path.exists() else ""
+    problems = [f"{kind}: {line[:300]}" for kind, line in logscan.find_secrets(text)]
+    services = logscan.access_services(text)
+    if "wallet_api" in _ran and "wallet-api" not in services:
+        problems.append(f"no wallet-api access line in {path}: the scan would see nothing")
+    if "identity" in _ran and not any(s.startswith("identity-") for s in services):
+        problems.append(f"no identity access line in {path}: the scan would see nothing")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if problems:
+        if reporter is not None:
+            reporter.write_line(f"the logs of this run ({path}) hold what no log may:", red=True)
+            for problem in problems[:20]:
+                reporter.write_line(f"  {problem}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    elif reporter is not None and text:
+        lines = text.count("\n")
+        reporter.write_line(f"log scan: {lines} lines of {path}, no secret ({', '.join(sorted(services))})")
 
 
 @pytest.fixture(scope="session")

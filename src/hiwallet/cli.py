@@ -9,10 +9,23 @@ import typer
 from rich.console import Console
 
 from hiwallet.core import db
+from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
 
-app = typer.Typer(no_args_is_help=True, help="HiWallet: wallets on a double-entry ledger.")
+# No locals in a crash's traceback (typer's rich tracebacks show them by default): settings,
+# DSNs and tokens live in locals.
+app = typer.Typer(
+    no_args_is_help=True,
+    help="HiWallet: wallets on a double-entry ledger.",
+    pretty_exceptions_show_locals=False,
+)
 console = Console()
+
+
+@app.callback()
+def _start() -> None:
+    # Every command's process logs JSON lines (core/logging.py); `run` and `up` name their own.
+    configure_logging("hiwallet-cli")
 
 
 @app.command()
@@ -66,6 +79,7 @@ def up() -> None:
     """Start the whole system (migrated, demo data ready); Ctrl-C stops it all."""
     from hiwallet.up import up as run_up
 
+    configure_logging("up")
     run_up()
 
 

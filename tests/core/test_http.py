@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import gc
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
 from pydantic import BaseModel
 
 from hiwallet.core.http import (
+    GC_YOUNG_THRESHOLD,
     FastJSONResponse,
     LeanRoute,
+    LeanRouteError,
     ProblemError,
     create_app,
     document_models,
     json_body,
     json_body_openapi,
+    settle_heap_once_started,
 )
 
 
@@ -159,8 +167,10 @@ async def test_hot_routes_answer_as_the_stack_does() -> None:
         transport = httpx.ASGITransport(app=lean_app(hot), raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             answers[hot] = []
-            for request in LEAN_REQUESTS:
-                r = await c.post("/pay", **request)
+            for n, request in enumerate(LEAN_REQUESTS):
+                # The same request ids on both lanes: a 500's incident is its request id.
+                headers = {**request.get("headers", {}), "X-Request-Id": f"lean-{n}"}
+                r = await c.post("/pay", **{**request, "headers": headers})
                 answers[hot].append((r.status_code, r.headers["content-type"], r.json()))
             metrics[hot] = (await c.get("/metrics")).text
     assert answers[True] == answers[False]
@@ -192,5 +202,169 @@ def test_a_hot_route_must_be_served_by_the_app() -> None:
 
     app = create_app("lean-test", hot_routes=router.routes)
     app.include_router(router, prefix="/v2")  # served elsewhere than the hot route's path
-    with pytest.raises(AssertionError):
+    with pytest.raises(LeanRouteError, match="POST /pay"):
         app.build_middleware_stack()
+
+
+# --- Lean and hot routes cannot be misused: each case refused, naming the route ------------
+
+
+async def guard() -> None:
+    raise PermissionError("a guard that must run")
+
+
+def lean_router(**router_options: Any) -> APIRouter:
+    return APIRouter(route_class=LeanRoute, **router_options)
+
+
+async def bare(request: Request) -> Response:
+    return Response(status_code=204)
+
+
+def test_a_lean_route_with_a_dependency_of_its_own_is_refused() -> None:
+    router = lean_router()
+    with pytest.raises(LeanRouteError, match=r"POST /pay.*dependency 'guard'"):
+        router.post("/pay", dependencies=[Depends(guard)])(bare)
+
+
+def test_a_lean_route_under_a_router_with_a_dependency_is_refused() -> None:
+    router = lean_router(prefix="/v1", dependencies=[Depends(guard)])
+    with pytest.raises(LeanRouteError, match=r"POST /v1/pay.*dependency 'guard'"):
+        router.post("/pay")(bare)
+
+
+def test_a_lean_route_included_with_a_dependency_is_refused_at_startup() -> None:
+    router = lean_router()
+    router.post("/pay")(bare)
+    for hot in (False, True):
+        app = create_app("lean-test", hot_routes=router.routes if hot else ())
+        app.include_router(router, dependencies=[Depends(guard)])
+        with pytest.raises(LeanRouteError, match=r"POST /pay.*dependency 'guard'"):
+            app.build_middleware_stack()
+
+
+async def test_the_refusal_happens_at_startup() -> None:
+    """The ASGI lifespan's startup (uvicorn's, with lifespan "on") fails with it."""
+    router = lean_router()
+    router.post("/pay")(bare)
+    app = create_app("lean-test", hot_routes=router.routes)
+    app.include_router(router, dependencies=[Depends(guard)])
+    messages = iter([{"type": "lifespan.startup"}])
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        pass
+
+    with pytest.raises(LeanRouteError, match="POST /pay"):
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+
+
+@pytest.mark.parametrize(
+    ("path", "endpoint", "found"),
+    [
+        ("/pay/{wallet}", "path", "path parameter 'wallet'"),
+        ("/pay", "query", "query parameter 'limit'"),
+        ("/pay", "header", "header parameter 'x_key'"),
+        ("/pay", "body", "body parameter 'body'"),
+    ],
+)
+def test_a_lean_route_with_a_parameter_is_refused(path: str, endpoint: str, found: str) -> None:
+    async def with_path(request: Request, wallet: str) -> Response:
+        return Response(status_code=204)
+
+    async def with_query(request: Request, limit: int = 5) -> Response:
+        return Response(status_code=204)
+
+    async def with_header(request: Request, x_key: Annotated[str, Header()]) -> Response:
+        return Response(status_code=204)
+
+    async def with_body(request: Request, body: Transfer) -> Response:
+        return Response(status_code=204)
+
+    endpoints = {"path": with_path, "query": with_query, "header": with_header, "body": with_body}
+    router = lean_router()
+    with pytest.raises(LeanRouteError, match=rf"POST {re.escape(path)}.*{found}"):
+        router.post(path)(endpoints[endpoint])
+
+
+def test_a_middleware_the_hot_lane_would_skip_is_refused() -> None:
+    class Audit:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await self.app(scope, receive, send)
+
+    router = lean_router()
+    router.post("/pay")(bare)
+    app = create_app("lean-test", hot_routes=router.routes)
+    app.include_router(router)
+    app.add_middleware(Audit)
+    with pytest.raises(LeanRouteError, match=r"POST /pay.*would skip Audit"):
+        app.build_middleware_stack()
+    # Without hot routes, a middleware is served as any other (identity's staff realm).
+    plain = create_app("plain-test")
+    plain.include_router(router)
+    plain.add_middleware(Audit)
+    plain.build_middleware_stack()
+
+
+def test_a_hot_route_must_be_a_lean_route() -> None:
+    router = APIRouter()
+
+    @router.post("/pay")
+    async def pay(request: Request) -> Response:
+        return Response(status_code=204)
+
+    app = create_app("lean-test", hot_routes=router.routes)  # type: ignore[arg-type]
+    app.include_router(router)
+    with pytest.raises(LeanRouteError, match=r"POST /pay: a hot route must be a LeanRoute"):
+        app.build_middleware_stack()
+
+
+def test_the_guards_hold_under_python_dash_o() -> None:
+    """Code that raises, not asserts that ``python -O`` removes."""
+    code = (
+        "from fastapi import APIRouter, Request, Response\n"
+        "from hiwallet.core.http import LeanRoute, LeanRouteError, create_app\n"
+        "router = APIRouter(route_class=LeanRoute)\n"
+        "async def pay(request: Request) -> Response: ...\n"
+        "router.post('/pay')(pay)\n"
+        "app = create_app('o-test', hot_routes=router.routes)\n"
+        "app.include_router(router, prefix='/v2')\n"
+        "try:\n"
+        "    app.build_middleware_stack()\n"
+        "except LeanRouteError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
+    assert "refused: POST /pay" in run.stdout
+
+
+async def test_the_heap_is_settled_once_the_app_has_started() -> None:
+    """At the process entry point (settle_heap_once_started), after the app's lifespan has built
+    what lives as long as the process, before the first request."""
+    seen: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        seen["frozen during startup"] = gc.get_freeze_count()
+        yield
+
+    app = settle_heap_once_started(create_app("gc-test", lifespan=lifespan))
+    threshold = gc.get_threshold()
+    try:
+        async with app.router.lifespan_context(app):
+            seen["frozen once started"] = gc.get_freeze_count()
+            assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    assert seen["frozen during startup"] == 0
+    assert seen["frozen once started"] > 0
+    # The factory alone settles nothing.
+    plain = create_app("gc-test")
+    async with plain.router.lifespan_context(plain):
+        assert gc.get_freeze_count() == 0

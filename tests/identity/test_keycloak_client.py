@@ -181,7 +181,7 @@ def test_passwords_are_hashed_and_never_logged(
     oidc.token("gizem", secret)
     customer_idp.admin().set_user_password(user_id, secret + "-2", temporary=False)
     captured = capsys.readouterr()
-    assert "password grant refused" in captured.out  # the log is captured here...
+    assert "password grant refused" in captured.err  # the log (JSON lines on stderr) is here...
     assert secret not in captured.out + captured.err  # ...and holds no password
     [row] = customer_idp.sql("SELECT * FROM users WHERE id = $1", user_id)
     assert row["password_hash"].startswith("$argon2id$")

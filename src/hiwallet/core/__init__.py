@@ -1,1 +1,5 @@
 """The shared kernel: settings, database, ids, money. It depends on no service package."""
+
+# Imported first, whatever the process: until configure_logging names the service, structlog
+# writes JSON lines without locals (not its default console lines, whose tracebacks show them).
+from hiwallet.core import logging as _logging  # noqa: F401

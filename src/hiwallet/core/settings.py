@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     ledger_payment_fee_min_minor: int = 0
     ledger_withdrawal_fee_minor: int = 200  # a flat fee per withdrawal, in minor units
 
+    # Logging (core/logging.py): JSON lines on stderr. One access line per HTTP request unless
+    # switched off; the file, if set, receives every line too (tests scan one for a whole run).
+    access_log: bool = True
+    log_level: str = "info"
+    log_file: Path | None = None
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -48,13 +48,17 @@ def retire_after(realm: str) -> int:
 
 
 def run_identity(realm: str, port: int | None, host: str) -> None:
-    import uvicorn
-
+    """Serve one realm (the process entry point)."""
+    from hiwallet.core.http import serve, settle_heap_once_started
+    from hiwallet.core.logging import configure_logging
     from hiwallet.identity.app import create_identity_app
 
+    configure_logging(f"identity-{realm}")
     settings = get_identity_settings()
     try:
         app = create_identity_app(realm, settings)
     except RealmConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--realm") from exc
-    uvicorn.run(app, host=host, port=port or settings.default_port(realm), log_level="info")
+    # Proxy headers as before: the staff realm's network check reads the client's address.
+    port = port or settings.default_port(realm)
+    serve(settle_heap_once_started(app), host=host, port=port, proxy_headers=True)

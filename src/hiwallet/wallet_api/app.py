@@ -19,7 +19,10 @@ from hiwallet.core.http import (
     document_models,
     multiprocess_metrics,
     problem_response,
+    serve,
+    settle_heap_once_started,
 )
+from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger.errors import LedgerError
 from hiwallet.ledger.service import Fees
@@ -115,33 +118,22 @@ def create_wallet_api_app(
 
 
 def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> None:
-    """Serve wallet-api: in this process, or with ``workers`` worker processes (settings:
-    ``HIWALLET_WALLET_API_WORKERS``), each building the app from the environment's settings."""
-    import uvicorn
-
+    """Serve wallet-api (the process entry point): in this process, or with ``workers`` worker
+    processes (settings: ``HIWALLET_WALLET_API_WORKERS``), each entering at :func:`worker_app`."""
+    configure_logging("wallet-api")
     settings = get_wallet_api_settings()
     workers = settings.workers if workers is None else workers
-    # An internal service: the clients' addresses are not used, so uvicorn's proxy-header
-    # middleware (on by default, a layer on every request) is off.
     port = port or settings.port
     if workers <= 1:
-        uvicorn.run(
-            create_wallet_api_app(settings),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-        )
+        serve(settle_heap_once_started(create_wallet_api_app(settings)), host=host, port=port)
         return
     with multiprocess_metrics("wallet-api"):
-        uvicorn.run(
-            "hiwallet.wallet_api.app:create_wallet_api_app",
-            factory=True,
-            workers=workers,
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-        )
+        serve("hiwallet.wallet_api.app:worker_app", factory=True, workers=workers, host=host, port=port)
+
+
+def worker_app() -> FastAPI:
+    """The entry point of each worker process (uvicorn calls it once in each fresh
+    interpreter): its logging, and its app from the environment's settings, whose heap is
+    settled once the app has started."""
+    configure_logging("wallet-api")
+    return settle_heap_once_started(create_wallet_api_app())
