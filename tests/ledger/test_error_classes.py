@@ -110,6 +110,21 @@ async def test_what_a_retry_can_cure_is_unavailable(ledger: Ledger, sqlstate: st
 
 
 @pytest.mark.usefixtures("faulty")
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+async def test_a_deadlock_or_serialization_failure_is_retried_first(
+    ledger: Ledger, wallet_db: str, sqlstate: str
+) -> None:
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
+    b = await funded_wallet(ledger, "bob", 0, bucket=4)
+    first = await ledger.transfer("k", a, b, TL, actor="a", ref=f"fault-once:{sqlstate}")
+    assert await dbfaults.fired_once(wallet_db)
+    await dbfaults.rearm(wallet_db)
+    second = await ledger.payment("k2", a, b, TL, actor="a", ref=f"fault-once:{sqlstate}")
+    assert await dbfaults.fired_once(wallet_db)
+    assert not first.replayed and not second.replayed
+
+
+@pytest.mark.usefixtures("faulty")
 async def test_a_session_killed_mid_posting_is_unavailable(ledger: Ledger) -> None:
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
     b = await funded_wallet(ledger, "bob", 0, bucket=4)

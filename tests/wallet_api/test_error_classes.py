@@ -53,6 +53,31 @@ async def test_a_transfer_that_meets_what_a_retry_cures_is_a_503(faulty: WalletA
     assert_problem(r, "service-unavailable", 503)
 
 
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+async def test_a_deadlock_is_retried_before_anything_is_answered(faulty: WalletApi, sqlstate: str) -> None:
+    """Once: the retry inside wallet-api posts it (the transfer's batch, and the promo grant's
+    unit of work)."""
+    api = faulty
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    r = await api.transfer(alice, bob.number, TL, reference=f"fault-once:{sqlstate}")
+    assert r.status_code == 201, r.text
+    assert await dbfaults.fired_once(api.database)
+    shop = await api.business(funds=100 * TL)
+    await dbfaults.rearm(api.database)
+    grant = {
+        "from_wallet": shop.wallet_id,
+        "to_wallet_number": bob.number,
+        "amount": TL,
+        "expires_at": (datetime.now(UTC) + timedelta(days=3)).isoformat(),
+        "reference": f"fault-once:{sqlstate}",
+    }
+    r = await api.post("/v1/promos", grant, shop.auth)
+    assert r.status_code == 201, r.text
+    assert await dbfaults.fired_once(api.database)
+    assert await api.balance(bob.wallet_id) == {"cash": TL, "promo": TL, "held": 0}
+
+
 async def test_a_session_killed_mid_transfer_is_a_503_and_the_retry_posts(faulty: WalletApi) -> None:
     api = faulty
     alice = await api.customer(funds=100 * TL)

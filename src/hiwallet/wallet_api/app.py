@@ -72,7 +72,9 @@ async def _on_ledger_error(request: Request, exc: Exception) -> Response:
     problem = errors.from_ledger(exc) if isinstance(exc, LedgerError) else None
     if problem is None:
         # Not a refusal this service expects: a defect, answered as any unexpected error (500).
-        unexpected = request.app.exception_handlers[Exception]
+        unexpected = request.app.exception_handlers.get(Exception)
+        if unexpected is None:
+            raise exc
         response: Response = await unexpected(request, exc)
         return response
     return problem_response(problem, request.url.path)

@@ -97,6 +97,8 @@ async def in_transaction(pool: asyncpg.Pool, work: Callable[[asyncpg.Connection]
         return await retried(attempt, again=is_busy_or_raced)
     except Exception as exc:
         problem = problem_for(exc)
+        if problem is None and is_busy_or_raced(exc):  # raced on the key each time: still curable
+            problem = errors.Unavailable("the database is busy; retry")
         if problem is None:
             raise
         raise problem from exc
