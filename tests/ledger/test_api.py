@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import hiwallet
 import hiwallet.ledger
 
@@ -111,3 +113,28 @@ def test_the_rest_of_hiwallet_uses_only_declared_names() -> None:
     # and the check sees something: wallet-api does use the API
     wallet_api = root / "wallet_api" / "transfers.py"
     assert {"Posting", "Ledger", "LedgerError"} <= _ledger_names_used(ast.parse(wallet_api.read_text()))
+
+
+async def test_a_consumer_writes_through_the_api(ledger: hiwallet.ledger.Ledger) -> None:
+    """What wallet-consumer and the withdrawal orchestrator will use: a posting in their own
+    unit of work (rolled back with it), and a batch of postings, each answered."""
+    from tests.ledger.conftest import TL, funded_wallet
+
+    wallet = await funded_wallet(ledger, "carol", 10 * TL, bucket=5)
+    with pytest.raises(RuntimeError):
+        async with ledger.unit_of_work() as conn:
+            await ledger.topup("t-uow", wallet, TL, provider="stripe", actor="consumer", ref="m1", conn=conn)
+            raise RuntimeError("the consumer's own write failed")
+    assert (await ledger.wallet_balance(wallet)).cash == 10 * TL
+    answers = await ledger.post_batch(
+        [
+            ledger.topup_posting("t-1", wallet, TL, provider="stripe", actor="consumer", ref="m2"),
+            ledger.withdrawal_posting("w-1", wallet, 100 * TL, actor="consumer", ref="m3"),
+            ledger.withdrawal_posting("w-2", wallet, TL, actor="consumer", ref="m4"),
+        ]
+    )
+    assert isinstance(answers[0], hiwallet.ledger.PostResult)
+    assert isinstance(answers[1], hiwallet.ledger.InsufficientFunds)
+    assert isinstance(answers[2], hiwallet.ledger.PostResult)
+    # the withdrawal fee (200) comes on top
+    assert (await ledger.wallet_balance(wallet)).cash == 10 * TL + TL - TL - 2 * TL

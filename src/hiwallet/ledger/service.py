@@ -14,6 +14,7 @@ No HTTP and no broker here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -81,10 +82,52 @@ class Ledger:
 
     # -- posting what the caller built, and the batched path ----------------------------------
 
+    def unit_of_work(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """One connection in one transaction, for a caller that writes more than the posting (an
+        inbox or outbox row, an idempotency record): pass it as ``conn`` to the use cases."""
+        return self.store.unit_of_work()
+
     async def post(self, posting: Posting, *, conn: asyncpg.Connection | None = None) -> PostResult:
         """Post a posting built with this API (:meth:`transfer_posting`, :meth:`promo_grant_posting`,
         :meth:`refund_posting`); with ``conn``, in the caller's unit of work."""
         return await self.store.post(posting, conn=conn)
+
+    async def post_batch(
+        self, postings: Sequence[Posting]
+    ) -> list[PostResult | LedgerError | LedgerInternalError]:
+        """Many postings in one database transaction and one round trip (at most
+        :data:`MAX_BATCH`): an answer for each, a refusal or a posting's own failure as its
+        error, which does not stop the others. For a caller that has many at once (messages
+        taken from a queue); concurrent single postings are batched by the store anyway."""
+        return await self.store.post_batch(postings)
+
+    def topup_posting(
+        self,
+        key: str,
+        wallet: str,
+        amount: int,
+        currency: str = "TRY",
+        *,
+        provider: str,
+        actor: str,
+        ref: str,
+    ) -> Posting:
+        return rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref)
+
+    def withdrawal_posting(
+        self,
+        key: str,
+        wallet: str,
+        amount: int,
+        currency: str = "TRY",
+        *,
+        actor: str,
+        ref: str,
+        provider: str = "bank",
+    ) -> Posting:
+        return rules.withdrawal(
+            key, wallet, amount, currency, fee=self.fees.withdrawal, actor=actor, ref=ref, provider=provider
+        )
 
     def transfer_posting(
         self,
@@ -168,9 +211,11 @@ class Ledger:
         provider: str,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref)
+            rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref),
+            conn=conn,
         )
 
     async def transfer(
@@ -184,9 +229,11 @@ class Ledger:
         actor: str,
         ref: str,
         type_: TxType = TxType.P2P,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.transfer(key, sender, receiver, amount, currency, actor=actor, ref=ref, type_=type_)
+            rules.transfer(key, sender, receiver, amount, currency, actor=actor, ref=ref, type_=type_),
+            conn=conn,
         )
 
     async def payment(
@@ -199,9 +246,13 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.payment(key, payer, merchant, amount, currency, fee=self.fees.payment, actor=actor, ref=ref)
+            rules.payment(
+                key, payer, merchant, amount, currency, fee=self.fees.payment, actor=actor, ref=ref
+            ),
+            conn=conn,
         )
 
     async def promo_grant(
@@ -215,6 +266,7 @@ class Ledger:
         actor: str,
         ref: str,
         business: str | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.promo_grant(
@@ -226,7 +278,8 @@ class Ledger:
                 actor=actor,
                 ref=ref,
                 business=business,
-            )
+            ),
+            conn=conn,
         )
 
     async def expire_promos(
@@ -262,6 +315,7 @@ class Ledger:
         actor: str,
         ref: str,
         provider: str = "bank",
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.withdrawal(
@@ -273,12 +327,20 @@ class Ledger:
                 actor=actor,
                 ref=ref,
                 provider=provider,
-            )
+            ),
+            conn=conn,
         )
 
-    async def refund(self, transaction_id: str, *, actor: str, ref: str | None = None) -> PostResult:
+    async def refund(
+        self,
+        transaction_id: str,
+        *,
+        actor: str,
+        ref: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> PostResult:
         original = await self.store.transaction(transaction_id)
-        return await self.store.post(rules.refund(original, actor=actor, ref=ref))
+        return await self.store.post(rules.refund(original, actor=actor, ref=ref), conn=conn)
 
     async def settle_topups(
         self,
@@ -328,6 +390,7 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.capture_hold(
@@ -338,7 +401,8 @@ class Ledger:
                 cash_account(destination_wallet),
                 actor=actor,
                 ref=ref,
-            )
+            ),
+            conn=conn,
         )
 
     async def debit(
@@ -350,9 +414,11 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.debit(wallet, amount, currency, cash_account(destination_wallet), actor=actor, ref=ref)
+            rules.debit(wallet, amount, currency, cash_account(destination_wallet), actor=actor, ref=ref),
+            conn=conn,
         )
 
     async def sweep(

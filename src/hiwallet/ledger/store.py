@@ -65,6 +65,15 @@ MAX_STATEMENT_PAGE = 500
 RETRY_ATTEMPTS = 3
 _RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 
+# What the driver and the network raise: translated. Anything else is raised as it is.
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+
 _SQLSTATE_ERRORS: dict[str, type[errors.LedgerError]] = {
     "HW001": errors.InsufficientFunds,
     "HW002": errors.AccountNotFound,
@@ -593,10 +602,9 @@ class LedgerStore:
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 yield conn
-        except (errors.LedgerError, errors.LedgerInternalError):
-            raise
-        except Exception as exc:
+        except _DRIVER_ERRORS as exc:
             raise translate(exc) from exc
+        # anything else is the caller's own (its refusal, its bug): rolled back, raised as it is
 
 
 def _hold(account: str, key: str, raw: dict[str, Any]) -> HoldResult:
