@@ -72,10 +72,7 @@ class TransferItem:
 
 class _DecideAgain(Exception):
     """wallet.transfer_batch answered "stale" or "retry", or the cache's parties were refused:
-    the transfer is decided again (``read``: from parties read afresh)."""
-
-    def __init__(self, read: bool) -> None:
-        self.read = read
+    the transfer is decided again (from parties read afresh, unless it was "retry")."""
 
 
 def _decide_again(exc: Exception) -> bool:
@@ -162,7 +159,7 @@ class Transfers:
                 # again before refusing.
                 self.parties.forget(src_key, dst_key)
                 must_read = True
-                raise _DecideAgain(read=True) from None
+                raise _DecideAgain() from None
             answer = await self.coalescer.submit(item)
             if "result" in answer:
                 return Answer(201, view_of_posted({"result": answer["result"], "view": item.view}))
@@ -170,11 +167,11 @@ class Transfers:
                 # Membership or a tier changed since the cache saw them: read and decide again.
                 self.parties.forget(src_key, dst_key)
                 must_read = True
-                raise _DecideAgain(read=True)
+                raise _DecideAgain()
             if answer.get("retry"):
                 # Another transfer of this source shared the batch (the coalescer keeps them
                 # apart, so this is rare): send it again as it is.
-                raise _DecideAgain(read=False)
+                raise _DecideAgain()
             return self._refused(item, answer)
 
         try:
