@@ -22,6 +22,7 @@ lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo --no-cache  # the layering: [tool.importlinter] in pyproject.toml
 
 # The tests create and migrate their own databases (a template per database, a clone per
 # test); they never touch the databases `make up` runs on.

@@ -319,7 +319,7 @@ async def seed(
     """The demo customer (Verified, funded) and the demo business linked to merchant-demo.
     Every step finds what a previous start made before making it. ``database`` and
     ``api_settings`` are for tests (a cloned database, servers on free ports)."""
-    from hiwallet.ledger.service import Ledger
+    from hiwallet.ledger import Ledger
     from hiwallet.wallet_api.cli import operator, service_account_subject, wallet_service
 
     realm = f"{identity_url}/realms/hiwallet"

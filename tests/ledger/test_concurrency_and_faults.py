@@ -7,7 +7,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from hiwallet.ledger.errors import InsufficientFunds, LedgerError, LedgerUnavailable
+from hiwallet.ledger.errors import InsufficientFunds, LedgerError, LedgerInternalError, LedgerUnavailable
 from hiwallet.ledger.faults import FaultPlan, FaultPoint
 from hiwallet.ledger.model import PostResult
 from hiwallet.ledger.service import Ledger
@@ -223,7 +223,9 @@ async def test_coalesced_postings_share_batches_and_a_bad_one_fails_alone(
     results = await asyncio.gather(
         *(ledger.store.post(p) for p in [good[0], bad, *good[1:]]), return_exceptions=True
     )
-    assert isinstance(results[1], LedgerUnavailable) and "unbalanced" in str(results[1])
+    # a defect (the balance trigger fired), not "retry": the bad one fails alone
+    assert isinstance(results[1], LedgerInternalError) and "unbalanced" in str(results[1])
+    assert (results[1].sqlstate, results[1].constraint) == ("HW011", "lines_balanced")
     assert all(isinstance(r, PostResult) and not r.replayed for i, r in enumerate(results) if i != 1)
     assert await cash(ledger, b) == 5 * TL
     await assert_verified(ledger.store)

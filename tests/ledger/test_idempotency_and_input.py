@@ -14,6 +14,7 @@ from hiwallet.ledger.errors import (
     CurrencyMismatch,
     InsufficientFunds,
     InvalidPosting,
+    LedgerInternalError,
     TransactionIdReused,
 )
 from hiwallet.ledger.model import Leg, Posting, TxType
@@ -176,8 +177,9 @@ async def test_the_database_refuses_an_unbalanced_posting(ledger: Ledger, pool: 
         legs=(Leg(cash_account(a), -TL, "TRY"), Leg(cash_account(b), 2 * TL, "TRY")),
     )
     before = await snapshot(pool)
-    with pytest.raises(Exception, match="unbalanced"):
+    with pytest.raises(LedgerInternalError, match="unbalanced") as err:
         await ledger.store.post(bad)
+    assert (err.value.sqlstate, err.value.constraint) == ("HW011", "lines_balanced")
     assert await snapshot(pool) == before
 
 

@@ -249,7 +249,7 @@ async def test_promo_grant_rules(api: WalletApi) -> None:
     # A customer does not grant promo money.
     rich = await api.customer(funds=10 * TL)
     as_customer = {**grant(customer.number), "from_wallet": rich.wallet_id}
-    assert_problem(await api.post("/v1/promos", as_customer, rich.auth), "tier-not-allowed", 403)
+    assert_problem(await api.post("/v1/promos", as_customer, rich.auth), "not-a-business", 403)
     after = await api.counts()
     assert {k: after[k] - before[k] for k in after} == {
         "transactions": 1,

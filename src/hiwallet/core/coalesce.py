@@ -6,7 +6,7 @@ sides, which cost more than a small write itself. A coalescer queues the callers
 few writers drain the queue through one batch call, up to ``max_batch`` items at a time. A
 caller still awaits its own answer: the batch call returns one answer per item, a result or an
 exception instance, and each caller gets its own (the ledger's plain postings,
-``hiwallet.ledger.store``; wallet-api's transfers, ``hiwallet.wallet_api.service``).
+``hiwallet.ledger.store``; wallet-api's transfers, ``hiwallet.wallet_api.transfers``).
 
 What changes for a caller: its write commits together with its neighbours'. If the batch call
 itself fails, every item of that batch gets that exception, and each may be retried, as after

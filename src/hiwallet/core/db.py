@@ -1,7 +1,11 @@
 """PostgreSQL: server URLs, pools with timeouts, database creation and numbered migrations.
 
-Driver errors are translated at this edge into :class:`DatabaseUnavailable`; code above it never
-sees an ``asyncpg`` exception it did not ask for.
+What a retry can cure is decided here, once: :func:`is_transient` (answered 503 "unavailable")
+and :func:`is_connection_error` (a connection to discard). Each service translates the driver
+errors of its own statements with them: the ledger in ``hiwallet.ledger.store.translate`` (and
+for a statement that posts through it, ``Ledger.error_of``), wallet-api in
+``hiwallet.wallet_api.retry``; anything they do not recognize is a defect (a 500), never "retry".
+A pool that cannot be opened is :class:`DatabaseUnavailable`.
 """
 
 from __future__ import annotations

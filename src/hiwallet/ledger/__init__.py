@@ -1,1 +1,123 @@
-"""The ledger core (the architecture document's WalletService.Core)."""
+"""The ledger core (the architecture document's WalletService.Core), and its declared API.
+
+Every service that reads or writes the ledger - wallet-api today, wallet-consumer and the
+withdrawal orchestrator next - imports from this package only, never from its modules (an
+import-linter contract in pyproject.toml holds it; tests/ledger/test_api.py checks that
+``__all__`` is exactly this list and that every name resolves). What is not here is the
+ledger's own business: the store's SQL and argument encoding, the translation of driver errors,
+fault injection, the verifier's queries.
+
+- :class:`Ledger`: the use cases (topup, transfer, payment, promos, refunds, holds, sweeps ...),
+  each one posting, also in a caller's unit of work (``conn``); the building of a transfer's,
+  a promo grant's and a refund's posting; the batched path for a caller whose own SQL posts
+  through ``ledger.post_batch`` (:meth:`Ledger.batch_arguments`, :meth:`Ledger.answer`,
+  :meth:`Ledger.error_of`); reads.
+- :class:`LedgerStore` and :func:`init_connection`: built once per process over a pool.
+- :class:`Fees` and :class:`FeePolicy`: the fee policy a :class:`Ledger` applies.
+- the errors: refusals (:class:`LedgerError` and its subclasses), :class:`LedgerUnavailable`
+  (a retry can cure it) and :class:`LedgerInternalError` (a defect: a 500, never "retry").
+- the model: what goes in and comes out.
+- account ids and limits: what a caller needs to name accounts and check input as the ledger
+  will.
+"""
+
+from hiwallet.ledger.accounts import (
+    BUCKETS,
+    CENTRAL_BUCKET,
+    Role,
+    bucket_of,
+    cash_account,
+    new_wallet_id,
+    promo_account,
+    random_bucket,
+    system_account,
+    wallet_of,
+)
+from hiwallet.ledger.errors import (
+    AccountNotFound,
+    CurrencyMismatch,
+    HoldNotUsable,
+    InsufficientFunds,
+    InvalidCursor,
+    InvalidPosting,
+    InvalidRequest,
+    LedgerError,
+    LedgerInternalError,
+    LedgerUnavailable,
+    NotFound,
+    NothingToExpire,
+    NotRefundable,
+    TransactionIdReused,
+    TransactionNotFound,
+)
+from hiwallet.ledger.model import (
+    REFUNDABLE,
+    AccountState,
+    HoldResult,
+    Leg,
+    LineResult,
+    Posting,
+    PostResult,
+    PromoBatch,
+    Statement,
+    StatementLine,
+    TransactionView,
+    TxType,
+    WalletBalance,
+)
+from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
+from hiwallet.ledger.service import Fees, Ledger
+from hiwallet.ledger.store import MAX_BATCH, MAX_STATEMENT_PAGE, LedgerStore, init_connection
+
+__all__ = [
+    "BUCKETS",
+    "CENTRAL_BUCKET",
+    "MAX_AMOUNT_MINOR",
+    "MAX_BATCH",
+    "MAX_KEY",
+    "MAX_STATEMENT_PAGE",
+    "MAX_TEXT",
+    "REFUNDABLE",
+    "AccountNotFound",
+    "AccountState",
+    "CurrencyMismatch",
+    "FeePolicy",
+    "Fees",
+    "HoldNotUsable",
+    "HoldResult",
+    "InsufficientFunds",
+    "InvalidCursor",
+    "InvalidPosting",
+    "InvalidRequest",
+    "Ledger",
+    "LedgerError",
+    "LedgerInternalError",
+    "LedgerStore",
+    "LedgerUnavailable",
+    "Leg",
+    "LineResult",
+    "NotFound",
+    "NotRefundable",
+    "NothingToExpire",
+    "PostResult",
+    "Posting",
+    "PromoBatch",
+    "Role",
+    "Statement",
+    "StatementLine",
+    "TransactionIdReused",
+    "TransactionNotFound",
+    "TransactionView",
+    "TxType",
+    "WalletBalance",
+    "bucket_of",
+    "cash_account",
+    "check_amount",
+    "check_text",
+    "init_connection",
+    "new_wallet_id",
+    "promo_account",
+    "random_bucket",
+    "system_account",
+    "wallet_of",
+]

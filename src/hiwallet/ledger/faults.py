@@ -19,8 +19,9 @@ class FaultPoint(StrEnum):
     AFTER_COMMIT = "after_commit"  # committed, but the caller sees an error (a lost answer)
 
 
-class InjectedFault(Exception):
-    """A failure made on purpose by a test."""
+class InjectedFault(ConnectionError):
+    """A failure made on purpose by a test: as the connection failing, the one kind of failure
+    in the middle of a posting that a retry with the same id can cure."""
 
 
 class FaultInjector(Protocol):

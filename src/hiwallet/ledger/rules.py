@@ -201,6 +201,25 @@ def payment(
     )
 
 
+def wallet_transfer(
+    key: str,
+    sender: str,
+    receiver: str,
+    amount: int,
+    currency: str,
+    *,
+    type_: TxType,
+    fee: FeePolicy,
+    actor: str,
+    ref: str,
+) -> Posting:
+    """A wallet-to-wallet movement by its type: a payment (with ``fee``, promo before cash), or
+    a p2p, B2P or B2B transfer (cash to cash, no fee)."""
+    if type_ is TxType.PAYMENT:
+        return payment(key, sender, receiver, amount, currency, fee=fee, actor=actor, ref=ref)
+    return transfer(key, sender, receiver, amount, currency, actor=actor, ref=ref, type_=type_)
+
+
 def promo_grant(
     key: str,
     customer: str,

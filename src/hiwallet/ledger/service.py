@@ -1,13 +1,25 @@
-"""The ledger's service layer: what wallet-api, wallet-consumer and the command line call.
+"""The ledger's service layer, :class:`Ledger`: what every writer of the ledger calls - wallet-api
+today (its transfers, refunds, promos and wallets), the command line, and wallet-consumer and the
+withdrawal orchestrator next - through the package's declared API (``hiwallet.ledger``).
 
-Each method is one use case: it builds a posting with a rule and posts it through the store in
-one database transaction. No HTTP and no broker here.
+Each use case builds a posting with a rule and posts it through the store in one database
+transaction, or, given ``conn``, in the caller's unit of work (its idempotency record commits
+with the posting). A caller whose own SQL posts many through ``ledger.post_batch`` in one
+statement (wallet-api's ``wallet.transfer_batch``) builds the postings here
+(:meth:`Ledger.transfer_posting`), passes :meth:`Ledger.batch_arguments` to its statement and
+reads each answer with :meth:`Ledger.answer`, a failure with :meth:`Ledger.error_of`.
+No HTTP and no broker here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
 
 from hiwallet.core.ids import derived_id
 from hiwallet.core.settings import Settings
@@ -18,10 +30,19 @@ from hiwallet.ledger.accounts import (
     new_wallet_id,
     random_bucket,
 )
-from hiwallet.ledger.errors import NothingToExpire
-from hiwallet.ledger.model import HoldResult, PostResult, TxType, WalletBalance
+from hiwallet.ledger.errors import LedgerError, LedgerInternalError, NothingToExpire
+from hiwallet.ledger.model import (
+    HoldResult,
+    Posting,
+    PostResult,
+    PromoBatch,
+    Statement,
+    TransactionView,
+    TxType,
+    WalletBalance,
+)
 from hiwallet.ledger.rules import FeePolicy
-from hiwallet.ledger.store import LedgerStore
+from hiwallet.ledger.store import LedgerStore, translate
 
 
 @dataclass(frozen=True)
@@ -51,10 +72,134 @@ class Ledger:
         *,
         bucket: int | None = None,
         wallet_id: str | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> WalletBalance:
+        """Open a wallet (its cash and promo accounts); with ``conn``, in the caller's unit of
+        work."""
         wallet_id = wallet_id or new_wallet_id(bucket if bucket is not None else random_bucket())
         rules.check_text(owner, "owner")
-        return await self.store.open_wallet(wallet_id, currency, owner=owner)
+        return await self.store.open_wallet(wallet_id, currency, owner=owner, conn=conn)
+
+    # -- posting what the caller built, and the batched path ----------------------------------
+
+    def unit_of_work(self) -> AbstractAsyncContextManager[asyncpg.Connection]:
+        """One connection in one transaction, for a caller that writes more than the posting (an
+        inbox or outbox row, an idempotency record): pass it as ``conn`` to the use cases."""
+        return self.store.unit_of_work()
+
+    async def post(self, posting: Posting, *, conn: asyncpg.Connection | None = None) -> PostResult:
+        """Post a posting built with this API (:meth:`transfer_posting`, :meth:`promo_grant_posting`,
+        :meth:`refund_posting`); with ``conn``, in the caller's unit of work."""
+        return await self.store.post(posting, conn=conn)
+
+    async def post_batch(
+        self, postings: Sequence[Posting]
+    ) -> list[PostResult | LedgerError | LedgerInternalError]:
+        """Many postings in one database transaction and one round trip (at most
+        :data:`MAX_BATCH`): an answer for each, a refusal or a posting's own failure as its
+        error, which does not stop the others. For a caller that has many at once (messages
+        taken from a queue); concurrent single postings are batched by the store anyway."""
+        return await self.store.post_batch(postings)
+
+    def topup_posting(
+        self,
+        key: str,
+        wallet: str,
+        amount: int,
+        currency: str = "TRY",
+        *,
+        provider: str,
+        actor: str,
+        ref: str,
+    ) -> Posting:
+        return rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref)
+
+    def withdrawal_posting(
+        self,
+        key: str,
+        wallet: str,
+        amount: int,
+        currency: str = "TRY",
+        *,
+        actor: str,
+        ref: str,
+        provider: str = "bank",
+    ) -> Posting:
+        return rules.withdrawal(
+            key, wallet, amount, currency, fee=self.fees.withdrawal, actor=actor, ref=ref, provider=provider
+        )
+
+    def transfer_posting(
+        self,
+        key: str,
+        sender: str,
+        receiver: str,
+        amount: int,
+        currency: str,
+        *,
+        type_: TxType,
+        actor: str,
+        ref: str,
+    ) -> Posting:
+        """The posting of a wallet-to-wallet movement of ``type_``: a payment (its fee by this
+        ledger's policy) or a p2p, B2P or B2B transfer."""
+        return rules.wallet_transfer(
+            key, sender, receiver, amount, currency, type_=type_, fee=self.fees.payment, actor=actor, ref=ref
+        )
+
+    def promo_grant_posting(
+        self,
+        key: str,
+        customer: str,
+        amount: int,
+        currency: str,
+        *,
+        expires_at: datetime,
+        actor: str,
+        ref: str,
+        business: str | None = None,
+    ) -> Posting:
+        return rules.promo_grant(
+            key, customer, amount, currency, expires_at=expires_at, actor=actor, ref=ref, business=business
+        )
+
+    @staticmethod
+    def refund_posting(original: TransactionView, *, actor: str, ref: str | None = None) -> Posting:
+        return rules.refund(original, actor=actor, ref=ref)
+
+    def batch_arguments(self, postings: Sequence[Posting]) -> tuple[Any, ...]:
+        """``ledger.post_batch``'s arguments for ``postings``, for a caller whose own SQL
+        function posts them through ``ledger.post_batch`` in the same statement as its own
+        writes. Their encoding is the ledger's: pass them on as they are, after the caller's
+        own arguments."""
+        return self.store.batch_arguments(postings)
+
+    @staticmethod
+    def answer(raw: dict[str, Any]) -> PostResult:
+        """One posting's answer from ``ledger.post_batch`` (or ``ledger.post``) as a result; a
+        refusal raises the ledger's error, an unknown one :class:`LedgerInternalError`."""
+        return LedgerStore.post_answer(raw)
+
+    @staticmethod
+    def error_of(exc: BaseException) -> LedgerError | LedgerInternalError:
+        """The ledger's error for the driver's ``exc`` from a statement that posted through the
+        ledger: a refusal, :class:`LedgerUnavailable` if a retry can cure it, else
+        :class:`LedgerInternalError`."""
+        return translate(exc)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def wallet_balance(self, wallet_id: str) -> WalletBalance:
+        return await self.store.wallet_balance(wallet_id)
+
+    async def statement(self, account_id: str, *, cursor: str | None = None, limit: int = 50) -> Statement:
+        return await self.store.statement(account_id, cursor=cursor, limit=limit)
+
+    async def transaction(self, transaction_id: str) -> TransactionView:
+        return await self.store.transaction(transaction_id)
+
+    async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
+        return await self.store.promo_batches(wallet_id)
 
     async def topup(
         self,
@@ -66,9 +211,11 @@ class Ledger:
         provider: str,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref)
+            rules.topup(key, wallet, amount, currency, provider=provider, actor=actor, ref=ref),
+            conn=conn,
         )
 
     async def transfer(
@@ -82,9 +229,11 @@ class Ledger:
         actor: str,
         ref: str,
         type_: TxType = TxType.P2P,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.transfer(key, sender, receiver, amount, currency, actor=actor, ref=ref, type_=type_)
+            rules.transfer(key, sender, receiver, amount, currency, actor=actor, ref=ref, type_=type_),
+            conn=conn,
         )
 
     async def payment(
@@ -97,9 +246,13 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.payment(key, payer, merchant, amount, currency, fee=self.fees.payment, actor=actor, ref=ref)
+            rules.payment(
+                key, payer, merchant, amount, currency, fee=self.fees.payment, actor=actor, ref=ref
+            ),
+            conn=conn,
         )
 
     async def promo_grant(
@@ -113,6 +266,7 @@ class Ledger:
         actor: str,
         ref: str,
         business: str | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.promo_grant(
@@ -124,7 +278,8 @@ class Ledger:
                 actor=actor,
                 ref=ref,
                 business=business,
-            )
+            ),
+            conn=conn,
         )
 
     async def expire_promos(
@@ -160,6 +315,7 @@ class Ledger:
         actor: str,
         ref: str,
         provider: str = "bank",
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.withdrawal(
@@ -171,12 +327,20 @@ class Ledger:
                 actor=actor,
                 ref=ref,
                 provider=provider,
-            )
+            ),
+            conn=conn,
         )
 
-    async def refund(self, transaction_id: str, *, actor: str, ref: str | None = None) -> PostResult:
+    async def refund(
+        self,
+        transaction_id: str,
+        *,
+        actor: str,
+        ref: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> PostResult:
         original = await self.store.transaction(transaction_id)
-        return await self.store.post(rules.refund(original, actor=actor, ref=ref))
+        return await self.store.post(rules.refund(original, actor=actor, ref=ref), conn=conn)
 
     async def settle_topups(
         self,
@@ -226,6 +390,7 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
             rules.capture_hold(
@@ -236,7 +401,8 @@ class Ledger:
                 cash_account(destination_wallet),
                 actor=actor,
                 ref=ref,
-            )
+            ),
+            conn=conn,
         )
 
     async def debit(
@@ -248,9 +414,11 @@ class Ledger:
         *,
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
         return await self.store.post(
-            rules.debit(wallet, amount, currency, cash_account(destination_wallet), actor=actor, ref=ref)
+            rules.debit(wallet, amount, currency, cash_account(destination_wallet), actor=actor, ref=ref),
+            conn=conn,
         )
 
     async def sweep(

@@ -4,7 +4,10 @@ One posting is one database transaction around one call of the posting function;
 or an idempotency record of a caller can join that transaction through :meth:`LedgerStore.post`
 given an open connection (the unit of work of the service that owns them).
 
-Driver errors are translated here, in :func:`translate`, and nowhere else.
+The ledger's driver errors are translated here, in :func:`translate`, and nowhere else: a caller
+whose own statement posts through ``ledger.post_batch`` (wallet-api's ``wallet.transfer_batch``)
+has its failure translated by the same function, through :meth:`hiwallet.ledger.Ledger.error_of`.
+What a retry can cure is :func:`hiwallet.core.db.is_transient`'s to say.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncpg
 import orjson
 
 from hiwallet.core.coalesce import Coalescer
+from hiwallet.core.db import is_transient
 from hiwallet.core.queries import load_queries
 from hiwallet.core.settings import Settings
 from hiwallet.ledger import errors
@@ -61,6 +65,15 @@ MAX_STATEMENT_PAGE = 500
 RETRY_ATTEMPTS = 3
 _RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 
+# What the driver and the network raise: translated. Anything else is raised as it is.
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+
 _SQLSTATE_ERRORS: dict[str, type[errors.LedgerError]] = {
     "HW001": errors.InsufficientFunds,
     "HW002": errors.AccountNotFound,
@@ -80,19 +93,27 @@ _CONSTRAINT_ERRORS: dict[str, type[errors.LedgerError]] = {
 }
 
 
-def translate(exc: BaseException) -> errors.LedgerError:
-    """An exception from the driver, as the ledger's error."""
-    if isinstance(exc, errors.LedgerError):
+def translate(exc: BaseException) -> errors.LedgerError | errors.LedgerInternalError:
+    """An exception from the driver, as the ledger's error: a refusal by its SQLSTATE or
+    constraint; :class:`~errors.LedgerUnavailable` only for what a retry can cure
+    (:func:`hiwallet.core.db.is_transient`); anything else - an invariant trigger (HW010-HW012),
+    an unknown HW code, a data error, an unmapped constraint, an unknown state - is a defect,
+    :class:`~errors.LedgerInternalError`, never "retry"."""
+    if isinstance(exc, errors.LedgerError | errors.LedgerInternalError):
         return exc
+    state = getattr(exc, "sqlstate", None) or None
+    constraint = getattr(exc, "constraint_name", None) or None
     if isinstance(exc, asyncpg.PostgresError):
-        state = getattr(exc, "sqlstate", None) or ""
         message = getattr(exc, "message", None) or str(exc)
         if state in _SQLSTATE_ERRORS:
             return _SQLSTATE_ERRORS[state](message, **_detail(getattr(exc, "detail", None)))
-        constraint = getattr(exc, "constraint_name", None)
         if constraint in _CONSTRAINT_ERRORS:
             return _CONSTRAINT_ERRORS[constraint](message, constraint=constraint)
-    return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__}: {exc}")
+    if is_transient(exc):
+        return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__}: {exc}")
+    return errors.LedgerInternalError(
+        f"database error: {type(exc).__name__}: {exc}", sqlstate=state, constraint=constraint
+    )
 
 
 def _detail(raw: str | None) -> dict[str, Any]:
@@ -128,7 +149,11 @@ def _answer(raw: dict[str, Any]) -> PostResult:
     """The posting function's answer: a result, or a refusal raised as the ledger's error."""
     if "error" in raw:
         err = raw["error"]
-        kind = _SQLSTATE_ERRORS.get(err["sqlstate"], errors.LedgerUnavailable)
+        kind = _SQLSTATE_ERRORS.get(err["sqlstate"])
+        if kind is None:  # a refusal this code does not know: a defect, not "retry"
+            raise errors.LedgerInternalError(
+                f"unknown refusal {err['sqlstate']}: {err['message']}", sqlstate=err["sqlstate"]
+            )
         raise kind(err["message"], **(err["detail"] or {}))
     return _result(raw)
 
@@ -308,7 +333,7 @@ class LedgerStore:
                 if attempt == RETRY_ATTEMPTS:
                     raise translate(exc) from exc
                 await asyncio.sleep(0.005 * attempt)
-            except (errors.LedgerError, asyncio.CancelledError):
+            except (errors.LedgerError, errors.LedgerInternalError, asyncio.CancelledError):
                 raise
             except Exception as exc:
                 raise translate(exc) from exc
@@ -333,7 +358,9 @@ class LedgerStore:
             await self._faults(FaultPoint.AFTER_COMMIT, conn)
         return _answer(raw)
 
-    async def post_batch(self, postings: Sequence[Posting]) -> list[PostResult | errors.LedgerError]:
+    async def post_batch(
+        self, postings: Sequence[Posting]
+    ) -> list[PostResult | errors.LedgerError | errors.LedgerInternalError]:
         """Many postings in one database transaction and one round trip; a result for each. A
         posting refused for a ledger reason leaves nothing and does not stop the others."""
         if not 0 < len(postings) <= MAX_BATCH:
@@ -358,18 +385,21 @@ class LedgerStore:
                 return [await self._answer_alone(p) for p in postings]
             except Exception as exc:
                 raise translate(exc) from exc
-        results: list[PostResult | errors.LedgerError] = []
+        results: list[PostResult | errors.LedgerError | errors.LedgerInternalError] = []
         for item in raw:
             try:
                 results.append(_answer(item))
-            except errors.LedgerError as refused:
+            except (errors.LedgerError, errors.LedgerInternalError) as refused:
                 results.append(refused)
         return results
 
-    async def _answer_alone(self, posting: Posting) -> PostResult | errors.LedgerError:
+    async def _answer_alone(
+        self, posting: Posting
+    ) -> PostResult | errors.LedgerError | errors.LedgerInternalError:
         try:
             return await self._post_alone(self._arguments(posting))
-        except errors.LedgerError as answer:  # a refusal, or this posting's own failure
+        # a refusal, or this posting's own failure (one bad posting cannot fail its neighbours)
+        except (errors.LedgerError, errors.LedgerInternalError) as answer:
             return answer
 
     # -----------------------------------------------------------------------------------------
@@ -421,7 +451,7 @@ class LedgerStore:
     async def account(self, account_id: str) -> AccountState:
         try:
             row = await self._pool.fetchrow(Q["get_account"], bucket_of(account_id), account_id)
-        except errors.LedgerError:
+        except (errors.LedgerError, errors.LedgerInternalError):
             raise
         except Exception as exc:
             raise translate(exc) from exc
@@ -433,7 +463,7 @@ class LedgerStore:
         cash, promo = cash_account(wallet_id), promo_account(wallet_id)
         try:
             rows = await self._pool.fetch(Q["get_accounts"], bucket_of(wallet_id), [cash, promo])
-        except errors.LedgerError:
+        except (errors.LedgerError, errors.LedgerInternalError):
             raise
         except Exception as exc:
             raise translate(exc) from exc
@@ -445,33 +475,43 @@ class LedgerStore:
 
     async def system_balance(self, role: Role, currency: str, provider: str | None = None) -> int:
         """The balance of a system account: the sum of its per-bucket sub-accounts."""
-        value = await self._pool.fetchval(Q["system_balance"], role.value, currency, provider)
+        value = await self._read("fetchval", Q["system_balance"], role.value, currency, provider)
         return int(value)
 
     # -----------------------------------------------------------------------------------------
     # Reading
     # -----------------------------------------------------------------------------------------
 
+    async def _read(self, method: str, query: str, *args: Any) -> Any:
+        """One read on the pool (``fetch``, ``fetchrow`` or ``fetchval``), its driver error
+        translated."""
+        try:
+            return await getattr(self._pool, method)(query, *args)
+        except Exception as exc:
+            raise translate(exc) from exc
+
     async def statement(self, account_id: str, *, cursor: str | None = None, limit: int = 50) -> Statement:
         """Lines in version order; ``cursor`` is the last version seen (opaque to callers)."""
         if not 1 <= limit <= MAX_STATEMENT_PAGE:
-            raise errors.InvalidPosting(f"limit must be 1..{MAX_STATEMENT_PAGE}", field="limit")
+            raise errors.InvalidRequest(f"limit must be 1..{MAX_STATEMENT_PAGE}", field="limit")
         after = 0
         if cursor is not None:
             if not cursor.isdigit() or len(cursor) > 18:
-                raise errors.InvalidPosting("malformed cursor", field="cursor")
+                raise errors.InvalidCursor("malformed cursor", field="cursor")
             after = int(cursor)
-        rows = await self._pool.fetch(Q["statement"], bucket_of(account_id), account_id, after, limit + 1)
+        rows = await self._read("fetch", Q["statement"], bucket_of(account_id), account_id, after, limit + 1)
         lines = tuple(_line(r) for r in rows[:limit])
         next_cursor = str(lines[-1].version) if len(rows) > limit else None
         return Statement(lines, next_cursor)
 
     async def transaction(self, transaction_id: str) -> TransactionView:
         home = bucket_of(transaction_id)
-        head = await self._pool.fetchrow(Q["transaction_home"], home, transaction_id)
+        head = await self._read("fetchrow", Q["transaction_home"], home, transaction_id)
         if head is None or head["home_bucket"] != home:
-            raise errors.AccountNotFound(f"no transaction {transaction_id}", transaction_id=transaction_id)
-        lines = await self._pool.fetch(Q["transaction_lines"], head["buckets"], transaction_id)
+            raise errors.TransactionNotFound(
+                f"no transaction {transaction_id}", transaction_id=transaction_id
+            )
+        lines = await self._read("fetch", Q["transaction_lines"], head["buckets"], transaction_id)
         return TransactionView(
             id=head["id"],
             type=head["type"],
@@ -485,18 +525,18 @@ class LedgerStore:
 
     async def refund_of(self, transaction_id: str) -> str | None:
         """The id of the refund of ``transaction_id``, if there is one."""
-        value = await self._pool.fetchval(Q["refund_of"], bucket_of(transaction_id), transaction_id)
+        value = await self._read("fetchval", Q["refund_of"], bucket_of(transaction_id), transaction_id)
         return None if value is None else str(value)
 
     async def balance_as_of(self, account_id: str, at: datetime) -> int:
         """The balance the account had at ``at``: the balance its last line before then left."""
         await self.account(account_id)
-        value = await self._pool.fetchval(Q["balance_as_of"], bucket_of(account_id), account_id, at)
+        value = await self._read("fetchval", Q["balance_as_of"], bucket_of(account_id), account_id, at)
         return 0 if value is None else int(value)
 
     async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
         promo = promo_account(wallet_id)
-        rows = await self._pool.fetch(Q["promo_batches"], bucket_of(wallet_id), promo)
+        rows = await self._read("fetch", Q["promo_batches"], bucket_of(wallet_id), promo)
         return [
             PromoBatch(
                 id=r["id"],
@@ -562,10 +602,9 @@ class LedgerStore:
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 yield conn
-        except errors.LedgerError:
-            raise
-        except Exception as exc:
+        except _DRIVER_ERRORS as exc:
             raise translate(exc) from exc
+        # anything else is the caller's own (its refusal, its bug): rolled back, raised as it is
 
 
 def _hold(account: str, key: str, raw: dict[str, Any]) -> HoldResult:

@@ -24,9 +24,7 @@ from hiwallet.core.http import (
 )
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.ledger.errors import LedgerError
-from hiwallet.ledger.service import Fees
-from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.routes import Problem, PromoIn, RefundIn, TransferIn, lean_router, router
 from hiwallet.wallet_api.service import WalletService
@@ -49,8 +47,16 @@ def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
 
 
 async def _on_ledger_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, LedgerError)
-    return problem_response(errors.from_ledger(exc), request.url.path)
+    """A ledger error the service let through (a refusal of input it handed on as it was)."""
+    problem = errors.from_ledger(exc) if isinstance(exc, LedgerError) else None
+    if problem is None:
+        # Not a refusal this service expects: a defect, answered as any unexpected error (500).
+        unexpected = request.app.exception_handlers.get(Exception)
+        if unexpected is None:
+            raise exc
+        response: Response = await unexpected(request, exc)
+        return response
+    return problem_response(problem, request.url.path)
 
 
 async def _purge_forever(service: WalletService, interval_s: float) -> None:

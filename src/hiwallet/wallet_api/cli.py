@@ -17,8 +17,7 @@ from hiwallet.core import db
 from hiwallet.core.http import ProblemError
 from hiwallet.core.ids import derived_id
 from hiwallet.core.settings import get_settings
-from hiwallet.ledger.service import Fees
-from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.ledger import Fees, LedgerStore, init_connection
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from hiwallet.core.ids import new_id
-from hiwallet.ledger.accounts import BUCKETS
-from hiwallet.ledger.model import TxType
+from hiwallet.ledger import BUCKETS, TxType
 from hiwallet.wallet_api import errors
 
 

@@ -4,9 +4,9 @@ answer of every refusal is decided in this one file."""
 
 from __future__ import annotations
 
+from hiwallet import ledger
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
-from hiwallet.ledger import errors as ledger_errors
 
 
 class NotFound(http.NotFound):
@@ -53,6 +53,14 @@ class TierNotAllowed(ProblemError):
     status = 403
     slug = "tier-not-allowed"
     title = "The account's tier does not allow this"
+
+
+class NotABusiness(ProblemError):
+    """Only a business may do this (grant promo money): no tier of a personal account allows it."""
+
+    status = 403
+    slug = "not-a-business"
+    title = "Only a business account may do this"
 
 
 class TierDowngrade(ProblemError):
@@ -137,22 +145,26 @@ class Unavailable(http.ServiceUnavailable):
     slug = "service-unavailable"
 
 
-def from_ledger(exc: ledger_errors.LedgerError) -> ProblemError:
+def from_ledger(exc: ledger.LedgerError) -> ProblemError | None:
     """A ledger refusal as the client sees it. Internal account ids are left out; the amounts a
-    client needs to correct the request are kept."""
+    client needs to correct the request are kept. :class:`~hiwallet.ledger.LedgerUnavailable`
+    (a retry can cure it) is 503. None for an error this service does not expect from the ledger:
+    a defect, for the handler of unexpected errors (500), never "retry"."""
     f = exc.fields
-    if isinstance(exc, ledger_errors.InsufficientFunds):
+    if isinstance(exc, ledger.InsufficientFunds):
         keep = {k: f[k] for k in ("balance", "available", "amount") if k in f}
         return InsufficientFunds("the wallet does not hold enough money for this", **keep)
-    if isinstance(exc, ledger_errors.CurrencyMismatch):
+    if isinstance(exc, ledger.CurrencyMismatch):
         return CurrencyMismatch("the wallets' currency differs from the request's")
-    if isinstance(exc, ledger_errors.AccountNotFound):
+    if isinstance(exc, ledger.NotFound):
         return NotFound("no such resource")
-    if isinstance(exc, ledger_errors.NotRefundable):
+    if isinstance(exc, ledger.NotRefundable):
         return NotRefundable(str(exc))
-    if isinstance(exc, ledger_errors.TransactionIdReused):
+    if isinstance(exc, ledger.TransactionIdReused):
         return IdempotencyKeyReused("the id was used for another request")
-    if isinstance(exc, ledger_errors.InvalidPosting):
+    if isinstance(exc, ledger.InvalidRequest):
         field = f.get("field")
         return InvalidRequest(str(exc), field=field if isinstance(field, str) else None)
-    return Unavailable("the ledger is not available; retry with the same Idempotency-Key")
+    if isinstance(exc, ledger.LedgerUnavailable):
+        return Unavailable("the ledger is not available; retry with the same Idempotency-Key")
+    return None

@@ -12,8 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, Str
 
 from hiwallet.core.auth import bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute, json_body, json_body_openapi
-from hiwallet.ledger.rules import MAX_AMOUNT_MINOR
-from hiwallet.ledger.store import MAX_STATEMENT_PAGE
+from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_STATEMENT_PAGE
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.domain import (
     ACCOUNT_ID_PATTERN,

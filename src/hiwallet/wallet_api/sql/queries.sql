@@ -110,7 +110,7 @@ SELECT w.id, w.account_id, a.kind
 
 -- name: idempotency_begin
 -- Try, never wait: a second request with a key whose first request is still running is
--- answered 409 at once; and the stored answer, if any (see service.py, _idempotent).
+-- answered 409 at once; and the stored answer, if any (see idempotency.py, idempotent).
 SELECT pg_try_advisory_xact_lock($4) AS locked, k.request_hash, k.status, k.body, k.posted
   FROM (VALUES (1)) AS one (x)
   LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $2 AND k.key = $3

@@ -1,0 +1,244 @@
+"""Accounts, their members and wallets: opening them, raising a tier, and reading them."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from hiwallet import ledger
+from hiwallet.core.ids import new_id
+from hiwallet.wallet_api import domain, errors
+from hiwallet.wallet_api.access import check_currency, own_account, own_wallet, require_onboarding
+from hiwallet.wallet_api.adapters import Q, Repo, WalletRow
+from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
+from hiwallet.wallet_api.retry import answered, in_transaction, retried
+from hiwallet.wallet_api.settings import WalletApiSettings
+from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
+
+WALLET_NUMBER_ATTEMPTS = 5  # a new number after a (rare) collision
+
+
+class _AlreadyOpen(Exception):
+    """The person's personal account was opened by a concurrent request."""
+
+
+def _number_taken(exc: Exception) -> bool:
+    return isinstance(exc, asyncpg.UniqueViolationError) and exc.constraint_name == "wallets_number_unique"
+
+
+class Accounts:
+    def __init__(self, pool: asyncpg.Pool, the_ledger: ledger.Ledger, settings: WalletApiSettings) -> None:
+        self.pool = pool
+        self.ledger = the_ledger
+        self.settings = settings
+
+    async def open_personal(self, caller: Caller, subject: str) -> tuple[JSON, bool]:
+        """Onboarding opens a personal account for the customer ``subject`` (of the customer
+        realm), who becomes its member; with a TRY wallet. At most one per person: opening it
+        again answers the existing account (False: not created now)."""
+        require_onboarding(self.settings, caller)
+        issuer = self.settings.customer_issuer
+        existing = await Repo(self.pool).personal_account_of(issuer, subject)
+        if existing is not None:
+            return await self._account_as_is(*existing), False
+        account_id = await self._open_account(
+            kind=AccountKind.PERSONAL,
+            tier=Tier.UNKNOWN,
+            name=None,
+            opened_by=caller.actor,
+            members=[(issuer, subject)],
+        )
+        if account_id is None:  # another request opened it at the same moment
+            found = await Repo(self.pool).personal_account_of(issuer, subject)
+            if found is None:
+                raise AssertionError("a personal account opened concurrently is not found")
+            return await self._account_as_is(*found), False
+        return await self._account_as_is(account_id, domain.bucket_in(account_id)), True
+
+    async def open_business(self, name: str, *, operator: str) -> JSON:
+        """An operator opens a business account (until the staff side exists), with a TRY wallet."""
+        ledger.check_text(name, "name")
+        account_id = await self._open_account(
+            kind=AccountKind.BUSINESS, tier=None, name=name, opened_by=operator, members=[]
+        )
+        if account_id is None:  # only a person's account can exist already
+            raise AssertionError("a business account without members collided")
+        return await self._account_as_is(account_id, domain.bucket_in(account_id))
+
+    async def link(self, account_id: str, issuer: str, subject: str, *, operator: str) -> JSON:
+        """An operator makes an identity (a merchant integration's service account) a member."""
+        bucket = domain.bucket_in(account_id)
+
+        async def work(conn: asyncpg.Connection) -> None:
+            account = await Repo(conn).account(bucket, account_id, for_update=True)
+            if account is None:
+                raise errors.NotFound("no such account")
+            await conn.execute(Q["insert_member"], bucket, account_id, issuer, subject, operator)
+            await conn.execute(
+                Q["insert_identity_account"], issuer, subject, account_id, bucket, account.kind.value
+            )
+
+        await in_transaction(self.pool, work)
+        return await self._account_as_is(account_id, bucket)
+
+    async def _open_account(
+        self,
+        *,
+        kind: AccountKind,
+        tier: Tier | None,
+        name: str | None,
+        opened_by: str,
+        members: list[tuple[str, str]],
+    ) -> str | None:
+        bucket = ledger.random_bucket()
+        account_id = domain.new_account_id(bucket)
+
+        async def work(conn: asyncpg.Connection) -> bool:
+            await conn.execute(
+                Q["insert_account"],
+                bucket,
+                account_id,
+                kind.value,
+                tier.value if tier else None,
+                name,
+                opened_by,
+            )
+            for issuer, subject in members:
+                await conn.execute(Q["insert_member"], bucket, account_id, issuer, subject, opened_by)
+                status = await conn.execute(
+                    Q["insert_identity_account"], issuer, subject, account_id, bucket, kind.value
+                )
+                if status.endswith(" 0"):  # this person's personal account exists already
+                    raise _AlreadyOpen()
+            await self._add_wallet(conn, bucket, account_id, "TRY", owner=account_id)
+            return True
+
+        try:
+            await in_transaction(self.pool, work)
+        except _AlreadyOpen:
+            return None
+        return account_id
+
+    async def _add_wallet(
+        self, conn: asyncpg.Connection, bucket: int, account_id: str, currency: str, *, owner: str
+    ) -> WalletRow:
+        wallet_id = f"{bucket:04d}:w:{new_id()}"
+        await self.ledger.open_wallet(owner, currency, wallet_id=wallet_id, conn=conn)
+
+        async def numbered() -> None:
+            # A savepoint: a (rare) number collision tries another without losing the transaction.
+            async with conn.transaction():
+                number = domain.new_wallet_number(bucket)
+                await conn.execute(Q["insert_wallet"], bucket, wallet_id, account_id, currency, number)
+
+        try:
+            await retried(numbered, again=_number_taken, attempts=WALLET_NUMBER_ATTEMPTS, pause_s=0)
+        except asyncpg.UniqueViolationError as exc:
+            if _number_taken(exc):
+                raise errors.Unavailable("could not allocate a wallet number; retry") from exc
+            raise
+        found = await Repo(conn).wallet_of(bucket, account_id, currency)
+        if found is None:
+            raise AssertionError("a wallet just inserted is not found")
+        return found
+
+    async def _account_as_is(self, account_id: str, bucket: int) -> JSON:
+        repo = Repo(self.pool)
+        account = await repo.account(bucket, account_id)
+        if account is None:
+            raise errors.NotFound("no such account")
+        return account_view(account, await repo.wallets_of(bucket, account_id))
+
+    async def raise_tier(self, caller: Caller, account_id: str, tier: Tier) -> JSON:
+        require_onboarding(self.settings, caller)
+        bucket = domain.bucket_in(account_id)
+
+        async def work(conn: asyncpg.Connection) -> None:
+            account = await Repo(conn).account(bucket, account_id, for_update=True)
+            if account is None:
+                raise errors.NotFound("no such account")
+            if account.kind is not AccountKind.PERSONAL or account.tier is None:
+                raise errors.NotPersonal("only a personal account has a tier")
+            if domain.check_tier_raise(account.tier, tier):
+                await conn.execute(Q["set_tier"], bucket, account_id, tier.value)
+
+        await in_transaction(self.pool, work)
+        return await self._account_as_is(account_id, bucket)
+
+    async def accounts(self, caller: Caller) -> list[JSON]:
+        found = await Repo(self.pool).accounts_of(caller.issuer, caller.subject)
+        return [await self._account_as_is(account_id, bucket) for account_id, bucket in found]
+
+    async def account(self, caller: Caller, account_id: str) -> JSON:
+        account = await own_account(self.pool, caller, account_id)
+        return account_view(account, await Repo(self.pool).wallets_of(account.bucket, account.id))
+
+    async def open_wallet(self, caller: Caller, account_id: str, currency: str) -> tuple[JSON, bool]:
+        """A wallet of another currency for an account of the caller (one per currency)."""
+        check_currency(self.settings, currency)
+        account = await own_account(self.pool, caller, account_id)
+
+        async def work(conn: asyncpg.Connection) -> tuple[WalletRow, bool]:
+            await Repo(conn).account(account.bucket, account.id, for_update=True)  # one opener at a time
+            existing = await Repo(conn).wallet_of(account.bucket, account.id, currency)
+            if existing is not None:
+                return existing, False
+            return await self._add_wallet(conn, account.bucket, account.id, currency, owner=account.id), True
+
+        wallet, created = await in_transaction(self.pool, work)
+        return await self.wallet(caller, wallet.id), created
+
+    # -- wallets ----------------------------------------------------------------------------------
+
+    async def wallet(self, caller: Caller, wallet_id: str) -> JSON:
+        access = await own_wallet(self.pool, caller, wallet_id)
+        balance = await answered(self.ledger.wallet_balance(wallet_id))
+        return {
+            **wallet_ref(access.wallet),
+            "account_id": access.wallet.account_id,
+            "cash": balance.cash,
+            "promo": balance.promo,
+            "held": balance.held,
+            "available": balance.available,
+        }
+
+    async def statement(
+        self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
+    ) -> JSON:
+        await own_wallet(self.pool, caller, wallet_id)
+        statement = await answered(self.ledger.statement(f"{wallet_id}:{purse}", cursor=cursor, limit=limit))
+        return {
+            "wallet_id": wallet_id,
+            "purse": purse,
+            "lines": [
+                {
+                    "transaction_id": line.transaction_id,
+                    "type": line.type,
+                    "reference": line.ref,
+                    "amount": line.amount,
+                    "currency": line.currency,
+                    "balance_after": line.balance_after,
+                    "version": line.version,
+                    "posted_at": ts(line.posted_at),
+                }
+                for line in statement.lines
+            ],
+            "next_cursor": statement.next_cursor,
+        }
+
+    async def promos(self, caller: Caller, wallet_id: str) -> JSON:
+        await own_wallet(self.pool, caller, wallet_id)
+        batches = await answered(self.ledger.promo_batches(wallet_id))
+        return {
+            "wallet_id": wallet_id,
+            "batches": [
+                {
+                    "id": b.id,
+                    "funded_by": b.funded_by,
+                    "amount": b.amount,
+                    "remaining": b.remaining,
+                    "expires_at": ts(b.expires_at),
+                    "grant_transaction_id": b.grant_transaction_id,
+                }
+                for b in batches
+            ],
+        }

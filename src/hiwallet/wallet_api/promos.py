@@ -1,0 +1,116 @@
+"""Refunds of payments, and promo money a business grants."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from hiwallet import ledger
+from hiwallet.core.ids import new_id
+from hiwallet.ledger import TxType
+from hiwallet.wallet_api import domain, errors
+from hiwallet.wallet_api.access import check_currency, own_wallet, visible_transaction
+from hiwallet.wallet_api.adapters import Repo
+from hiwallet.wallet_api.domain import AccountKind, Caller
+from hiwallet.wallet_api.idempotency import Answer, check_idempotency_key, idempotent, request_hash
+from hiwallet.wallet_api.settings import WalletApiSettings
+from hiwallet.wallet_api.views import view_of_post
+
+PROMO_MAX_DAYS = 366
+
+
+class Promos:
+    def __init__(self, pool: asyncpg.Pool, the_ledger: ledger.Ledger, settings: WalletApiSettings) -> None:
+        self.pool = pool
+        self.ledger = the_ledger
+        self.settings = settings
+
+    async def refund(
+        self, caller: Caller, key: str | None, transfer_id: str, reference: str | None
+    ) -> Answer:
+        """The business that received a payment gives it back: all its legs negated, once."""
+        key = check_idempotency_key(key)
+        bucket = domain.bucket_in(transfer_id)
+        payload = {"transfer_id": transfer_id, "reference": reference}
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            original = await visible_transaction(self.ledger, caller, transfer_id, conn)
+            payee = original.view["to_wallet"]
+            if original.type != TxType.PAYMENT or original.mine.get(payee) is not AccountKind.BUSINESS:
+                raise errors.NotRefundable(
+                    "only a payment can be refunded, by the business that received it",
+                    transfer_id=transfer_id,
+                    transfer_type=original.type,
+                )
+            posting = self.ledger.refund_posting(original.tx, actor=caller.actor, ref=reference)
+            result = await self.ledger.post(posting, conn=conn)
+            if result.replayed:
+                raise errors.AlreadyRefunded("this payment has been refunded already", refund_id=result.id)
+            currency = original.tx.legs[0].currency
+            return Answer(201, view_of_post(result, TxType.REFUND, posting.ref, {}, currency, transfer_id))
+
+        return await idempotent(self.pool, bucket, caller, key, request_hash("refund", payload), work)
+
+    async def promo_grant(
+        self,
+        caller: Caller,
+        key: str | None,
+        *,
+        from_wallet: str,
+        to_wallet_number: str,
+        amount: int,
+        currency: str,
+        expires_at: datetime,
+        reference: str | None,
+    ) -> Answer:
+        """A business gives promo money to a customer; what is left at expiry returns to it."""
+        key = check_idempotency_key(key)
+        bucket = domain.bucket_in(from_wallet)
+        payload = {
+            "from_wallet": from_wallet,
+            "to_wallet_number": to_wallet_number,
+            "amount": amount,
+            "currency": currency,
+            "expires_at": expires_at.isoformat(),
+            "reference": reference,
+        }
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            src = await own_wallet(conn, caller, from_wallet)
+            if src.kind is not AccountKind.BUSINESS:
+                raise errors.NotABusiness("only a business grants promo money", operation="promo_grant")
+            now = datetime.now(UTC)
+            if not now + timedelta(minutes=1) <= expires_at <= now + timedelta(days=PROMO_MAX_DAYS):
+                raise errors.InvalidRequest(
+                    f"expires_at must be between a minute and {PROMO_MAX_DAYS} days from now",
+                    field="expires_at",
+                )
+            to_bucket, number = domain.parse_wallet_number(to_wallet_number)
+            dst = await Repo(conn).wallet_by_number(to_bucket, number)
+            if dst is None:
+                raise errors.RecipientNotFound("no wallet has this number")
+            if dst.kind is not AccountKind.PERSONAL:
+                raise errors.RecipientCannotReceive("promo money goes to personal accounts only")
+            domain.check_may_receive(dst.kind, dst.tier)
+            check_currency(self.settings, currency)
+            if currency != src.wallet.currency or currency != dst.wallet.currency:
+                raise errors.CurrencyMismatch(
+                    "both wallets must hold the request's currency", currency=currency
+                )
+            ref = reference or f"promo to {number}"
+            posting = self.ledger.promo_grant_posting(
+                new_id(),
+                dst.wallet.id,
+                amount,
+                currency,
+                expires_at=expires_at,
+                actor=caller.actor,
+                ref=ref,
+                business=src.wallet.id,
+            )
+            # The promo batch lives in the customer's bucket, so the posting's home is there.
+            result = await self.ledger.post(posting, conn=conn)
+            return Answer(201, view_of_post(result, TxType.PROMO_GRANT, ref, posting.metadata, currency))
+
+        return await idempotent(self.pool, bucket, caller, key, request_hash("promo", payload), work)
