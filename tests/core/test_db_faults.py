@@ -97,6 +97,10 @@ async def test_a_connection_cut_in_the_middle_of_a_query_is_not_reused(
         (asyncpg.InterfaceError("connection is closed"), True),
         (asyncpg.InternalClientError("cannot switch to state 12"), True),
         (ConnectionResetError(104, "reset"), True),
+        (ConnectionRefusedError(111, "refused"), True),
+        (OSError("Multiple exceptions: [Errno 111] Connect call failed"), True),  # asyncio's
+        (FileNotFoundError(2, "no such file"), False),  # an OSError, but a defect
+        (PermissionError(13, "denied"), False),
         (asyncpg.UntranslatableCharacterError("NUL"), False),
         (asyncpg.CharacterNotInRepertoireError("NUL"), False),
         (asyncpg.CheckViolationError("check"), False),

@@ -146,7 +146,9 @@ def start_server(realm: str, database: str, *, port: int | None = None, **overri
     port = port or free_port()
     settings = test_settings(port, **overrides)
     app = create_identity_app(realm, settings, database=database)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"identity-{realm}-{port}", daemon=True)
     thread.start()

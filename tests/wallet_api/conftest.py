@@ -254,7 +254,15 @@ def start_wallet_api(
     )
     app = create_wallet_api_app(settings, database=database)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            # log_config=None: uvicorn leaves logging to ours (JSON), as `serve` does in a service
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            log_config=None,
+        )
     )
     thread = threading.Thread(target=server.run, name=f"wallet-api-{port}", daemon=True)
     thread.start()

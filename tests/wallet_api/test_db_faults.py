@@ -126,7 +126,7 @@ async def test_postgres_restart_under_load_answers_only_503_then_the_same_keys_s
                 done += 1
                 progress.notify_all()
 
-    async def faults() -> None:
+    async def faults(http: httpx.AsyncClient) -> None:
         await reached(0.15)
         # A fast shutdown: every backend ends with FATAL 57P01 while requests are in flight,
         # then the server is gone for a while and refuses connections.
@@ -135,6 +135,10 @@ async def test_postgres_restart_under_load_answers_only_503_then_the_same_keys_s
             proxy.upstream_ports,
         )
         async with proxy.down():
+            # A read outside any unit of work meets the outage too: 503, never 500.
+            read = await http.get("/v1/accounts", headers=customers[0].auth)
+            assert read.status_code == 503, read.text
+            assert read.headers["content-type"].startswith("application/problem+json")
             await asyncio.sleep(DOWNTIME_S)
         await reached(0.5)
         proxy.cut()  # a crash and an instant recovery: only the open connections break, abruptly
@@ -146,7 +150,7 @@ async def test_postgres_restart_under_load_answers_only_503_then_the_same_keys_s
 
     async with wallet_api_process(api, proxy) as http:
         clients = [client(http, i, customers[i]) for i in range(CLIENTS)]
-        await asyncio.gather(faults(), *clients)
+        await asyncio.gather(faults(http), *clients)
 
         assert unexpected == [], unexpected[:5]
         assert set(statuses) <= {201, 503}, statuses

@@ -10,6 +10,7 @@ A pool that cannot be opened is :class:`DatabaseUnavailable`.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +55,18 @@ TRANSIENT_SQLSTATES = frozenset(
     {"40001", "40P01", "53300", "55P03", "57014", "57P01", "57P02", "57P03", "58000", "58030"}
 )
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08"})
+_NETWORK_ERRNOS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ENETDOWN,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+    }
+)
 
 
 def is_connection_error(exc: BaseException) -> bool:
@@ -63,11 +76,14 @@ def is_connection_error(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state[:2] in TRANSIENT_SQLSTATE_CLASSES or state in {"57P01", "57P02", "57P03"}
+    if isinstance(exc, OSError) and not isinstance(exc, ConnectionError | TimeoutError):
+        # A network failure only (a refused or unreachable server; asyncio's "Multiple
+        # exceptions" has no errno), not any OSError: a missing file is a defect, not "retry".
+        return exc.errno is None or exc.errno in _NETWORK_ERRNOS
     return isinstance(
         exc,
         asyncpg.InterfaceError  # closed connection, "another operation is in progress", ...
         | asyncpg.InternalClientError
-        | OSError
         | ConnectionError
         | TimeoutError,
     )

@@ -50,12 +50,8 @@ async def _on_ledger_error(request: Request, exc: Exception) -> Response:
     """A ledger error the service let through (a refusal of input it handed on as it was)."""
     problem = errors.from_ledger(exc) if isinstance(exc, LedgerError) else None
     if problem is None:
-        # Not a refusal this service expects: a defect, answered as any unexpected error (500).
-        unexpected = request.app.exception_handlers.get(Exception)
-        if unexpected is None:
-            raise exc
-        response: Response = await unexpected(request, exc)
-        return response
+        # Not a refusal this service expects: a defect, left to the edge (a logged 500).
+        raise exc
     return problem_response(problem, request.url.path)
 
 

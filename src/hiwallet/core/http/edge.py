@@ -30,10 +30,12 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hiwallet.core.db import is_transient
 from hiwallet.core.http.metrics import Metrics
 from hiwallet.core.http.problems import (
     PayloadTooLarge,
     ProblemError,
+    ServiceUnavailable,
     internal_error_response,
     problem_response,
 )
@@ -68,6 +70,10 @@ def route_label(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return str(path) if path else "unmatched"
+
+
+def _unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable("the database is not available; retry", headers={"Retry-After": "1"})
 
 
 async def _no_receive() -> Message:
@@ -131,7 +137,14 @@ class Edge:
                 await self.app(scope, limited_receive, send_with_id)
             except Exception as exc:
                 scope[ERROR_KEY] = exc
-                if status == 0:
+                if status == 0 and is_transient(exc):
+                    # The database went away under a service that did not expect it there
+                    # (a read outside its unit of work): what a retry can cure is 503, and
+                    # only that (core.db.is_transient); everything else is a 500.
+                    await problem_response(_unavailable(), scope.get("path"))(
+                        scope, _no_receive, send_with_id
+                    )
+                elif status == 0:
                     await internal_error_response(scope.get("path"), request_id)(
                         scope, _no_receive, send_with_id
                     )
@@ -154,7 +167,8 @@ class Edge:
         if error is not None:
             kind = type(error)
             fields = {"error": f"{kind.__module__}.{kind.__qualname__}", **database_error_fields(error)}
-            if not isinstance(error, ProblemError):  # unexpected: the one traceback of it
+            if not isinstance(error, ProblemError) and not is_transient(error):
+                # unexpected: the one traceback of it (an outage needs none: its SQLSTATE says it)
                 fields["exc_info"] = error
         log.error(
             "request failed",
