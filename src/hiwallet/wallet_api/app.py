@@ -46,27 +46,12 @@ def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
     )
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """Release without the default reset query (one round trip per request saved). asyncpg
-    still rolls back an open transaction; wallet-api sets no session state, listens to
-    nothing, holds no cursors, and takes only transaction-scoped advisory locks."""
-
-
 async def _create_pool(database: str, core: Settings, max_size: int) -> asyncpg.Pool:
-    try:
-        pool = await asyncpg.create_pool(
-            db.dsn_for(database, core),
-            min_size=core.db_pool_min_size,
-            max_size=max_size,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-            init=init_connection,
-            reset=_keep_session,
-        )
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise db.DatabaseUnavailable(f"cannot open a pool to {database}: {exc}") from exc
-    assert pool is not None
-    return pool
+    # As the wallet database's application role, whatever the database's name (tests and the
+    # bench use fresh ones): db.create_pool refuses the owner or a superuser.
+    return await db.create_pool(
+        database, role=db.app_role("wallet"), settings=core, max_size=max_size, init=init_connection
+    )
 
 
 async def _on_ledger_error(request: Request, exc: Exception) -> Response:
