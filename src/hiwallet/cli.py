@@ -37,6 +37,20 @@ def migrate(
     asyncio.run(_run())
 
 
+schema_app = typer.Typer(no_args_is_help=True, help="The generated schema.sql of each database.")
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("dump")
+def schema_dump() -> None:
+    """Write migrations/<db>/schema.sql from freshly migrated databases (after a new migration;
+    tests/core/test_schema.py checks the files). Needs pg_dump and the owner's server URL."""
+    from hiwallet.core import schema
+
+    for path in asyncio.run(schema.write_all(get_settings())):
+        console.print(f"wrote [bold]{path}[/bold]")
+
+
 @app.command()
 def run(
     name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api.")],
