@@ -34,7 +34,11 @@ def migrate(
             what = ", ".join(f"{v:04d}" for v in done) or "nothing new"
             console.print(f"[bold]{db.DATABASES[key]}[/bold]: {what}")
 
-    asyncio.run(_run())
+    try:
+        asyncio.run(_run())
+    except db.DatabaseMisconfigured as exc:
+        console.print(f"[red]refused[/red]: {exc}")
+        raise typer.Exit(2) from exc
 
 
 schema_app = typer.Typer(no_args_is_help=True, help="The generated schema.sql of each database.")

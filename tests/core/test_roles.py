@@ -546,3 +546,9 @@ async def test_the_customer_realms_role_cannot_touch_the_staff_realms_users(
             await conn.fetch("SELECT password_hash FROM users")
     finally:
         await conn.close()
+
+
+async def test_migrate_refuses_to_run_as_a_services_role(wallet_db: str) -> None:
+    url = get_settings().database_url.replace("://", f"://{APP}@", 1)
+    with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_MIGRATE_DATABASE_URL"):
+        await db.migrate("wallet", database=wallet_db, settings=Settings(migrate_database_url=url))

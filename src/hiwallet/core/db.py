@@ -423,6 +423,17 @@ async def migrate(key: str, database: str | None = None, settings: Settings | No
     grants = render_grants(grants_file.read_text(), key) if grants_file.exists() else None
     conn = await asyncpg.connect(owner_dsn(database, settings))
     try:
+        owner = await conn.fetchrow(
+            "SELECT current_user AS name, r.rolsuper OR pg_has_role(current_user, d.datdba, 'USAGE')"
+            " AS owns FROM pg_roles r, pg_database d"
+            " WHERE r.rolname = current_user AND d.datname = current_database()"
+        )
+        if owner is None or not owner["owns"]:
+            raise DatabaseMisconfigured(
+                f"migrate connects to {database} as {owner and owner['name']!r}, which does not "
+                "own it: HIWALLET_MIGRATE_DATABASE_URL names the owner (services' roles may not "
+                "migrate)"
+            )
         await ensure_role(conn, app_role(key))
         await ensure_role(conn, readonly_role(key))
         return await apply_migrations(conn, migrations, grants)
