@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench
+.PHONY: install up test lint bench schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ lint: install
 # test); they never touch the databases `make up` runs on.
 test: install lint
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+# migrations/<db>/schema.sql, the live schema, from freshly migrated databases: run after adding
+# a migration (tests/core/test_schema.py fails until the committed files match).
+schema: install
+	$(BIN)/hiwallet schema dump
 
 # The benchmark makes and drops its own databases.
 bench: install

@@ -81,8 +81,8 @@ def pct(values: list[float], q: float) -> float:
 def pgbench(duration_s: int, clients: int, scale: int) -> dict[str, Any]:
     settings = get_settings()
     name = f"hiwallet_bench_pgbench_{os.getpid()}"
-    dsn = db.dsn_for(name, settings)
-    admin = db.dsn_for("postgres", settings)
+    dsn = db.owner_dsn(name, settings)
+    admin = db.owner_dsn("postgres", settings)
     subprocess.run(["psql", admin, "-qc", f'DROP DATABASE IF EXISTS "{name}"'], check=True)
     subprocess.run(["psql", admin, "-qc", f'CREATE DATABASE "{name}"'], check=True)
     try:
@@ -237,7 +237,7 @@ class Bench:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     settings = get_settings()
     database = f"hiwallet_bench_ledger_{os.getpid()}"
-    admin = await asyncpg.connect(db.dsn_for("postgres", settings))
+    admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
     await admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
     await admin.close()
     await db.migrate("wallet", database=database, settings=settings)
@@ -254,17 +254,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
         print(f"  {report['pgbench_c8']}", flush=True)
 
-    pool = await db.create_pool(database, settings=settings, min_size=4, max_size=34, init=init_connection)
+    # Measured as the services run: as the application role, through the posting functions
+    # (SECURITY DEFINER). The owner's connection vacuums, analyzes and checkpoints.
+    pool = await db.create_pool(
+        database, role=db.app_role("wallet"), settings=settings, min_size=4, max_size=34, init=init_connection
+    )
+    owner = await asyncpg.connect(db.owner_dsn(database, settings))
     try:
         ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
         bench = Bench(pool, ledger, datetime.now(UTC).strftime("%H%M%S"))
         print(f"opening and funding {WALLETS} wallets ...", flush=True)
         wallets = await bench.open_wallets(WALLETS)
-        await pool.execute("ANALYZE")
+        await owner.execute("ANALYZE")
 
         for c in (1, 8, 32) if full else (8, 32):
             print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
-            await quiesce(pool)
+            await quiesce(owner)
             report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
             print(f"  {report[f'spread_c{c}']}", flush=True)
             if c > 1 and not args.skip_wallet_api:
@@ -272,11 +277,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 # figures compared are measured minutes apart at most (the machine's speed
                 # drifts), and before the batched run writes 100,000 transactions that the
                 # server then checkpoints and vacuums.
-                await quiesce(pool)
+                await quiesce(owner)
                 await wallet_api(report, c, args.duration)
         for c in (8, 32) if full else ():
             print(f"hot account: top-ups through one provider's clearing, concurrency {c} ...", flush=True)
-            await quiesce(pool)
+            await quiesce(owner)
             report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
             print(f"  {report[f'hot_c{c}']}", flush=True)
         if full:
@@ -285,11 +290,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
             one_bucket = await bench.open_wallets(100, bucket=1023)
-            await quiesce(pool)
+            await quiesce(owner)
             report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
             print(f"  {report['hot_single_row_c32']}", flush=True)
             print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
-            await quiesce(pool)
+            await quiesce(owner)
             report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
             print(f"  {report['batched']}", flush=True)
 
@@ -305,8 +310,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         await pool.close()
+        await owner.close()
         if not args.keep:
-            admin = await asyncpg.connect(db.dsn_for("postgres", settings))
+            admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
             await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             await admin.close()
 
@@ -315,12 +321,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-async def quiesce(pool: asyncpg.Pool) -> None:
+async def quiesce(owner: asyncpg.Connection) -> None:
     """Before each measured run, as pgbench does before its own (it vacuums its tables): vacuum
     what the previous runs wrote and checkpoint, so that no run pays for an earlier one's
     autovacuum or checkpoint."""
-    await pool.execute("VACUUM (ANALYZE) ledger.accounts, ledger.transactions, ledger.lines", timeout=600)
-    await pool.execute("CHECKPOINT", timeout=600)
+    await owner.execute("VACUUM (ANALYZE) ledger.accounts, ledger.transactions, ledger.lines", timeout=600)
+    await owner.execute("CHECKPOINT", timeout=600)
 
 
 async def wallet_api(report: dict[str, Any], concurrency: int, duration_s: float) -> None:

@@ -117,7 +117,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def _drop(*names: str) -> None:
-    conn = await asyncpg.connect(db.dsn_for("postgres", get_settings()))
+    conn = await asyncpg.connect(db.owner_dsn("postgres", get_settings()))
     try:
         for name in names:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -258,7 +258,9 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
     idp_port, api_port = free_port(), free_port()
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
     procs = [_start(_IDENTITY, str(idp_port), identity_db)]
-    pool = await db.create_pool(wallet_db, min_size=1, max_size=2, init=init_connection)
+    pool = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
+    )
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     try:
         async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:

@@ -19,7 +19,7 @@ _PREFIX = f"hwt{os.getpid()}"
 
 
 async def _admin() -> asyncpg.Connection:
-    return await asyncpg.connect(db.dsn_for("postgres", get_settings()))
+    return await asyncpg.connect(db.owner_dsn("postgres", get_settings()))
 
 
 async def drop_database(name: str) -> None:

@@ -47,7 +47,25 @@ def migrate(
             what = ", ".join(f"{v:04d}" for v in done) or "nothing new"
             console.print(f"[bold]{db.DATABASES[key]}[/bold]: {what}")
 
-    asyncio.run(_run())
+    try:
+        asyncio.run(_run())
+    except db.DatabaseMisconfigured as exc:
+        console.print(f"[red]refused[/red]: {exc}")
+        raise typer.Exit(2) from exc
+
+
+schema_app = typer.Typer(no_args_is_help=True, help="The generated schema.sql of each database.")
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("dump")
+def schema_dump() -> None:
+    """Write migrations/<db>/schema.sql from freshly migrated databases (after a new migration;
+    tests/core/test_schema.py checks the files). Needs pg_dump and the owner's server URL."""
+    from hiwallet.core import schema
+
+    for path in asyncio.run(schema.write_all(get_settings())):
+        console.print(f"wrote [bold]{path}[/bold]")
 
 
 @app.command()

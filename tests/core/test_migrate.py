@@ -38,12 +38,10 @@ async def test_concurrent_migrate_processes_apply_each_file_once(database: str) 
         outputs = [(await asyncio.wait_for(p.communicate(), 120))[0].decode() for p in procs]
         assert all(p.returncode == 0 for p in procs), outputs
         applied = [eval(out.strip().splitlines()[-1]) for out in outputs]  # lists of versions
-        files = sorted(
-            int(p.name[:4]) for p in (Path(db.get_settings().migrations_dir) / "wallet").glob("*.sql")
-        )
+        files = [m.version for m in db.load_migrations(Path(db.get_settings().migrations_dir) / "wallet")]
         # exactly one process applied everything; the others found nothing to do
         assert sorted(applied, key=len) == [[], [], [], files]
-        conn = await asyncpg.connect(db.dsn_for(database))
+        conn = await asyncpg.connect(db.owner_dsn(database))
         try:
             rows = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
         finally:
@@ -69,7 +67,7 @@ async def test_a_changed_migration_is_refused(database: str, tmp_path: Path) -> 
         with pytest.raises(asyncpg.DivisionByZeroError):
             await db.migrate("wallet", database=database, settings=settings)
         # the failed file left nothing: its table is not there and it is not recorded
-        conn = await asyncpg.connect(db.dsn_for(database))
+        conn = await asyncpg.connect(db.owner_dsn(database))
         try:
             assert await conn.fetchval("SELECT to_regclass('u')") is None
             assert await conn.fetchval("SELECT max(version) FROM schema_migrations") == 1
@@ -77,6 +75,11 @@ async def test_a_changed_migration_is_refused(database: str, tmp_path: Path) -> 
             await conn.close()
     finally:
         await pgtemplate.drop_database(database)
+
+
+# Numbers taken on another branch of the same issue (wallet 0008: ledgersql's, issue 9), so that
+# this branch's 0009 is not a gap. Empty this once both are merged.
+RESERVED: dict[str, set[int]] = {"wallet": {8}}
 
 
 def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
@@ -87,4 +90,5 @@ def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
         folder = db.get_settings().migrations_dir / db.MIGRATION_FOLDERS.get(key, key)
         if folder.is_dir():
             versions = [m.version for m in db.load_migrations(folder)]
+            versions = sorted({*versions, *RESERVED.get(key, ())})
             assert versions == list(range(1, len(versions) + 1)), key

@@ -112,7 +112,7 @@ class IdentityServer:
         """Run one statement on this server's database (tests inspect and age rows)."""
 
         async def go() -> list[asyncpg.Record]:
-            conn = await asyncpg.connect(db.dsn_for(self.database, get_settings()))
+            conn = await asyncpg.connect(db.owner_dsn(self.database, get_settings()))
             try:
                 return list(await conn.fetch(query, *args))
             finally:

@@ -205,7 +205,7 @@ def test_unknown_user_and_oversized_body(customer_idp: IdentityServer) -> None:
 
 
 def test_purge_removes_only_what_has_expired(customer_idp: IdentityServer) -> None:
-    from hiwallet.core.db import create_pool
+    from hiwallet.core.db import app_role, create_pool
     from hiwallet.identity.housekeeping import purge_once
     from tests.identity.conftest import run_sync
 
@@ -217,7 +217,7 @@ def test_purge_removes_only_what_has_expired(customer_idp: IdentityServer) -> No
     customer_idp.sql("UPDATE sessions SET expires_at = now() - interval '2 days' WHERE id = $1", old_session)
 
     async def purge() -> int:
-        pool = await create_pool(customer_idp.database, min_size=1, max_size=1)
+        pool = await create_pool(customer_idp.database, role=app_role("identity"), min_size=1, max_size=1)
         try:
             return await purge_once(pool)
         finally:

@@ -289,9 +289,9 @@ async def test_key_rotation_without_downtime(service: Service, customer_idp: Ide
     assert (await service.get("/customers-only", old["access_token"])).status_code == 200
 
     async def rotate() -> str:
-        from hiwallet.core.db import create_pool
+        from hiwallet.core.db import app_role, create_pool
 
-        pool = await create_pool(customer_idp.database, min_size=1, max_size=1)
+        pool = await create_pool(customer_idp.database, role=app_role("identity"), min_size=1, max_size=1)
         try:
             return await rotate_keys(
                 pool, 2048, publish_for_s=customer_idp.settings.access_token_lifetime_s + 60
@@ -318,9 +318,9 @@ async def test_key_rotation_without_downtime(service: Service, customer_idp: Ide
     )
 
     async def refill() -> None:
-        from hiwallet.core.db import create_pool
+        from hiwallet.core.db import app_role, create_pool
 
-        pool = await create_pool(customer_idp.database, min_size=1, max_size=1)
+        pool = await create_pool(customer_idp.database, role=app_role("identity"), min_size=1, max_size=1)
         try:
             await ensure_keys(pool, 2048)
         finally:

@@ -19,7 +19,11 @@ FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL)
 
 @pytest.fixture
 async def pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await db.create_pool(wallet_db, min_size=1, max_size=12, init=init_connection)
+    # As the application role, as wallet-api connects: every ledger test posts through the
+    # functions only (docs/ledger.md, "Who may write").
+    p = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=12, init=init_connection
+    )
     yield p
     await p.close()
 
@@ -42,8 +46,18 @@ def ledger(store: LedgerStore) -> Ledger:
 
 
 @pytest.fixture
+async def owner_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    """The owner's: for what the schema refuses even its owner (triggers, constraints), which
+    the application role may not even try (tests/core/test_roles.py)."""
+    p = await asyncpg.create_pool(db.owner_dsn(wallet_db), min_size=1, max_size=2)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
 def dsn(wallet_db: str) -> str:
-    return db.dsn_for(wallet_db)
+    """The owner's: the fault injector terminates the application role's sessions with it."""
+    return db.owner_dsn(wallet_db)
 
 
 @dataclass

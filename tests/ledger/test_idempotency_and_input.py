@@ -183,7 +183,8 @@ async def test_the_database_refuses_an_unbalanced_posting(ledger: Ledger, pool: 
     assert await snapshot(pool) == before
 
 
-async def test_the_database_refuses_to_rewrite_history(ledger: Ledger, pool: asyncpg.Pool) -> None:
+async def test_the_database_refuses_to_rewrite_history(ledger: Ledger, owner_pool: asyncpg.Pool) -> None:
+    # As the owner: the application role may not even try (tests/core/test_roles.py).
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
     for statement in (
         "UPDATE ledger.lines SET amount = amount + 1",
@@ -195,15 +196,15 @@ async def test_the_database_refuses_to_rewrite_history(ledger: Ledger, pool: asy
         "TRUNCATE ledger.accounts CASCADE",
     ):
         with pytest.raises(asyncpg.PostgresError, match="append-only"):
-            await pool.execute(statement)
+            await owner_pool.execute(statement)
     # and a customer's balance cannot go below zero whatever writes it
     with pytest.raises(asyncpg.CheckViolationError, match="accounts_customer_not_negative"):
-        await pool.execute("UPDATE ledger.accounts SET balance = -1 WHERE id = $1", cash_account(a))
+        await owner_pool.execute("UPDATE ledger.accounts SET balance = -1 WHERE id = $1", cash_account(a))
 
 
 @pytest.mark.parametrize("missing", ["account", "transaction"])
 async def test_the_database_refuses_a_line_that_belongs_to_nothing(
-    ledger: Ledger, pool: asyncpg.Pool, missing: str
+    ledger: Ledger, pool: asyncpg.Pool, owner_pool: asyncpg.Pool, missing: str
 ) -> None:
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
     tx = (await ledger.store.statement(cash_account(a))).lines[0].transaction_id
@@ -212,7 +213,7 @@ async def test_the_database_refuses_a_line_that_belongs_to_nothing(
     before = await snapshot(pool)
     with pytest.raises(asyncpg.PostgresError, match=f"names no {missing}"):
         # two lines that balance each other: only the missing owner is wrong
-        await pool.execute(
+        await owner_pool.execute(
             "INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,"
             " balance_after, type, ref, posted_at, hash)"
             " VALUES (3, $1, 99, $2, 1, 'TRY', 1, 'p2p', 'x', now(), '\\x'),"

@@ -100,7 +100,7 @@ async def test_balance_trigger_checks_every_statement_and_reads_by_bucket(pool: 
 
 
 async def test_lines_of_one_transaction_written_by_two_statements_are_refused(
-    ledger: Ledger, pool: asyncpg.Pool
+    ledger: Ledger, owner_pool: asyncpg.Pool
 ) -> None:
     """Each statement's lines of a transaction must sum to zero by themselves, so a line added
     later to a balanced transaction is refused at once (and so is half a transaction)."""
@@ -113,7 +113,7 @@ async def test_lines_of_one_transaction_written_by_two_statements_are_refused(
         " SELECT bucket, account_id, version + 100, transaction_id, $1, currency, balance_after,"
         " type, ref, posted_at, hash FROM ledger.lines WHERE transaction_id = $2 AND amount > 0"
     )
-    async with pool.acquire() as conn:
+    async with owner_pool.acquire() as conn:  # the application role may not insert lines at all
         with pytest.raises(asyncpg.PostgresError, match="unbalanced") as refused:
             await conn.execute(line, TL, posted.id)
         assert refused.value.sqlstate == "HW011"

@@ -88,7 +88,9 @@ class LedgerMachine(RuleBasedStateMachine):
         # A fresh database per example: what one example leaves (an expired batch, a hold) must
         # not change what the next one sees, or Hypothesis cannot replay and shrink.
         self.database = self.run(pgtemplate.clone(self.template))
-        self.pool: asyncpg.Pool = self.run(db.create_pool(self.database, max_size=4, init=init_connection))
+        self.pool: asyncpg.Pool = self.run(
+            db.create_pool(self.database, role=db.app_role("wallet"), max_size=4, init=init_connection)
+        )
         self.ledger = Ledger(LedgerStore(self.pool, transit_legs=self.transit), FEES)
         self.model: dict[str, WalletModel] = {}
         self.done: list[Done] = []

@@ -16,10 +16,17 @@ Tamper = Callable[[asyncpg.Connection, str], Awaitable[object]]
 
 
 async def _behind_the_back(pool: asyncpg.Pool, sql: str, *args: object) -> None:
-    """As a superuser with triggers off: what an attacker or a bad script could do."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SET LOCAL session_replication_role = replica")
-        await conn.execute(sql, *args)
+    """As a superuser with triggers off: what an attacker who got past the database's roles,
+    or a bad script run by the owner, could do (the pool's own role may not: test_roles.py)."""
+    from hiwallet.core import db
+
+    conn = await asyncpg.connect(db.owner_dsn(await pool.fetchval("SELECT current_database()")))
+    try:
+        async with conn.transaction():
+            await conn.execute("SET LOCAL session_replication_role = replica")
+            await conn.execute(sql, *args)
+    finally:
+        await conn.close()
 
 
 async def _history(ledger: Ledger) -> tuple[str, str]:
@@ -107,7 +114,7 @@ def test_cli_verify_exits_non_zero_naming_the_difference(
     from hiwallet.core.settings import get_settings
 
     async def tamper() -> None:
-        conn = await asyncpg.connect(db.dsn_for(wallet_db))
+        conn = await asyncpg.connect(db.owner_dsn(wallet_db))
         try:
             await conn.execute("UPDATE ledger.accounts SET balance = 5 WHERE id = '0000:sys:nostro:TRY'")
         finally:

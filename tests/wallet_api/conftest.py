@@ -223,6 +223,21 @@ class WalletApi:
         )
         return dict(row)
 
+    @asynccontextmanager
+    async def owner_connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A connection as the database's owner: for what a test does that the service's role
+        may not (age a record, remove a member, lock a ledger row)."""
+        conn = await asyncpg.connect(db.owner_dsn(self.database))
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    async def as_owner(self, sql: str, *args: Any) -> str:
+        """One statement as the database's owner."""
+        async with self.owner_connection() as conn:
+            return str(await conn.execute(sql, *args))
+
     async def verify(self) -> None:
         report = await self.ledger.store.verify()
         assert report.ok, report.problems
@@ -286,7 +301,11 @@ async def running_api(
 ) -> AsyncIterator[WalletApi]:
     base_url, settings, server, thread = start_wallet_api(database, customer_idp, staff_idp, **overrides)
     core: Settings = get_settings()
-    pool = await db.create_pool(database, min_size=1, max_size=4, init=init_connection)
+    # The tests' own service and ledger (making businesses, funding wallets) connect as the
+    # application role too, as wallet-api does.
+    pool = await db.create_pool(
+        database, role=db.app_role("wallet"), min_size=1, max_size=4, init=init_connection
+    )
     store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
     ledger = Ledger(store, Fees.from_settings(core))
     service = WalletService(pool, store, Fees.from_settings(core), settings)

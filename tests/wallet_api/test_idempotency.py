@@ -23,10 +23,10 @@ async def test_same_key_same_body_answers_the_first_answer(api: WalletApi) -> No
     assert again.headers["idempotent-replayed"] == "true"
     assert await api.balance(alice.wallet_id) == {"cash": 90 * TL, "promo": 0, "held": 0}
     # A day later (the record is kept 48 hours): still the first answer.
-    await api.pool.execute("UPDATE wallet.idempotency_keys SET created_at = now() - interval '24 hours'")
+    await api.as_owner("UPDATE wallet.idempotency_keys SET created_at = now() - interval '24 hours'")
     assert (await api.transfer(alice, bob.number, 10 * TL, key="k-1")).json() == first.json()
     assert await api.service.purge_idempotency() == 0
-    await api.pool.execute("UPDATE wallet.idempotency_keys SET created_at = now() - interval '49 hours'")
+    await api.as_owner("UPDATE wallet.idempotency_keys SET created_at = now() - interval '49 hours'")
     assert await api.service.purge_idempotency() == 1
     await api.verify()
 
@@ -92,7 +92,7 @@ async def test_while_the_first_is_running_409(api: WalletApi) -> None:
     caller = await api.pool.fetchval(
         "SELECT issuer || '#' || subject FROM wallet.members WHERE account_id = $1", alice.account_id
     )
-    conn = await asyncpg.connect(db.dsn_for(api.database))
+    conn = await asyncpg.connect(db.owner_dsn(api.database))
     try:
         async with conn.transaction():
             await conn.execute(

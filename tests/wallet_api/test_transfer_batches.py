@@ -56,7 +56,7 @@ async def test_a_membership_gone_since_the_cache_is_honoured(api: WalletApi) -> 
     bob = await api.customer()
     assert (await api.transfer(alice, bob.number, TL)).status_code == 201
     # No endpoint removes a member yet; the check must hold when one does.
-    await api.pool.execute("DELETE FROM wallet.members WHERE account_id = $1", alice.account_id)
+    await api.as_owner("DELETE FROM wallet.members WHERE account_id = $1", alice.account_id)
     before = await api.counts()
     assert_problem(await api.transfer(alice, bob.number, TL), "not-found", 404)
     assert await api.counts() == before
@@ -119,8 +119,9 @@ async def test_a_transfer_stuck_on_a_lock_does_not_hold_back_the_others(
     writer takes the transfers waiting behind it (settings: transfer_spare_after_ms)."""
     alice, carol = [await api.customer("verified", funds=100 * TL) for _ in range(2)]
     bob, dave = [await api.customer() for _ in range(2)]
-    async with api.pool.acquire() as conn, conn.transaction():
-        # Alice's cash account, locked as a long transaction elsewhere would hold it.
+    async with api.owner_connection() as conn, conn.transaction():
+        # Alice's cash account, locked as a long transaction elsewhere would hold it (as the
+        # owner: the service's role may lock ledger rows only inside the posting functions).
         await conn.execute(
             "SELECT 1 FROM ledger.accounts WHERE id = $1 FOR UPDATE", cash_account(alice.wallet_id)
         )

@@ -1,4 +1,11 @@
-"""PostgreSQL: server URLs, pools with timeouts, database creation and numbered migrations.
+"""PostgreSQL: server URLs, pools with timeouts, database creation, numbered migrations, and the
+roles that separate who may change the schema from who may only use it.
+
+Roles (docs/ledger.md, "Who may write"): the owner (``migrate_database_url``) runs migrations
+and owns every object; each database has an application role, which services connect as, with
+only the privileges its service needs, and a read-only role for ``verify`` and reports. The
+ledger's tables are written only through its posting functions (``SECURITY DEFINER``), so a
+compromised service can move money only as the ledger's rules allow, never rewrite it.
 
 What a retry can cure is decided here, once: :func:`is_transient` (answered 503 "unavailable")
 and :func:`is_connection_error` (a connection to discard). Each service translates the driver
@@ -37,12 +44,45 @@ DATABASES: dict[str, str] = {
 MIGRATION_FOLDERS: dict[str, str] = {"staff_identity": "identity"}
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# Files in a migrations folder that are not numbered migrations: the grants, applied again at
+# the end of every migrate, and the generated schema (core/schema.py).
+GRANTS_FILE = "grants.sql"
+SCHEMA_FILE = "schema.sql"
+_NOT_MIGRATIONS = frozenset({GRANTS_FILE, SCHEMA_FILE})
 # Any constant works; it only has to be the same for every process that migrates.
 _MIGRATION_LOCK_KEY = 0x68_69_77_6D  # "hiwm"
 
 
 class DatabaseUnavailable(Exception):
     """The database could not be reached or failed in a way no caller can act on."""
+
+
+class DatabaseMisconfigured(Exception):
+    """The settings or the server's roles are not as this code needs them; nothing is started.
+    The message says what to change."""
+
+
+def app_role(key: str) -> str:
+    """The application role of database ``key``: what its service connects as. One per database
+    key, not per database name: roles are cluster-wide, and the tests' and the bench's databases
+    of a key share its roles (their grants are per database, made by migrate)."""
+    return f"hiwallet_{key}_app"
+
+
+def readonly_role(key: str) -> str:
+    """The read-only role of database ``key``: ``verify``, reports (SELECT only)."""
+    return f"hiwallet_{key}_readonly"
+
+
+def key_of(database: str) -> str:
+    """The key of one of the deployment's databases (``hiwallet_wallet`` -> ``wallet``)."""
+    for key, name in DATABASES.items():
+        if name == database:
+            return key
+    raise DatabaseMisconfigured(
+        f"{database!r} is not one of {sorted(DATABASES.values())}: say which role connects to it "
+        "(create_pool(..., role=db.app_role(key)))"
+    )
 
 
 # What a retry can cure, by SQLSTATE: the connection (class 08), the server going away or
@@ -105,11 +145,40 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def dsn_for(database: str, settings: Settings | None = None) -> str:
-    """The server URL from settings with its path replaced by ``database``."""
+def _with_database(url: str, database: str, user: str | None = None) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if user is not None:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", user):
+            raise DatabaseMisconfigured(f"role name {user!r} is not a plain lower-case identifier")
+        netloc = f"{user}@{netloc.rpartition('@')[2]}"
+    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
+
+
+def owner_dsn(database: str, settings: Settings | None = None) -> str:
+    """The owner's URL of ``database``: migrations, schema dumps, the tests' and the bench's
+    set-up. Never a service's (services use :func:`create_pool`, which refuses the owner)."""
     settings = settings or get_settings()
+    if settings.migrate_database_url:
+        return _with_database(settings.migrate_database_url, database)
     parts = urlsplit(settings.database_url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
+    # database_url without its user (and password): the default user of the client (PGUSER or
+    # the login user), the superuser of a local trust-auth server.
+    server = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))
+    return _with_database(server, database)
+
+
+# Kept for the callers that predate the roles; all of them were administrative.
+dsn_for = owner_dsn
+
+
+def service_dsn(database: str, role: str, settings: Settings | None = None) -> str:
+    """A service's URL of ``database``: database_url as ``role`` when the URL names no user,
+    else as the user it names."""
+    settings = settings or get_settings()
+    if urlsplit(settings.database_url).username:
+        return _with_database(settings.database_url, database)
+    return _with_database(settings.database_url, database, role)
 
 
 def server_settings(settings: Settings) -> dict[str, str]:
@@ -140,15 +209,19 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 async def create_pool(
     database: str,
     *,
+    role: str | None = None,
     settings: Settings | None = None,
     min_size: int | None = None,
     max_size: int | None = None,
     init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
+    """A service's pool on ``database``, as ``role`` (default: the database's application
+    role). Refuses to start when the session may change the schema (see check_service_role)."""
     settings = settings or get_settings()
+    role = role or app_role(key_of(database))
     try:
         pool = await asyncpg.create_pool(
-            dsn_for(database, settings),
+            service_dsn(database, role, settings),
             min_size=settings.db_pool_min_size if min_size is None else min_size,
             max_size=settings.db_pool_max_size if max_size is None else max_size,
             command_timeout=settings.db_command_timeout_s,
@@ -156,10 +229,55 @@ async def create_pool(
             init=init,
             reset=_keep_session,
         )
+    except asyncpg.InvalidAuthorizationSpecificationError as exc:
+        raise DatabaseMisconfigured(
+            f"cannot connect to {database} as the service's role: {exc}. "
+            "`hiwallet migrate` (as the owner) creates the roles; HIWALLET_DATABASE_URL names the "
+            "server (and a user only if each service has its own URL)"
+        ) from exc
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseUnavailable(f"cannot open a pool to {database}: {exc}") from exc
-    assert pool is not None
+    if pool is None:  # asyncpg's annotation; never None once awaited
+        raise DatabaseUnavailable(f"cannot open a pool to {database}")
+    try:
+        await check_service_role(pool, database)
+    except BaseException:
+        await pool.close()
+        raise
     return pool
+
+
+async def check_service_role(pool: asyncpg.Pool, database: str) -> None:
+    """Refuse (DatabaseMisconfigured) a service session that could change the schema or get
+    round the ledger's functions: a superuser, or a member of a role that owns the database or
+    any of its objects. Once per pool, at start-up: never on the request path."""
+    row = await pool.fetchrow(
+        """
+        SELECT current_user AS name, r.rolsuper AS superuser,
+               pg_has_role(current_user, d.datdba, 'USAGE') AS owns_database,
+               (SELECT min(n.nspname || '.' || c.relname) FROM pg_class c
+                  JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+                   AND pg_has_role(current_user, c.relowner, 'USAGE')) AS owns
+          FROM pg_roles r, pg_database d
+         WHERE r.rolname = current_user AND d.datname = current_database()
+        """
+    )
+    if row is None or row["superuser"] or row["owns_database"] or row["owns"] is not None:
+        what = (
+            "a superuser"
+            if row is None or row["superuser"]
+            else "the database's owner"
+            if row["owns_database"]
+            else f"the owner of {row['owns']}"
+        )
+        name = "?" if row is None else row["name"]
+        raise DatabaseMisconfigured(
+            f"a service connects to {database} as {name!r}, {what}: it could change or bypass "
+            "the schema. Services connect as the database's application role (hiwallet_<db>_app,"
+            " made by `hiwallet migrate`): leave the user out of HIWALLET_DATABASE_URL, and give "
+            "the owner to HIWALLET_MIGRATE_DATABASE_URL"
+        )
 
 
 async def ensure_database(database: str, settings: Settings | None = None) -> bool:
@@ -168,7 +286,7 @@ async def ensure_database(database: str, settings: Settings | None = None) -> bo
     Safe when several processes race: the loser's ``duplicate_database`` is the answer "exists".
     """
     settings = settings or get_settings()
-    conn = await asyncpg.connect(dsn_for("postgres", settings))
+    conn = await asyncpg.connect(owner_dsn("postgres", settings))
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
         if exists:
@@ -197,6 +315,8 @@ class Migration:
 def load_migrations(folder: Path) -> list[Migration]:
     found: list[Migration] = []
     for path in sorted(folder.glob("*.sql")):
+        if path.name in _NOT_MIGRATIONS:
+            continue
         match = _MIGRATION_FILE.match(path.name)
         if not match:
             raise ValueError(f"migration file name {path.name!r} is not NNNN_name.sql")
@@ -211,8 +331,12 @@ class MigrationChanged(Exception):
     """An applied migration's file was edited afterwards; migrations are append-only."""
 
 
-async def apply_migrations(conn: asyncpg.Connection, migrations: Sequence[Migration]) -> list[int]:
-    """Apply what is missing, each file in its own transaction, under one advisory lock.
+async def apply_migrations(
+    conn: asyncpg.Connection, migrations: Sequence[Migration], grants: str | None = None
+) -> list[int]:
+    """Apply what is missing, each file in its own transaction, under one advisory lock; then
+    ``grants`` (the database's grants.sql, its role names filled in), every time, in one
+    transaction.
 
     The session-level advisory lock makes concurrent ``hiwallet migrate`` runs queue up: the
     second one waits, then finds everything applied and does nothing.
@@ -249,19 +373,96 @@ async def apply_migrations(conn: asyncpg.Connection, migrations: Sequence[Migrat
                 )
             log.info("migration applied", version=m.version, name=m.name)
             done.append(m.version)
+        if grants is not None:
+            # Every run, not once: CREATE OR REPLACE FUNCTION in a later migration resets
+            # SECURITY DEFINER and SET clauses, and a new table starts with no grants.
+            async with conn.transaction():
+                await conn.execute(grants)
         return done
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_KEY)
 
 
+# A role that services or reports log in as may do nothing beyond its grants: no attribute
+# that reaches past them, and no membership through which it would inherit another's.
+_ROLE_ATTRIBUTES = ("rolsuper", "rolcreatedb", "rolcreaterole", "rolreplication", "rolbypassrls")
+
+
+async def ensure_role(conn: asyncpg.Connection, name: str) -> None:
+    """Create the login role ``name`` if it does not exist, and refuse one that could do more
+    than its grants say.
+
+    Roles are cluster-wide and every migrate of every database of a key (the tests', the
+    bench's, in parallel runs) ensures the same roles: a process that loses the race to create
+    one gets duplicate_object or unique_violation, which means "exists". The role is never
+    altered afterwards (ALTER ROLE from two processes at once fails with "tuple concurrently
+    updated"); passwords, for a server without trust authentication, are set by the operator.
+    """
+    if await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", name) is None:
+        try:
+            # Identifiers cannot be parameters; the name comes from app_role / readonly_role.
+            await conn.execute(
+                f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS'
+            )
+        except (asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError):
+            pass  # another migrate made it first
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise DatabaseMisconfigured(
+                f"the migrating user cannot create role {name!r} ({exc}): migrate as a role with "
+                f"CREATEROLE (HIWALLET_MIGRATE_DATABASE_URL), or create it once by hand: "
+                f"CREATE ROLE {name} LOGIN"
+            ) from exc
+    row = await conn.fetchrow(
+        f"SELECT {', '.join(_ROLE_ATTRIBUTES)},"
+        " ARRAY(SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+        "        WHERE m.member = r.oid ORDER BY 1) AS member_of"
+        " FROM pg_roles r WHERE r.rolname = $1",
+        name,
+    )
+    if row is None:  # dropped between the two statements
+        raise DatabaseMisconfigured(f"role {name!r} vanished while migrating; run migrate again")
+    extra = [a.removeprefix("rol") for a in _ROLE_ATTRIBUTES if row[a]]
+    if extra or row["member_of"]:
+        raise DatabaseMisconfigured(
+            f"role {name!r} exists with more than its grants: attributes {extra}, member of "
+            f"{list(row['member_of'])}. Services and reports connect as it; drop it or take these "
+            "away by hand, then migrate again"
+        )
+
+
+def render_grants(sql: str, key: str) -> str:
+    """grants.sql with its role names filled in, as psql's variables would be:
+    ``:"app_role"`` becomes the quoted identifier, ``:'app_role'`` the quoted literal."""
+    for variable, role in (("app_role", app_role(key)), ("readonly_role", readonly_role(key))):
+        sql = sql.replace(f':"{variable}"', f'"{role}"').replace(f":'{variable}'", f"'{role}'")
+    return sql
+
+
 async def migrate(key: str, database: str | None = None, settings: Settings | None = None) -> list[int]:
-    """Create the database of ``key`` if needed and apply its migrations."""
+    """Create the database of ``key`` if needed, its roles if needed, apply its migrations, then
+    its grants (as the owner: settings.migrate_database_url)."""
     settings = settings or get_settings()
     database = database or DATABASES[key]
     await ensure_database(database, settings)
-    migrations = load_migrations(settings.migrations_dir / MIGRATION_FOLDERS.get(key, key))
-    conn = await asyncpg.connect(dsn_for(database, settings))
+    folder = settings.migrations_dir / MIGRATION_FOLDERS.get(key, key)
+    migrations = load_migrations(folder)
+    grants_file = folder / GRANTS_FILE
+    grants = render_grants(grants_file.read_text(), key) if grants_file.exists() else None
+    conn = await asyncpg.connect(owner_dsn(database, settings))
     try:
-        return await apply_migrations(conn, migrations)
+        owner = await conn.fetchrow(
+            "SELECT current_user AS name, r.rolsuper OR pg_has_role(current_user, d.datdba, 'USAGE')"
+            " AS owns FROM pg_roles r, pg_database d"
+            " WHERE r.rolname = current_user AND d.datname = current_database()"
+        )
+        if owner is None or not owner["owns"]:
+            raise DatabaseMisconfigured(
+                f"migrate connects to {database} as {owner and owner['name']!r}, which does not "
+                "own it: HIWALLET_MIGRATE_DATABASE_URL names the owner (services' roles may not "
+                "migrate)"
+            )
+        await ensure_role(conn, app_role(key))
+        await ensure_role(conn, readonly_role(key))
+        return await apply_migrations(conn, migrations, grants)
     finally:
         await conn.close()

@@ -15,7 +15,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_", extra="ignore")
 
     # A server URL; each service appends its own database name (SYSTEM.md, Infrastructure).
+    # Services connect as their database's application role (core/db.py, app_role) when the URL
+    # names no user, else as the user it names (a deployment's per-service URL with a password).
     database_url: str = "postgresql://localhost:5432"
+    # The server URL of the owner: migrations (`hiwallet migrate` creates the roles and grants),
+    # `hiwallet schema dump`, the tests' and the bench's set-up. Unset: database_url without its
+    # user, which connects as PGUSER or the login user (on a local trust-auth server, a
+    # superuser; in production, a role that owns the schemas and may create roles).
+    migrate_database_url: str | None = None
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
     migrations_dir: Path = _REPO_ROOT / "migrations"
 

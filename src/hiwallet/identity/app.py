@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hiwallet.core.auth import bearer_token
-from hiwallet.core.db import create_pool
+from hiwallet.core.db import app_role, create_pool
 from hiwallet.core.http import Forbidden, NotFound, ReadyCheck, create_app, problem_response
 from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
@@ -308,7 +308,7 @@ def create_identity_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(database_name, settings=core_settings)
+        pool = await create_pool(database_name, role=app_role(config.database_key), settings=core_settings)
         try:
             await ensure_keys(pool, settings.key_bits)
             app.state.realm = Realm(

@@ -40,9 +40,13 @@ ACTOR = "cli:operator"
 
 
 @asynccontextmanager
-async def _ledger() -> AsyncIterator[Ledger]:
+async def _ledger(role: str | None = None) -> AsyncIterator[Ledger]:
+    """The ledger as the wallet database's application role (it posts as wallet-api does), or
+    as ``role``."""
     settings = get_settings()
-    pool = await db.create_pool(db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection)
+    pool = await db.create_pool(
+        db.DATABASES["wallet"], role=role, settings=settings, max_size=2, init=init_connection
+    )
     try:
         store = LedgerStore.from_settings(pool, settings)
         yield Ledger(store, Fees.from_settings(settings))
@@ -50,9 +54,9 @@ async def _ledger() -> AsyncIterator[Ledger]:
         await pool.close()
 
 
-def _run(work: Callable[[Ledger], Awaitable[T]]) -> T:
+def _run(work: Callable[[Ledger], Awaitable[T]], role: str | None = None) -> T:
     async def main() -> T:
-        async with _ledger() as ledger:
+        async with _ledger(role) as ledger:
             return await work(ledger)
 
     try:
@@ -189,5 +193,6 @@ def verify() -> None:
             console.print("[green]ledger verified: every balance, sum and hash chain holds[/green]")
         return report.ok
 
-    if not _run(work):
+    # Read only: verify needs nothing more (docs/ledger.md, "Who may write").
+    if not _run(work, role=db.readonly_role("wallet")):
         sys.exit(1)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
+import asyncpg
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -46,6 +47,14 @@ def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
     )
 
 
+async def _create_pool(database: str, core: Settings, max_size: int) -> asyncpg.Pool:
+    # As the wallet database's application role, whatever the database's name (tests and the
+    # bench use fresh ones): db.create_pool refuses the owner or a superuser.
+    return await db.create_pool(
+        database, role=db.app_role("wallet"), settings=core, max_size=max_size, init=init_connection
+    )
+
+
 async def _on_ledger_error(request: Request, exc: Exception) -> Response:
     """A ledger error the service let through (a refusal of input it handed on as it was)."""
     problem = errors.from_ledger(exc) if isinstance(exc, LedgerError) else None
@@ -80,9 +89,7 @@ def create_wallet_api_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         name = database or settings.database or db.DATABASES["wallet"]
-        pool = await db.create_pool(
-            name, settings=core, max_size=settings.db_pool_max_size, init=init_connection
-        )
+        pool = await _create_pool(name, core, settings.db_pool_max_size)
         verifier = verifier_for(settings)
         store = LedgerStore.from_settings(pool, core)
         app.state.verifier = verifier

@@ -42,7 +42,11 @@ async def wallet_service(
 ) -> AsyncIterator[WalletService]:
     settings = get_settings()
     pool = await db.create_pool(
-        database or db.DATABASES["wallet"], settings=settings, max_size=2, init=init_connection
+        database or db.DATABASES["wallet"],
+        role=db.app_role("wallet"),  # whatever the database's name (tests use fresh ones)
+        settings=settings,
+        max_size=2,
+        init=init_connection,
     )
     try:
         store = LedgerStore.from_settings(pool, settings)

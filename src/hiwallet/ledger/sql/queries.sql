@@ -11,9 +11,8 @@ SELECT ledger.post_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
 SELECT ledger.ensure_system_accounts($1, $2, $3)
 
 -- name: open_account
-INSERT INTO ledger.accounts (bucket, id, role, purse, currency, owner, created_at)
-VALUES ($1, $2, 'user_wallet', $3, $4, $5, clock_timestamp())
-ON CONFLICT (bucket, id) DO NOTHING
+-- An empty customer account; opening it again does nothing (migrations/wallet/0009).
+SELECT ledger.open_account($1, $2, $3, $4, $5)
 
 -- name: get_account
 SELECT bucket, id, role, purse, currency, owner, balance, held, version

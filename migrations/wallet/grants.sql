@@ -1,0 +1,67 @@
+-- Who may do what in a wallet database (docs/ledger.md, "Who may write").
+--
+-- Not a numbered migration: `hiwallet migrate` applies this file after every run, in one
+-- transaction, so that what it says holds whatever the migrations did (CREATE OR REPLACE
+-- FUNCTION resets SECURITY DEFINER and SET clauses; a new table or function starts with the
+-- defaults). It starts from nothing and grants exactly what is needed, so it is idempotent and
+-- a grant taken out here is taken away on the next migrate. Roles (made by migrate, one pair
+-- per database key): :"app_role" for the services, :"readonly_role" for verify and reports.
+-- The owner (who migrates) owns every object; tests/core/test_roles.py holds the full list of
+-- what each role may do and fails on anything more.
+
+-- 1. Nothing for anyone but the owner: not PUBLIC's defaults (EXECUTE on every function,
+--    CREATE on public before PostgreSQL 15), nor any earlier grant.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+REVOKE ALL ON SCHEMA ledger, wallet FROM PUBLIC, :"app_role", :"readonly_role";
+REVOKE ALL ON ALL TABLES IN SCHEMA ledger, wallet, public FROM PUBLIC, :"app_role", :"readonly_role";
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA ledger, wallet, public FROM PUBLIC, :"app_role", :"readonly_role";
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ledger, wallet FROM PUBLIC, :"app_role", :"readonly_role";
+
+-- 2. Reading: every table of the ledger and of wallet-api. The line hash is a pure function
+--    that verify's queries call (a SQL function is inlined only where it may be executed).
+GRANT USAGE ON SCHEMA ledger, wallet TO :"app_role", :"readonly_role";
+GRANT SELECT ON ALL TABLES IN SCHEMA ledger, wallet TO :"app_role", :"readonly_role";
+GRANT SELECT ON public.schema_migrations TO :"readonly_role";
+GRANT EXECUTE ON FUNCTION ledger.line_hash TO :"app_role", :"readonly_role";
+
+-- 3. wallet-api's own records, written by its statements (src/hiwallet/wallet_api/sql/
+--    queries.sql): accounts opened and their tier set (SELECT ... FOR UPDATE needs UPDATE on
+--    a column), members and wallets added, idempotency records stored and purged. Never a
+--    stored answer rewritten, an account's kind changed, or anything deleted but expired
+--    records. wallet.limit_usage is written only by wallet.transfer_batch.
+GRANT INSERT, UPDATE (tier, updated_at) ON wallet.accounts TO :"app_role";
+GRANT INSERT ON wallet.members, wallet.identity_accounts, wallet.wallets TO :"app_role";
+GRANT INSERT, DELETE ON wallet.idempotency_keys TO :"app_role";
+
+-- 4. The ledger is written only by its functions, which check what they write: the service
+--    may call them and nothing else that writes. SECURITY DEFINER: they run as the owner,
+--    whatever the caller may do itself. The search path is pinned so that nothing the caller
+--    creates or sets can stand in for a table, type, function or operator they name
+--    (pg_temp last: never searched before the schemas). Listed by name, every overload: a
+--    migration that changes a signature keeps them, and a name listed here that no longer
+--    exists stops migrate rather than lose its guard silently.
+DO $$
+DECLARE
+    writers CONSTANT text[] := ARRAY[
+        'ledger.post', 'ledger.post_many', 'ledger.post_batch', 'ledger.place_hold',
+        'ledger.release_hold', 'ledger.ensure_system_accounts', 'ledger.open_account',
+        'wallet.transfer_batch'];
+    missing text;
+    f regprocedure;
+BEGIN
+    SELECT string_agg(w, ', ') INTO missing
+      FROM unnest(writers) AS w
+     WHERE NOT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                        WHERE n.nspname || '.' || p.proname = w);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'grants.sql names functions that do not exist: %', missing;
+    END IF;
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname || '.' || p.proname = ANY (writers)
+         ORDER BY p.oid::regprocedure::text
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, ledger, wallet, pg_temp', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'app_role');
+    END LOOP;
+END $$;

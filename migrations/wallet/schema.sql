@@ -1,0 +1,1519 @@
+-- The live schema of this folder's databases, generated from a freshly migrated one by
+-- `hiwallet schema dump` (`make schema`): do not edit, regenerate after adding a migration.
+-- tests/core/test_schema.py checks that the migrations produce exactly this.
+
+-- Name: ledger; Type: SCHEMA; Schema: -; Owner: -
+
+CREATE SCHEMA ledger;
+
+-- Name: wallet; Type: SCHEMA; Schema: -; Owner: -
+
+CREATE SCHEMA wallet;
+
+-- Name: account_role; Type: TYPE; Schema: ledger; Owner: -
+
+CREATE TYPE ledger.account_role AS ENUM (
+    'user_wallet',
+    'clearing',
+    'nostro',
+    'revenue',
+    'provider_expense',
+    'promo_expense',
+    'promo_breakage',
+    'transit'
+);
+
+-- Name: purse; Type: TYPE; Schema: ledger; Owner: -
+
+CREATE TYPE ledger.purse AS ENUM (
+    'cash',
+    'promo'
+);
+
+-- Name: tx_type; Type: TYPE; Schema: ledger; Owner: -
+
+CREATE TYPE ledger.tx_type AS ENUM (
+    'topup',
+    'p2p',
+    'payment',
+    'b2p',
+    'b2b',
+    'promo_grant',
+    'promo_expiry',
+    'withdrawal',
+    'refund',
+    'settlement_topup',
+    'settlement_withdrawal',
+    'provider_invoice',
+    'hold_capture',
+    'debit',
+    'sweep'
+);
+
+-- Name: assert_balanced(text, bigint[], text[]); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    v_sum bigint;
+    v_cur text;
+BEGIN
+    FOREACH v_cur IN ARRAY ARRAY(SELECT DISTINCT c FROM unnest(p_currencies) AS c) LOOP
+        v_sum := 0;
+        FOR i IN 1 .. array_length(p_amounts, 1) LOOP
+            IF p_currencies[i] = v_cur THEN
+                v_sum := v_sum + p_amounts[i];
+            END IF;
+        END LOOP;
+        IF v_sum <> 0 THEN
+            RAISE EXCEPTION 'transaction % is unbalanced: % sums to %', p_id, v_cur, v_sum
+                USING ERRCODE = 'HW011', CONSTRAINT = 'lines_balanced';
+        END IF;
+    END LOOP;
+END $$;
+
+-- Name: check_balanced(); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.check_balanced() RETURNS trigger
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+DECLARE
+    v record;
+BEGIN
+    -- One pass, two index probes a line: each line names an existing account and transaction
+    -- part (probes, not foreign keys: an FK check locks the referenced row for every line),
+    -- and the statement's lines of each transaction (of each part, with transit legs) sum to
+    -- zero per currency. The probes are scalar subqueries behind OFFSET 0 on purpose: the
+    -- plan is cached for the session, and a join or a hashed EXISTS planned for a batch of
+    -- 1,000 lines scans whole tables, which it would go on doing for the batches of two that
+    -- follow (measured: 3 ms a call); a scalar subquery is always an index probe per line.
+    SELECT x.transaction_id, x.currency, sum(x.amount) AS total,
+           min(x.account_id || ' v' || x.version) FILTER (WHERE x.has_account IS NULL) AS no_account,
+           min(x.account_id || ' v' || x.version) FILTER (WHERE x.parts_balanced IS NULL) AS no_part
+      INTO v
+      FROM (SELECT n.transaction_id, n.currency, n.amount, n.account_id, n.version, n.bucket,
+                   (SELECT true FROM ledger.accounts a
+                     WHERE a.bucket = n.bucket AND a.id = n.account_id) AS has_account,
+                   -- not null in the table: null here means no such part
+                   (SELECT t.parts_balanced FROM ledger.transactions t
+                     WHERE t.bucket = n.bucket AND t.id = n.transaction_id) AS parts_balanced
+              FROM new_lines n
+            OFFSET 0) AS x
+     GROUP BY x.transaction_id, x.currency, CASE WHEN x.parts_balanced THEN x.bucket END
+    HAVING sum(x.amount) <> 0 OR bool_or(x.has_account IS NULL) OR bool_or(x.parts_balanced IS NULL)
+     ORDER BY bool_or(x.has_account IS NULL OR x.parts_balanced IS NULL) DESC
+     LIMIT 1;
+    IF v.no_account IS NOT NULL OR v.no_part IS NOT NULL THEN
+        RAISE EXCEPTION 'line % names no %', coalesce(v.no_account, v.no_part),
+            CASE WHEN v.no_account IS NOT NULL THEN 'account' ELSE 'transaction part ' || v.transaction_id END
+            USING ERRCODE = 'HW012', CONSTRAINT = 'lines_belong';
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION 'transaction % is unbalanced: % sums to %', v.transaction_id, v.currency, v.total
+            USING ERRCODE = 'HW011', CONSTRAINT = 'lines_balanced';
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Name: ensure_system_accounts(smallint, text, text[]); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.ensure_system_accounts(p_bucket smallint, p_currency text, p_providers text[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    v_prefix text := lpad(p_bucket::text, 4, '0') || ':sys:';
+BEGIN
+    INSERT INTO ledger.accounts (bucket, id, role, currency, created_at)
+    SELECT p_bucket, v_prefix || r.name || ':' || p_currency, r.role::ledger.account_role, p_currency,
+           clock_timestamp()
+      FROM (
+        SELECT 'clearing:' || p AS name, 'clearing' AS role FROM unnest(p_providers) AS p
+        UNION ALL SELECT 'revenue', 'revenue'
+        UNION ALL SELECT 'promo_expense', 'promo_expense'
+        UNION ALL SELECT 'promo_breakage', 'promo_breakage'
+        UNION ALL SELECT 'transit', 'transit'
+        UNION ALL SELECT 'nostro', 'nostro' WHERE p_bucket = 0
+        UNION ALL SELECT 'provider_expense', 'provider_expense' WHERE p_bucket = 0
+      ) AS r
+    ON CONFLICT (bucket, id) DO NOTHING;
+END $$;
+
+-- Name: line_hash(bytea, text, bigint, text, bigint, text, bigint, text, text, timestamp with time zone); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) RETURNS bytea
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT sha256(p_prev || convert_to(concat_ws(E'\x1f',
+        p_account_id, p_version::text, p_transaction_id, p_amount::text, p_currency,
+        p_balance_after::text, p_type, p_ref,
+        (extract(epoch FROM p_posted_at) * 1000000)::bigint::text), 'UTF8'))
+$$;
+
+-- Name: open_account(smallint, text, text, text, text); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+    INSERT INTO ledger.accounts (bucket, id, role, purse, currency, owner, created_at)
+    VALUES (p_bucket, p_id, 'user_wallet', p_purse::ledger.purse, p_currency, p_owner, clock_timestamp())
+    ON CONFLICT (bucket, id) DO NOTHING
+$$;
+
+-- Name: place_hold(smallint, text, text, bigint); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    v_acc  record;
+    v_hold record;
+    v_at   timestamptz;
+BEGIN
+    SELECT role, balance, held INTO v_acc FROM ledger.accounts
+     WHERE bucket = p_bucket AND id = p_account FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no account %', p_account USING ERRCODE = 'HW002',
+            DETAIL = jsonb_build_object('account', p_account)::text;
+    END IF;
+    SELECT * INTO v_hold FROM ledger.holds WHERE bucket = p_bucket AND account_id = p_account AND key = p_key;
+    IF FOUND THEN
+        IF v_hold.amount <> p_amount THEN
+            RAISE EXCEPTION 'hold key % was used for another amount', p_key USING ERRCODE = 'HW003',
+                DETAIL = jsonb_build_object('id', p_key)::text;
+        END IF;
+        RETURN jsonb_build_object('replayed', true, 'status', v_hold.status, 'amount', v_hold.amount,
+                                  'held', v_acc.held, 'balance', v_acc.balance);
+    END IF;
+    IF v_acc.role <> 'user_wallet' THEN
+        RAISE EXCEPTION 'holds are for customer accounts' USING ERRCODE = 'HW008',
+            DETAIL = jsonb_build_object('reason', 'hold_on_system_account')::text;
+    END IF;
+    IF v_acc.balance - v_acc.held < p_amount THEN
+        RAISE EXCEPTION 'insufficient funds on %', p_account USING ERRCODE = 'HW001',
+            DETAIL = jsonb_build_object('account', p_account, 'balance', v_acc.balance,
+                                        'available', v_acc.balance - v_acc.held, 'amount', p_amount)::text;
+    END IF;
+    v_at := clock_timestamp();
+    INSERT INTO ledger.holds (bucket, account_id, key, amount, created_at)
+    VALUES (p_bucket, p_account, p_key, p_amount, v_at);
+    UPDATE ledger.accounts SET held = held + p_amount WHERE bucket = p_bucket AND id = p_account;
+    RETURN jsonb_build_object('replayed', false, 'status', 'pending', 'amount', p_amount,
+                              'held', v_acc.held + p_amount, 'balance', v_acc.balance);
+END $$;
+
+-- Name: post(text, smallint, text, text, text, bytea, boolean, text, jsonb, smallint[], text[], bigint[], text[], jsonb); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    n_legs   int := coalesce(array_length(p_accounts, 1), 0);
+    v_parts  smallint[];
+    v_b      smallint;
+    v_row    record;
+    v_at     timestamptz;
+    -- the locked accounts, in lock order
+    a_bucket smallint[] := '{}';
+    a_id     text[] := '{}';
+    a_role   text[] := '{}';
+    a_cur    text[] := '{}';
+    a_bal    bigint[] := '{}';
+    a_bal0   bigint[] := '{}';
+    a_held   bigint[] := '{}';
+    a_dheld  bigint[] := '{}';
+    a_ver    bigint[] := '{}';
+    a_hash   bytea[] := '{}';
+    a_debit  bigint[] := '{}';
+    a_moved  boolean[] := '{}';
+    n_acc    int := 0;
+    l_acc    int[] := '{}';          -- per leg: index into the a_ arrays
+    amounts  bigint[] := p_amounts;  -- the legs' amounts as decided under the locks
+    i int; j int; k int;
+    v_missing text;
+    v_opt    jsonb;
+    v_left   bigint;
+    v_take   bigint;
+    v_total  bigint;
+    v_hold   record;
+    v_batch  record;
+    v_hold_leg int;
+    -- batch changes: remaining -= amount (a refund restores with a negative amount)
+    s_bucket smallint[] := '{}'; s_batch text[] := '{}'; s_amt bigint[] := '{}';
+    -- the lines to append
+    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}';
+    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_hash bytea[] := '{}';
+    v_lines  jsonb := '[]';
+BEGIN
+    IF n_legs = 0 OR array_length(p_amounts, 1) IS DISTINCT FROM n_legs
+       OR array_length(p_buckets, 1) IS DISTINCT FROM n_legs
+       OR array_length(p_currencies, 1) IS DISTINCT FROM n_legs THEN
+        RAISE EXCEPTION 'a posting needs legs of equal length arrays' USING ERRCODE = 'HW008',
+            DETAIL = jsonb_build_object('reason', 'legs')::text;
+    END IF;
+
+    -- 1. A known id is a replay (or a reused id), answered before any lock is taken.
+    PERFORM 1 FROM ledger.transactions WHERE bucket = p_home_bucket AND id = p_id;
+    IF FOUND THEN
+        RETURN ledger.replay(p_home_bucket, p_id, p_request_hash);
+    END IF;
+
+    -- 2. Lock every account, bucket by bucket in ascending order and by id within a bucket:
+    --    one global order, so two postings over the same accounts can never wait on each
+    --    other in a cycle. One locking statement per bucket keeps each single-shard on Citus.
+    --    (An id names its bucket in its first four digits, so `id = ANY (p_accounts)` finds
+    --    only this bucket's accounts.)
+    v_parts := ARRAY[p_home_bucket];
+    FOR i IN 1 .. n_legs LOOP
+        IF NOT p_buckets[i] = ANY (v_parts) THEN
+            v_parts := v_parts || p_buckets[i];
+        END IF;
+    END LOOP;
+    IF array_length(v_parts, 1) > 1 THEN
+        v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
+    END IF;
+    FOREACH v_b IN ARRAY v_parts LOOP
+        FOR v_row IN
+            SELECT id, role, currency, balance, held, version, last_hash
+              FROM ledger.accounts WHERE bucket = v_b AND id = ANY (p_accounts) ORDER BY id FOR UPDATE
+        LOOP
+            n_acc := n_acc + 1;
+            a_bucket[n_acc] := v_b; a_id[n_acc] := v_row.id; a_role[n_acc] := v_row.role;
+            a_cur[n_acc] := v_row.currency; a_bal[n_acc] := v_row.balance; a_bal0[n_acc] := v_row.balance;
+            a_held[n_acc] := v_row.held; a_dheld[n_acc] := 0; a_ver[n_acc] := v_row.version;
+            a_hash[n_acc] := v_row.last_hash; a_debit[n_acc] := 0; a_moved[n_acc] := false;
+        END LOOP;
+    END LOOP;
+
+    FOR i IN 1 .. n_legs LOOP
+        l_acc[i] := NULL;
+        FOR j IN 1 .. n_acc LOOP
+            IF a_id[j] = p_accounts[i] AND a_bucket[j] = p_buckets[i] THEN
+                l_acc[i] := j;
+                EXIT;
+            END IF;
+        END LOOP;
+        -- a customer's missing account is the likelier news than a system one
+        IF l_acc[i] IS NULL AND (v_missing IS NULL OR position(':sys:' IN v_missing) > 0) THEN
+            v_missing := p_accounts[i];
+        END IF;
+    END LOOP;
+    IF v_missing IS NOT NULL THEN
+        RETURN ledger.refusal('HW002', format('no account %s', v_missing),
+                              jsonb_build_object('account', v_missing));
+    END IF;
+    FOR i IN 1 .. n_legs LOOP
+        IF a_cur[l_acc[i]] <> p_currencies[i] THEN
+            RETURN ledger.refusal('HW004',
+                format('account %s holds %s, not %s', p_accounts[i], a_cur[l_acc[i]], p_currencies[i]),
+                jsonb_build_object('account', p_accounts[i], 'account_currency', a_cur[l_acc[i]],
+                                   'currency', p_currencies[i]));
+        END IF;
+    END LOOP;
+
+    -- The time of the posting is read after the locks: every later posting on these accounts
+    -- waited for this one to commit, so posted_at grows with the accounts' versions.
+    v_at := clock_timestamp();
+
+    -- 3. Options that decide amounts under the locks. They read; writing waits for step 5.
+    IF p_options IS NOT NULL AND p_options <> '{}'::jsonb THEN
+        -- A hold captured by this posting: its whole amount leaves `held` as the leg takes
+        -- (at most) that much.
+        v_opt := p_options -> 'capture_hold';
+        IF v_opt IS NOT NULL THEN
+            v_hold_leg := (v_opt ->> 'leg')::int;
+            i := v_hold_leg;
+            SELECT amount, status INTO v_hold FROM ledger.holds
+             WHERE bucket = p_buckets[i] AND account_id = p_accounts[i] AND key = v_opt ->> 'key' FOR UPDATE;
+            IF NOT FOUND OR v_hold.status <> 'pending' THEN
+                RETURN ledger.refusal('HW005', format('hold %s on %s is not pending', v_opt ->> 'key', p_accounts[i]),
+                    jsonb_build_object('account', p_accounts[i], 'key', v_opt ->> 'key',
+                                       'status', coalesce(v_hold.status, 'missing')));
+            END IF;
+            IF -amounts[i] > v_hold.amount THEN
+                RETURN ledger.refusal('HW005', format('capture of %s exceeds hold of %s', -amounts[i], v_hold.amount),
+                    jsonb_build_object('account', p_accounts[i], 'key', v_opt ->> 'key',
+                                       'status', 'exceeded', 'held', v_hold.amount));
+            END IF;
+            a_dheld[l_acc[i]] := a_dheld[l_acc[i]] - v_hold.amount;
+        END IF;
+
+        -- A payment that spends promo first: the promo leg takes what the live batches hold,
+        -- earliest expiry first, and the cash leg the rest.
+        v_opt := p_options -> 'spend_promo';
+        IF v_opt IS NOT NULL THEN
+            i := (v_opt ->> 'promo_leg')::int;
+            j := (v_opt ->> 'cash_leg')::int;
+            v_total := (v_opt ->> 'total')::bigint;
+            v_left := v_total;
+            FOR v_batch IN
+                SELECT id, remaining FROM ledger.promo_batches
+                 WHERE bucket = p_buckets[i] AND account_id = p_accounts[i] AND remaining > 0
+                   AND expires_at > v_at
+                 ORDER BY expires_at, id FOR UPDATE
+            LOOP
+                EXIT WHEN v_left = 0;
+                v_take := least(v_left, v_batch.remaining);
+                s_bucket := s_bucket || p_buckets[i]; s_batch := s_batch || v_batch.id; s_amt := s_amt || v_take;
+                v_left := v_left - v_take;
+            END LOOP;
+            amounts[i] := -(v_total - v_left);
+            amounts[j] := -v_left;
+        END IF;
+
+        -- Promo expiry: what is left in the batch goes back to its funder or to breakage.
+        v_opt := p_options -> 'expire_promo';
+        IF v_opt IS NOT NULL THEN
+            i := (v_opt ->> 'promo_leg')::int;
+            j := (v_opt ->> 'funder_leg')::int;
+            SELECT id, remaining, expires_at, expire_to_bucket, expire_to_account INTO v_batch
+              FROM ledger.promo_batches
+             WHERE bucket = p_buckets[i] AND id = v_opt ->> 'batch_id' AND account_id = p_accounts[i] FOR UPDATE;
+            IF NOT FOUND OR v_batch.remaining = 0 OR v_batch.expires_at > v_at
+               OR v_batch.expire_to_account <> p_accounts[j] OR v_batch.expire_to_bucket <> p_buckets[j] THEN
+                RETURN ledger.refusal('HW007', format('promo batch %s has nothing to expire', v_opt ->> 'batch_id'),
+                    jsonb_build_object('batch', v_opt ->> 'batch_id',
+                        'reason', CASE WHEN v_batch.id IS NULL THEN 'missing' WHEN v_batch.remaining = 0 THEN 'empty'
+                                       WHEN v_batch.expires_at > v_at THEN 'not_expired' ELSE 'destination' END));
+            END IF;
+            s_bucket := s_bucket || p_buckets[i]; s_batch := s_batch || v_batch.id; s_amt := s_amt || v_batch.remaining;
+            amounts[i] := -v_batch.remaining;
+            amounts[j] := v_batch.remaining;
+        END IF;
+
+        -- Transit legs (placeholders of 0) take what makes their bucket's part balance by
+        -- itself, now that every other amount is final. First, the legs without them must
+        -- balance: with transit legs the deferred trigger sees one part at a time, so only
+        -- this function, which sees every leg, can check the whole.
+        IF p_options ? 'transit_legs' THEN
+            PERFORM ledger.assert_balanced(p_id, amounts, p_currencies);
+            FOR i IN SELECT (jsonb_array_elements_text(p_options -> 'transit_legs'))::int LOOP
+                v_take := 0;
+                FOR k IN 1 .. n_legs LOOP
+                    IF k <> i AND p_buckets[k] = p_buckets[i] AND p_currencies[k] = p_currencies[i] THEN
+                        v_take := v_take - amounts[k];
+                    END IF;
+                END LOOP;
+                amounts[i] := v_take;
+            END LOOP;
+        END IF;
+    END IF;
+
+    -- A refund puts spent promo back into the batches it came from.
+    IF p_refund_of IS NOT NULL THEN
+        FOR v_batch IN
+            SELECT s.bucket, s.batch_id, sum(s.amount) AS amount FROM ledger.promo_spends s
+             WHERE s.bucket = ANY (v_parts) AND s.transaction_id = p_refund_of
+             GROUP BY s.bucket, s.batch_id ORDER BY s.bucket, s.batch_id
+        LOOP
+            s_bucket := s_bucket || v_batch.bucket; s_batch := s_batch || v_batch.batch_id;
+            s_amt := s_amt || -v_batch.amount;
+        END LOOP;
+    END IF;
+
+    -- 4. Lines: apply each leg to its account in leg order, then check customers' money.
+    FOR i IN 1 .. n_legs LOOP
+        CONTINUE WHEN amounts[i] = 0;  -- a promo or cash share, or a transit leg, that came to nothing
+        j := l_acc[i];
+        IF amounts[i] < 0 THEN
+            a_debit[j] := a_debit[j] - amounts[i];
+        END IF;
+        a_moved[j] := true;
+        a_bal[j] := a_bal[j] + amounts[i];
+        a_ver[j] := a_ver[j] + 1;
+        a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], p_id, amounts[i], a_cur[j],
+                                      a_bal[j], p_type, p_ref, v_at);
+        o_bucket := o_bucket || a_bucket[j]; o_acc := o_acc || a_id[j]; o_ver := o_ver || a_ver[j];
+        o_amt := o_amt || amounts[i]; o_cur := o_cur || a_cur[j]; o_bal := o_bal || a_bal[j];
+        o_hash := o_hash || a_hash[j];
+        v_lines := v_lines || jsonb_build_object('account', a_id[j], 'version', a_ver[j],
+                                                 'amount', amounts[i], 'balance_after', a_bal[j]);
+    END LOOP;
+    FOR j IN 1 .. n_acc LOOP
+        IF a_role[j] = 'user_wallet' AND a_debit[j] > 0 AND a_bal[j] - (a_held[j] + a_dheld[j]) < 0 THEN
+            RETURN ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
+                jsonb_build_object('account', a_id[j], 'balance', a_bal0[j],
+                                   'available', a_bal0[j] - a_held[j] - a_dheld[j], 'amount', a_debit[j]));
+        END IF;
+    END LOOP;
+    IF o_acc = '{}' THEN
+        RAISE EXCEPTION 'posting % moves nothing', p_id USING ERRCODE = 'HW008',
+            DETAIL = jsonb_build_object('reason', 'empty')::text;
+    END IF;
+
+    -- 5. Claim the id, then write. A concurrent post of the same id that got here first has
+    --    committed by now (we waited on its locks) or is still running on other accounts (the
+    --    insert waits for it); either way ON CONFLICT tells us, and it is answered as a replay.
+    INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
+                                     parts_balanced, refund_of, metadata, posted_at)
+    VALUES (p_home_bucket, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash,
+            p_parts_balanced, p_refund_of, coalesce(p_metadata, '{}'::jsonb), v_at)
+    ON CONFLICT (bucket, id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN ledger.replay(p_home_bucket, p_id, p_request_hash);
+    END IF;
+    IF array_length(v_parts, 1) > 1 THEN
+        INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
+                                         parts_balanced, refund_of, metadata, posted_at)
+        SELECT b, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash, p_parts_balanced,
+               NULL, '{}'::jsonb, v_at
+          FROM unnest(v_parts) AS b WHERE b <> p_home_bucket;
+    END IF;
+
+    INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
+                              balance_after, type, ref, posted_at, hash)
+    SELECT b, acc, ver, p_id, amt, cur, bal, p_type::ledger.tx_type, p_ref, v_at, h
+      FROM unnest(o_bucket, o_acc, o_ver, o_amt, o_cur, o_bal, o_hash) AS t(b, acc, ver, amt, cur, bal, h);
+
+    UPDATE ledger.accounts AS a
+       SET balance = t.bal, held = a.held + t.dh, version = t.ver, last_hash = t.h
+      FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_dheld, a_moved) AS t(b, id, bal, ver, h, dh, moved)
+     WHERE a.bucket = t.b AND a.id = t.id AND (t.moved OR t.dh <> 0);
+
+    IF v_hold_leg IS NOT NULL THEN
+        UPDATE ledger.holds SET status = 'captured', transaction_id = p_id, closed_at = v_at
+         WHERE bucket = p_buckets[v_hold_leg] AND account_id = p_accounts[v_hold_leg]
+           AND key = p_options -> 'capture_hold' ->> 'key';
+    END IF;
+
+    IF s_batch <> '{}' THEN
+        UPDATE ledger.promo_batches AS pb SET remaining = pb.remaining - t.amt
+          FROM unnest(s_bucket, s_batch, s_amt) AS t(b, id, amt)
+         WHERE pb.bucket = t.b AND pb.id = t.id;
+        INSERT INTO ledger.promo_spends (bucket, transaction_id, batch_id, amount)
+        SELECT b, p_id, bid, amt FROM unnest(s_bucket, s_batch, s_amt) AS t(b, bid, amt);
+    END IF;
+
+    -- A promo grant opens a batch with the amount its promo leg carried.
+    v_opt := p_options -> 'grant_promo';
+    IF v_opt IS NOT NULL THEN
+        i := (v_opt ->> 'promo_leg')::int;
+        j := (v_opt ->> 'funder_leg')::int;
+        INSERT INTO ledger.promo_batches (bucket, id, account_id, funder_bucket, funder_account, funded_by,
+                                          expire_to_bucket, expire_to_account,
+                                          amount, remaining, expires_at, grant_transaction_id, created_at)
+        VALUES (p_buckets[i], v_opt ->> 'batch_id', p_accounts[i], p_buckets[j], p_accounts[j],
+                v_opt ->> 'funded_by', (v_opt ->> 'expire_to_bucket')::smallint, v_opt ->> 'expire_to',
+                amounts[i], amounts[i], (v_opt ->> 'expires_at')::timestamptz, p_id, v_at);
+    END IF;
+
+    RETURN jsonb_build_object('id', p_id, 'replayed', false, 'posted_at', v_at, 'lines', v_lines);
+END $$;
+
+-- Name: post_batch(text[], smallint[], text[], text[], text[], bytea[], boolean, text[], jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET jit TO 'off'
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    results jsonb[] := '{}';
+    s int := 1;
+    e int;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_refund_ofs) AS r WHERE r IS NOT NULL)
+       AND NOT EXISTS (SELECT 1 FROM unnest(p_options) AS o WHERE (o - 'transit_legs') <> '{}'::jsonb) THEN
+        RETURN ledger.post_many(p_ids, p_homes, p_types, p_actors, p_refs, p_hashes, p_parts_balanced,
+                                p_metadata, p_leg_counts, p_buckets, p_accounts, p_amounts, p_currencies,
+                                p_options);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+        e := s + p_leg_counts[i] - 1;
+        results := results || ledger.post(
+            p_ids[i], p_homes[i], p_types[i], p_actors[i], p_refs[i], p_hashes[i], p_parts_balanced,
+            p_refund_ofs[i], p_metadata[i], p_buckets[s:e], p_accounts[s:e], p_amounts[s:e],
+            p_currencies[s:e], p_options[i]);
+        s := e + 1;
+    END LOOP;
+    RETURN results;
+END $$;
+
+-- Name: post_many(text[], smallint[], text[], text[], text[], bytea[], boolean, jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    n        int := coalesce(array_length(p_ids, 1), 0);
+    results  jsonb[] := '{}';
+    v_at     timestamptz;
+    v_row    record;
+    -- the locked accounts
+    a_bucket smallint[] := '{}'; a_id text[] := '{}'; a_role text[] := '{}'; a_cur text[] := '{}';
+    a_bal bigint[] := '{}'; a_held bigint[] := '{}'; a_ver bigint[] := '{}'; a_hash bytea[] := '{}';
+    a_moved boolean[] := '{}';
+    n_acc    int := 0;
+    -- per posting
+    l_acc    int[];
+    amounts  bigint[];
+    v_parts  smallint[];
+    v_lines  jsonb;
+    v_refusal jsonb;
+    v_net    bigint;
+    v_debit  bigint;
+    -- ids answered in this batch, and by which posting
+    done_ids text[] := '{}';
+    done_at  int[] := '{}';
+    -- rows to write
+    t_bucket smallint[] := '{}'; t_id text[] := '{}'; t_home smallint[] := '{}'; t_buckets text[] := '{}';
+    t_type text[] := '{}'; t_actor text[] := '{}'; t_ref text[] := '{}'; t_hash bytea[] := '{}';
+    t_meta jsonb[] := '{}';
+    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}'; o_tx text[] := '{}';
+    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_type text[] := '{}';
+    o_ref text[] := '{}'; o_hash bytea[] := '{}';
+    s int := 1; e int; i int; j int; k int; m int; x int;
+BEGIN
+    -- Every account of the batch, locked in (bucket, id) order by one statement: the same
+    -- global order as ledger.post, so batches and single postings cannot deadlock.
+    FOR v_row IN
+        SELECT a.bucket, a.id, a.role, a.currency, a.balance, a.held, a.version, a.last_hash
+          FROM ledger.accounts a
+          JOIN (SELECT DISTINCT b, id FROM unnest(p_buckets, p_accounts) AS k(b, id)) AS k
+            ON a.bucket = k.b AND a.id = k.id
+         ORDER BY a.bucket, a.id
+           FOR UPDATE OF a
+    LOOP
+        n_acc := n_acc + 1;
+        a_bucket[n_acc] := v_row.bucket; a_id[n_acc] := v_row.id; a_role[n_acc] := v_row.role;
+        a_cur[n_acc] := v_row.currency; a_bal[n_acc] := v_row.balance; a_held[n_acc] := v_row.held;
+        a_ver[n_acc] := v_row.version; a_hash[n_acc] := v_row.last_hash; a_moved[n_acc] := false;
+    END LOOP;
+    v_at := clock_timestamp();
+
+    FOR i IN 1 .. n LOOP
+        e := s + p_leg_counts[i] - 1;
+        v_refusal := NULL;
+
+        -- 1. A repeated id: answered by its earlier posting in this batch (unless that one was
+        --    refused, which left the id free), or by the ledger.
+        x := array_position(done_ids, p_ids[i]);
+        IF x IS NOT NULL AND NOT results[done_at[x]] ? 'error' THEN
+            IF p_hashes[done_at[x]] = p_hashes[i] THEN
+                results := results || (results[done_at[x]] || '{"replayed": true}'::jsonb);
+            ELSE
+                results := results || ledger.refusal('HW003',
+                    format('transaction id %s was used for another request', p_ids[i]),
+                    jsonb_build_object('id', p_ids[i]));
+            END IF;
+            s := e + 1;
+            CONTINUE;
+        ELSIF x IS NULL THEN
+            PERFORM 1 FROM ledger.transactions WHERE bucket = p_homes[i] AND id = p_ids[i];
+            IF FOUND THEN
+                results := results || ledger.replay(p_homes[i], p_ids[i], p_hashes[i]);
+                s := e + 1;
+                CONTINUE;
+            END IF;
+            done_ids := done_ids || p_ids[i];
+            done_at := done_at || i;
+        ELSE
+            done_at[x] := i;  -- a new attempt of an id whose earlier posting was refused
+        END IF;
+
+        -- 2. Its legs: accounts (an id names its bucket, so the id alone finds it), currencies.
+        l_acc := '{}';
+        amounts := p_amounts[s:e];
+        v_parts := ARRAY[p_homes[i]];
+        FOR k IN s .. e LOOP
+            j := array_position(a_id, p_accounts[k]);
+            IF j IS NULL OR a_bucket[j] <> p_buckets[k] THEN
+                v_refusal := ledger.refusal('HW002', format('no account %s', p_accounts[k]),
+                                            jsonb_build_object('account', p_accounts[k]));
+                EXIT;
+            END IF;
+            IF a_cur[j] <> p_currencies[k] THEN
+                v_refusal := ledger.refusal('HW004',
+                    format('account %s holds %s, not %s', p_accounts[k], a_cur[j], p_currencies[k]),
+                    jsonb_build_object('account', p_accounts[k], 'account_currency', a_cur[j],
+                                       'currency', p_currencies[k]));
+                EXIT;
+            END IF;
+            l_acc := l_acc || j;
+            IF NOT p_buckets[k] = ANY (v_parts) THEN
+                v_parts := v_parts || p_buckets[k];
+            END IF;
+        END LOOP;
+
+        -- Transit legs take what makes their bucket's part balance by itself, once the legs
+        -- without them are seen to balance (as in ledger.post).
+        IF v_refusal IS NULL AND p_options[i] ? 'transit_legs' THEN
+            PERFORM ledger.assert_balanced(p_ids[i], amounts, p_currencies[s:e]);
+            FOR k IN SELECT (jsonb_array_elements_text(p_options[i] -> 'transit_legs'))::int LOOP
+                v_net := 0;
+                FOR m IN 1 .. p_leg_counts[i] LOOP
+                    IF m <> k AND p_buckets[s + m - 1] = p_buckets[s + k - 1]
+                       AND p_currencies[s + m - 1] = p_currencies[s + k - 1] THEN
+                        v_net := v_net - amounts[m];
+                    END IF;
+                END LOOP;
+                amounts[k] := v_net;
+            END LOOP;
+        END IF;
+
+        -- 3. Customers' money: each account's net move in this posting against what it has.
+        IF v_refusal IS NULL THEN
+            FOR k IN 1 .. p_leg_counts[i] LOOP
+                j := l_acc[k];
+                CONTINUE WHEN a_role[j] <> 'user_wallet';
+                v_net := 0;
+                v_debit := 0;
+                FOR m IN 1 .. p_leg_counts[i] LOOP
+                    IF l_acc[m] = j THEN
+                        v_net := v_net + amounts[m];
+                        IF amounts[m] < 0 THEN
+                            v_debit := v_debit - amounts[m];
+                        END IF;
+                    END IF;
+                END LOOP;
+                IF v_debit > 0 AND a_bal[j] + v_net - a_held[j] < 0 THEN
+                    v_refusal := ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
+                        jsonb_build_object('account', a_id[j], 'balance', a_bal[j],
+                                           'available', a_bal[j] - a_held[j], 'amount', v_debit));
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
+
+        IF v_refusal IS NOT NULL THEN
+            results := results || v_refusal;
+            s := e + 1;
+            CONTINUE;
+        END IF;
+
+        -- 4. Apply: lines with balance, version and hash; one part row per bucket.
+        v_lines := '[]';
+        FOR k IN 1 .. p_leg_counts[i] LOOP
+            CONTINUE WHEN amounts[k] = 0;
+            j := l_acc[k];
+            a_bal[j] := a_bal[j] + amounts[k];
+            a_ver[j] := a_ver[j] + 1;
+            a_moved[j] := true;
+            a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], p_ids[i], amounts[k], a_cur[j],
+                                          a_bal[j], p_types[i], p_refs[i], v_at);
+            o_bucket := o_bucket || a_bucket[j]; o_acc := o_acc || a_id[j]; o_ver := o_ver || a_ver[j];
+            o_tx := o_tx || p_ids[i]; o_amt := o_amt || amounts[k]; o_cur := o_cur || a_cur[j];
+            o_bal := o_bal || a_bal[j]; o_type := o_type || p_types[i]; o_ref := o_ref || p_refs[i];
+            o_hash := o_hash || a_hash[j];
+            v_lines := v_lines || jsonb_build_object('account', a_id[j], 'version', a_ver[j],
+                                                     'amount', amounts[k], 'balance_after', a_bal[j]);
+        END LOOP;
+        IF array_length(v_parts, 1) > 1 THEN
+            v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
+        END IF;
+        FOREACH x IN ARRAY v_parts LOOP
+            t_bucket := t_bucket || x::smallint; t_id := t_id || p_ids[i]; t_home := t_home || p_homes[i];
+            t_buckets := t_buckets || v_parts::text; t_type := t_type || p_types[i];
+            t_actor := t_actor || p_actors[i]; t_ref := t_ref || p_refs[i]; t_hash := t_hash || p_hashes[i];
+            t_meta := t_meta || CASE WHEN x = p_homes[i] THEN coalesce(p_metadata[i], '{}'::jsonb)
+                                     ELSE '{}'::jsonb END;
+        END LOOP;
+        results := results || jsonb_build_object('id', p_ids[i], 'replayed', false, 'posted_at', v_at,
+                                                  'lines', v_lines);
+        s := e + 1;
+    END LOOP;
+
+    -- 5. Write it all. A concurrent writer of one of these ids makes the insert fail, and the
+    --    caller posts the batch again one posting at a time.
+    IF t_id <> '{}' THEN
+        INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
+                                         parts_balanced, refund_of, metadata, posted_at)
+        SELECT b, id, home, bs::smallint[], ty::ledger.tx_type, act, rf, h, p_parts_balanced, NULL, md, v_at
+          FROM unnest(t_bucket, t_id, t_home, t_buckets, t_type, t_actor, t_ref, t_hash, t_meta)
+            AS t(b, id, home, bs, ty, act, rf, h, md);
+        INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
+                                  balance_after, type, ref, posted_at, hash)
+        SELECT b, acc, ver, tx, amt, cur, bal, ty::ledger.tx_type, rf, v_at, h
+          FROM unnest(o_bucket, o_acc, o_ver, o_tx, o_amt, o_cur, o_bal, o_type, o_ref, o_hash)
+            AS t(b, acc, ver, tx, amt, cur, bal, ty, rf, h);
+        UPDATE ledger.accounts AS a
+           SET balance = t.bal, version = t.ver, last_hash = t.h
+          FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_moved) AS t(b, id, bal, ver, h, moved)
+         WHERE a.bucket = t.b AND a.id = t.id AND t.moved;
+    END IF;
+    RETURN results;
+END $$;
+
+-- Name: refusal(text, text, jsonb); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.refusal(p_state text, p_message text, p_detail jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT jsonb_build_object('error', jsonb_build_object('sqlstate', p_state, 'message', p_message,
+                                                          'detail', p_detail))
+$$;
+
+-- Name: refuse_change(); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.refuse_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'ledger.% is append-only: % refused', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'HW010';
+END $$;
+
+-- Name: release_hold(smallint, text, text); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_key text) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    v_acc  record;
+    v_hold record;
+BEGIN
+    -- The account first, then the hold: the same order as ledger.post, so no deadlock.
+    SELECT balance, held INTO v_acc FROM ledger.accounts
+     WHERE bucket = p_bucket AND id = p_account FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no account %', p_account USING ERRCODE = 'HW002',
+            DETAIL = jsonb_build_object('account', p_account)::text;
+    END IF;
+    SELECT * INTO v_hold FROM ledger.holds
+     WHERE bucket = p_bucket AND account_id = p_account AND key = p_key FOR UPDATE;
+    IF NOT FOUND OR v_hold.status = 'captured' THEN
+        RAISE EXCEPTION 'hold % on % cannot be released', p_key, p_account USING ERRCODE = 'HW005',
+            DETAIL = jsonb_build_object('account', p_account, 'key', p_key,
+                                        'status', coalesce(v_hold.status, 'missing'))::text;
+    END IF;
+    IF v_hold.status = 'released' THEN
+        RETURN jsonb_build_object('replayed', true, 'status', 'released', 'amount', v_hold.amount,
+                                  'held', v_acc.held, 'balance', v_acc.balance);
+    END IF;
+    UPDATE ledger.holds SET status = 'released', closed_at = clock_timestamp()
+     WHERE bucket = p_bucket AND account_id = p_account AND key = p_key;
+    UPDATE ledger.accounts SET held = held - v_hold.amount WHERE bucket = p_bucket AND id = p_account;
+    RETURN jsonb_build_object('replayed', false, 'status', 'released', 'amount', v_hold.amount,
+                              'held', v_acc.held - v_hold.amount, 'balance', v_acc.balance);
+END $$;
+
+-- Name: replay(smallint, text, bytea); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_request_hash bytea) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_tx record;
+BEGIN
+    SELECT buckets, request_hash, posted_at INTO v_tx
+      FROM ledger.transactions WHERE bucket = p_home_bucket AND id = p_id;
+    IF v_tx.request_hash <> p_request_hash THEN
+        RETURN ledger.refusal('HW003', format('transaction id %s was used for another request', p_id),
+                              jsonb_build_object('id', p_id));
+    END IF;
+    RETURN jsonb_build_object(
+        'id', p_id, 'replayed', true, 'posted_at', v_tx.posted_at,
+        'lines', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'account', l.account_id, 'version', l.version, 'amount', l.amount,
+                        'balance_after', l.balance_after) ORDER BY l.bucket, l.account_id, l.version), '[]'::jsonb)
+                    FROM ledger.lines l
+                   WHERE l.bucket = ANY (v_tx.buckets) AND l.transaction_id = p_id));
+END $$;
+
+-- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], text[], smallint[], text[], text[], text[], bytea[], boolean, text[], jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET jit TO 'off'
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    n         int := coalesce(array_length(w_keys, 1), 0);
+    busy      boolean[] := '{}';  -- per transfer: its key is held (elsewhere, or earlier here)
+    held      bigint[] := '{}';   -- the keys this batch holds
+    answers   jsonb[];            -- per transfer: null while it goes on
+    live      int[];              -- transfers still going, in order
+    seen_src  text[] := '{}';
+    retried   boolean := false;
+    locks     bigint[] := '{}';   -- the live transfers' monthly limits' locks
+    totals    bigint[];           -- per live transfer: the month's total with it (null: no limit)
+    over      boolean := false;
+    posted    jsonb[];
+    i int;
+    j int;
+    -- the live transfers' postings, when not every transfer is live
+    l_ids text[]; l_homes smallint[]; l_types text[]; l_actors text[]; l_refs text[];
+    l_hashes bytea[]; l_refund_ofs text[]; l_metadata jsonb[]; l_leg_counts int[];
+    l_options jsonb[]; l_buckets smallint[]; l_accounts text[]; l_amounts bigint[];
+    l_currencies text[];
+BEGIN
+    IF n = 0 THEN
+        RETURN '{}';
+    END IF;
+
+    -- 1. Each key's lock, which never waits. A second request with a key in this batch, or one
+    --    whose first request runs in another transaction, is still running (the lock is
+    --    re-entrant within a transaction, so the batch checks its own keys itself). Plain
+    --    expressions in a loop: cheaper than a statement.
+    FOR i IN 1 .. n LOOP
+        busy[i] := w_locks[i] = ANY (held) OR NOT pg_try_advisory_xact_lock(w_locks[i]);
+        IF busy[i] IS NOT TRUE THEN
+            held := held || w_locks[i];
+        END IF;
+    END LOOP;
+
+    -- 2. Stored answers and what wallet-api decided on (membership, tiers), for every transfer
+    --    in one statement. Each statement of a VOLATILE function takes a new snapshot (READ
+    --    COMMITTED): this one follows every key's lock, so it sees a first request that
+    --    committed before this one got the key. The probes are scalar subqueries, one index
+    --    probe per transfer whatever the batch's size (as in 0006). The rows come from
+    --    generate_subscripts, whose row estimate does not depend on the arrays, so the plan
+    --    cache keeps one generic plan (over unnest it planned every call again: 140 µs).
+    answers := ARRAY(
+        SELECT CASE WHEN busy[x] THEN '{"in_progress": true}'::jsonb
+               ELSE coalesce(
+                   (SELECT CASE WHEN k.request_hash <> w_hashes[x] THEN '{"reused": true}'::jsonb
+                                ELSE jsonb_build_object('stored', jsonb_build_object(
+                                    'status', k.status, 'body', k.body, 'posted', k.posted)) END
+                      FROM wallet.idempotency_keys k
+                     WHERE k.bucket = w_buckets[x] AND k.scope = w_scopes[x] AND k.key = w_keys[x]),
+                   CASE WHEN (SELECT true FROM wallet.members m
+                               WHERE m.bucket = w_buckets[x] AND m.account_id = w_src_accounts[x]
+                                 AND m.issuer = w_issuers[x] AND m.subject = w_subjects[x]) IS NULL
+                             OR (SELECT a.tier FROM wallet.accounts a
+                                  WHERE a.bucket = w_buckets[x] AND a.id = w_src_accounts[x])
+                                IS DISTINCT FROM w_src_tiers[x]
+                             OR (SELECT a.tier FROM wallet.accounts a
+                                  WHERE a.bucket = w_dst_buckets[x] AND a.id = w_dst_accounts[x])
+                                IS DISTINCT FROM w_dst_tiers[x]
+                        THEN '{"stale": true}'::jsonb END) END
+          FROM generate_subscripts(w_keys, 1) AS x
+         ORDER BY x);
+    live := array_positions(answers, NULL);
+    -- A second transfer of a source account among those still going answers "retry" (the
+    -- caller's batching keeps them apart).
+    FOREACH i IN ARRAY live LOOP
+        IF w_src_accounts[i] = ANY (seen_src) THEN
+            answers[i] := '{"retry": true}';
+            retried := true;
+        ELSE
+            seen_src := seen_src || w_src_accounts[i];
+            IF w_limit_kinds[i] IS NOT NULL THEN
+                locks := locks || w_limit_locks[i];
+            END IF;
+        END IF;
+    END LOOP;
+    IF retried THEN
+        live := array_positions(answers, NULL);
+    END IF;
+    IF cardinality(live) = 0 THEN
+        RETURN answers;
+    END IF;
+
+    -- 3. Monthly limits: each limited account's lock, in key order (one needs no sorting), so
+    --    two requests at a limit are decided one after the other; then, in the next statement
+    --    (a snapshot taken under the locks), the month's total with each transfer. Totals over
+    --    their limit are rare: they are answered here and the others go on.
+    IF cardinality(locks) > 0 THEN
+        IF cardinality(locks) = 1 THEN
+            PERFORM pg_advisory_xact_lock(locks[1]);
+        ELSE
+            PERFORM pg_advisory_xact_lock(l.key)
+               FROM (SELECT key FROM unnest(locks) AS key ORDER BY 1) AS l;
+        END IF;
+        totals := ARRAY(
+            SELECT CASE WHEN w_limit_kinds[live[o]] IS NOT NULL THEN
+                       coalesce((SELECT u.used FROM wallet.limit_usage u
+                                  WHERE u.bucket = w_buckets[live[o]]
+                                    AND u.account_id = w_src_accounts[live[o]]
+                                    AND u.month = w_months[live[o]]
+                                    AND u.kind = w_limit_kinds[live[o]]
+                                    AND u.currency = w_currencies[live[o]]), 0)
+                       + w_amounts[live[o]] END
+              FROM generate_subscripts(live, 1) AS o
+             ORDER BY o);
+        FOR j IN 1 .. cardinality(live) LOOP
+            IF totals[j] > w_limits[live[j]] THEN
+                answers[live[j]] := jsonb_build_object('limit', jsonb_build_object(
+                    'used', totals[j], 'limit', w_limits[live[j]]));
+                over := true;
+            END IF;
+        END LOOP;
+        IF over THEN
+            live := array_positions(answers, NULL);
+            IF cardinality(live) = 0 THEN
+                RETURN answers;
+            END IF;
+        END IF;
+    END IF;
+
+    -- 4. The postings of the transfers still going, in one call: the arguments as they came
+    --    when every transfer goes on (the common case), else the live transfers' own, in order
+    --    (transfer i's legs follow those of transfers 1 .. i-1).
+    IF cardinality(live) = n THEN
+        posted := ledger.post_batch(p_ids, p_homes, p_types, p_actors, p_refs, p_hashes,
+                                    p_parts_balanced, p_refund_ofs, p_metadata, p_leg_counts,
+                                    p_buckets, p_accounts, p_amounts, p_currencies, p_options);
+    ELSE
+        SELECT array_agg(p_ids[live[o]] ORDER BY o), array_agg(p_homes[live[o]] ORDER BY o),
+               array_agg(p_types[live[o]] ORDER BY o), array_agg(p_actors[live[o]] ORDER BY o),
+               array_agg(p_refs[live[o]] ORDER BY o), array_agg(p_hashes[live[o]] ORDER BY o),
+               array_agg(p_refund_ofs[live[o]] ORDER BY o), array_agg(p_metadata[live[o]] ORDER BY o),
+               array_agg(p_leg_counts[live[o]] ORDER BY o), array_agg(p_options[live[o]] ORDER BY o)
+          INTO l_ids, l_homes, l_types, l_actors, l_refs, l_hashes, l_refund_ofs, l_metadata,
+               l_leg_counts, l_options
+          FROM generate_subscripts(live, 1) AS o;
+        SELECT coalesce(array_agg(p_buckets[e] ORDER BY e), '{}'),
+               coalesce(array_agg(p_accounts[e] ORDER BY e), '{}'),
+               coalesce(array_agg(p_amounts[e] ORDER BY e), '{}'),
+               coalesce(array_agg(p_currencies[e] ORDER BY e), '{}')
+          INTO l_buckets, l_accounts, l_amounts, l_currencies
+          FROM generate_subscripts(live, 1) AS o,
+               generate_series(coalesce((SELECT sum(c) FROM unnest(p_leg_counts[1:live[o] - 1]) AS c), 0) + 1,
+                               coalesce((SELECT sum(c) FROM unnest(p_leg_counts[1:live[o] - 1]) AS c), 0)
+                               + p_leg_counts[live[o]]) AS e;
+        posted := ledger.post_batch(l_ids, l_homes, l_types, l_actors, l_refs, l_hashes,
+                                    p_parts_balanced, l_refund_ofs, l_metadata, l_leg_counts,
+                                    l_buckets, l_accounts, l_amounts, l_currencies, l_options);
+    END IF;
+
+    -- 5. For all posted transfers at once: the month's totals and the stored answers. A
+    --    refusal was decided before the ledger's first write: it is the answer as it is, and
+    --    nothing is stored for it. Live transfers have distinct source accounts, so the
+    --    statement upserts no limit row twice.
+    IF cardinality(locks) > 0 THEN
+        INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
+        SELECT w_buckets[live[o]], w_src_accounts[live[o]], w_months[live[o]], w_limit_kinds[live[o]],
+               w_currencies[live[o]], w_amounts[live[o]]
+          FROM generate_subscripts(live, 1) AS o
+         WHERE w_limit_kinds[live[o]] IS NOT NULL AND (posted[o] ? 'error') IS NOT TRUE
+        ON CONFLICT (bucket, account_id, month, kind, currency)
+        DO UPDATE SET used = u.used + EXCLUDED.used;
+    END IF;
+    INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, posted, created_at)
+    SELECT w_buckets[live[o]], w_scopes[live[o]], w_keys[live[o]], w_hashes[live[o]], 201, NULL,
+           jsonb_build_object('result', posted[o], 'view', w_views[live[o]]), clock_timestamp()
+      FROM generate_subscripts(live, 1) AS o
+     WHERE (posted[o] ? 'error') IS NOT TRUE;
+    FOR j IN 1 .. cardinality(live) LOOP
+        answers[live[j]] := CASE WHEN posted[j] ? 'error' THEN posted[j]
+                                 ELSE jsonb_build_object('result', posted[j]) END;
+    END LOOP;
+    RETURN answers;
+END $$;
+
+-- Name: accounts; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.accounts (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    role ledger.account_role NOT NULL,
+    purse ledger.purse,
+    currency character(3) NOT NULL,
+    owner text,
+    balance bigint DEFAULT 0 NOT NULL,
+    held bigint DEFAULT 0 NOT NULL,
+    version bigint DEFAULT 0 NOT NULL,
+    last_hash bytea DEFAULT '\x'::bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT accounts_bucket_range CHECK (((bucket >= 0) AND (bucket <= 1023))),
+    CONSTRAINT accounts_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT accounts_customer_not_negative CHECK (((role <> 'user_wallet'::ledger.account_role) OR (balance >= 0))),
+    CONSTRAINT accounts_held_within_balance CHECK (((held >= 0) AND ((role <> 'user_wallet'::ledger.account_role) OR (held <= balance)))),
+    CONSTRAINT accounts_id_has_bucket CHECK ((substr(id, 1, 4) = lpad((bucket)::text, 4, '0'::text))),
+    CONSTRAINT accounts_id_length CHECK ((length(id) <= 120)),
+    CONSTRAINT accounts_purse_for_wallets CHECK (((role = 'user_wallet'::ledger.account_role) = (purse IS NOT NULL))),
+    CONSTRAINT accounts_version_not_negative CHECK ((version >= 0))
+)
+WITH (fillfactor='70');
+
+-- Name: holds; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.holds (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    key text NOT NULL,
+    amount bigint NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    transaction_id text,
+    created_at timestamp with time zone NOT NULL,
+    closed_at timestamp with time zone,
+    CONSTRAINT holds_amount_positive CHECK ((amount > 0)),
+    CONSTRAINT holds_closed_consistent CHECK (((status = 'pending'::text) = (closed_at IS NULL))),
+    CONSTRAINT holds_key_length CHECK (((length(key) >= 1) AND (length(key) <= 200))),
+    CONSTRAINT holds_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'captured'::text, 'released'::text])))
+);
+
+-- Name: lines; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.lines (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    version bigint NOT NULL,
+    transaction_id text NOT NULL,
+    amount bigint NOT NULL,
+    currency character(3) NOT NULL,
+    balance_after bigint NOT NULL,
+    type ledger.tx_type NOT NULL,
+    ref text NOT NULL,
+    posted_at timestamp with time zone NOT NULL,
+    hash bytea NOT NULL,
+    CONSTRAINT lines_amount_not_zero CHECK ((amount <> 0)),
+    CONSTRAINT lines_version_positive CHECK ((version > 0))
+);
+
+-- Name: promo_batches; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.promo_batches (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    account_id text NOT NULL,
+    funder_bucket smallint NOT NULL,
+    funder_account text NOT NULL,
+    funded_by text NOT NULL,
+    expire_to_bucket smallint NOT NULL,
+    expire_to_account text NOT NULL,
+    amount bigint NOT NULL,
+    remaining bigint NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    grant_transaction_id text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT promo_batches_amount_positive CHECK ((amount > 0)),
+    CONSTRAINT promo_batches_funded_by_known CHECK ((funded_by = ANY (ARRAY['business'::text, 'platform'::text]))),
+    CONSTRAINT promo_batches_remaining_range CHECK (((remaining >= 0) AND (remaining <= amount)))
+);
+
+-- Name: promo_spends; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.promo_spends (
+    bucket smallint NOT NULL,
+    transaction_id text NOT NULL,
+    batch_id text NOT NULL,
+    amount bigint NOT NULL,
+    CONSTRAINT promo_spends_amount_not_zero CHECK ((amount <> 0))
+);
+
+-- Name: transactions; Type: TABLE; Schema: ledger; Owner: -
+
+CREATE TABLE ledger.transactions (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    home_bucket smallint NOT NULL,
+    buckets smallint[] NOT NULL,
+    type ledger.tx_type NOT NULL,
+    actor text NOT NULL,
+    ref text NOT NULL,
+    request_hash bytea NOT NULL,
+    parts_balanced boolean NOT NULL,
+    refund_of text,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    posted_at timestamp with time zone NOT NULL,
+    CONSTRAINT transactions_actor_length CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
+    CONSTRAINT transactions_bucket_listed CHECK (((bucket = ANY (buckets)) AND (home_bucket = ANY (buckets)))),
+    CONSTRAINT transactions_id_length CHECK (((length(id) >= 1) AND (length(id) <= 100))),
+    CONSTRAINT transactions_metadata_size CHECK ((pg_column_size(metadata) <= 4096)),
+    CONSTRAINT transactions_ref_length CHECK (((length(ref) >= 1) AND (length(ref) <= 200)))
+);
+
+-- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- Name: accounts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.accounts (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    kind text NOT NULL,
+    tier text,
+    name text,
+    opened_by text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT accounts_bucket_range CHECK (((bucket >= 1) AND (bucket <= 1023))),
+    CONSTRAINT accounts_id_has_bucket CHECK ((substr(id, 1, 4) = lpad((bucket)::text, 4, '0'::text))),
+    CONSTRAINT accounts_kind_known CHECK ((kind = ANY (ARRAY['personal'::text, 'business'::text]))),
+    CONSTRAINT accounts_name_length CHECK (((name IS NULL) OR ((length(name) >= 1) AND (length(name) <= 200)))),
+    CONSTRAINT accounts_tier_known CHECK ((((kind = 'personal'::text) AND (tier = ANY (ARRAY['unknown'::text, 'unverified'::text, 'verified'::text, 'contracted'::text]))) OR ((kind = 'business'::text) AND (tier IS NULL))))
+);
+
+-- Name: idempotency_keys; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.idempotency_keys (
+    bucket smallint NOT NULL,
+    scope text NOT NULL,
+    key text NOT NULL,
+    request_hash bytea NOT NULL,
+    status smallint NOT NULL,
+    body jsonb,
+    created_at timestamp with time zone NOT NULL,
+    posted jsonb,
+    CONSTRAINT idempotency_keys_one_answer CHECK (((body IS NULL) <> (posted IS NULL)))
+);
+
+-- Name: identity_accounts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.identity_accounts (
+    issuer text NOT NULL,
+    subject text NOT NULL,
+    account_id text NOT NULL,
+    bucket smallint NOT NULL,
+    kind text NOT NULL,
+    created_at timestamp with time zone NOT NULL
+);
+
+-- Name: limit_usage; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.limit_usage (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    month date NOT NULL,
+    kind text NOT NULL,
+    currency character(3) NOT NULL,
+    used bigint NOT NULL,
+    CONSTRAINT limit_usage_used_not_negative CHECK ((used >= 0))
+);
+
+-- Name: members; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.members (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    issuer text NOT NULL,
+    subject text NOT NULL,
+    added_by text NOT NULL,
+    created_at timestamp with time zone NOT NULL
+);
+
+-- Name: wallets; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.wallets (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    account_id text NOT NULL,
+    currency character(3) NOT NULL,
+    number text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT wallets_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT wallets_number_format CHECK (((number ~ '^[0-9]{16}$'::text) AND (substr(number, 1, 4) = lpad((bucket)::text, 4, '0'::text))))
+);
+
+-- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.accounts
+    ADD CONSTRAINT accounts_pkey PRIMARY KEY (bucket, id);
+
+-- Name: holds holds_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.holds
+    ADD CONSTRAINT holds_pkey PRIMARY KEY (bucket, account_id, key);
+
+-- Name: lines lines_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.lines
+    ADD CONSTRAINT lines_pkey PRIMARY KEY (bucket, account_id, version);
+
+-- Name: promo_batches promo_batches_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.promo_batches
+    ADD CONSTRAINT promo_batches_pkey PRIMARY KEY (bucket, id);
+
+-- Name: promo_spends promo_spends_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.promo_spends
+    ADD CONSTRAINT promo_spends_pkey PRIMARY KEY (bucket, transaction_id, batch_id);
+
+-- Name: transactions transactions_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.transactions
+    ADD CONSTRAINT transactions_pkey PRIMARY KEY (bucket, id);
+
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+-- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.accounts
+    ADD CONSTRAINT accounts_pkey PRIMARY KEY (bucket, id);
+
+-- Name: idempotency_keys idempotency_keys_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.idempotency_keys
+    ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (bucket, scope, key);
+
+-- Name: identity_accounts identity_accounts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.identity_accounts
+    ADD CONSTRAINT identity_accounts_pkey PRIMARY KEY (issuer, subject, account_id);
+
+-- Name: limit_usage limit_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.limit_usage
+    ADD CONSTRAINT limit_usage_pkey PRIMARY KEY (bucket, account_id, month, kind, currency);
+
+-- Name: members members_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.members
+    ADD CONSTRAINT members_pkey PRIMARY KEY (bucket, account_id, issuer, subject);
+
+-- Name: wallets wallets_number_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.wallets
+    ADD CONSTRAINT wallets_number_unique UNIQUE (bucket, number);
+
+-- Name: wallets wallets_one_per_currency; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.wallets
+    ADD CONSTRAINT wallets_one_per_currency UNIQUE (bucket, account_id, currency);
+
+-- Name: wallets wallets_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.wallets
+    ADD CONSTRAINT wallets_pkey PRIMARY KEY (bucket, id);
+
+-- Name: lines_by_time; Type: INDEX; Schema: ledger; Owner: -
+
+CREATE INDEX lines_by_time ON ledger.lines USING btree (bucket, account_id, posted_at);
+
+-- Name: lines_by_transaction; Type: INDEX; Schema: ledger; Owner: -
+
+CREATE INDEX lines_by_transaction ON ledger.lines USING btree (bucket, transaction_id);
+
+-- Name: promo_batches_spend_order; Type: INDEX; Schema: ledger; Owner: -
+
+CREATE INDEX promo_batches_spend_order ON ledger.promo_batches USING btree (bucket, account_id, expires_at, id) WHERE (remaining > 0);
+
+-- Name: transactions_refunded_once; Type: INDEX; Schema: ledger; Owner: -
+
+CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btree (bucket, refund_of) WHERE ((refund_of IS NOT NULL) AND (bucket = home_bucket));
+
+-- Name: idempotency_keys_created; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX idempotency_keys_created ON wallet.idempotency_keys USING btree (created_at);
+
+-- Name: identity_accounts_one_personal; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE UNIQUE INDEX identity_accounts_one_personal ON wallet.identity_accounts USING btree (issuer, subject) WHERE (kind = 'personal'::text);
+
+-- Name: accounts accounts_never_deleted; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER accounts_never_deleted BEFORE DELETE ON ledger.accounts FOR EACH ROW EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: accounts accounts_no_truncate; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER accounts_no_truncate BEFORE TRUNCATE ON ledger.accounts FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: lines lines_append_only; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER lines_append_only BEFORE DELETE OR UPDATE ON ledger.lines FOR EACH ROW EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: lines lines_balanced; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER lines_balanced AFTER INSERT ON ledger.lines REFERENCING NEW TABLE AS new_lines FOR EACH STATEMENT EXECUTE FUNCTION ledger.check_balanced();
+
+-- Name: lines lines_no_truncate; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER lines_no_truncate BEFORE TRUNCATE ON ledger.lines FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: promo_spends promo_spends_append_only; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER promo_spends_append_only BEFORE DELETE OR UPDATE ON ledger.promo_spends FOR EACH ROW EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: transactions transactions_append_only; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transactions FOR EACH ROW EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: transactions transactions_no_truncate; Type: TRIGGER; Schema: ledger; Owner: -
+
+CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: holds holds_account_fk; Type: FK CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.holds
+    ADD CONSTRAINT holds_account_fk FOREIGN KEY (bucket, account_id) REFERENCES ledger.accounts(bucket, id);
+
+-- Name: promo_batches promo_batches_account_fk; Type: FK CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.promo_batches
+    ADD CONSTRAINT promo_batches_account_fk FOREIGN KEY (bucket, account_id) REFERENCES ledger.accounts(bucket, id);
+
+-- Name: promo_spends promo_spends_batch_fk; Type: FK CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.promo_spends
+    ADD CONSTRAINT promo_spends_batch_fk FOREIGN KEY (bucket, batch_id) REFERENCES ledger.promo_batches(bucket, id);
+
+-- Name: promo_spends promo_spends_transaction_fk; Type: FK CONSTRAINT; Schema: ledger; Owner: -
+
+ALTER TABLE ONLY ledger.promo_spends
+    ADD CONSTRAINT promo_spends_transaction_fk FOREIGN KEY (bucket, transaction_id) REFERENCES ledger.transactions(bucket, id);
+
+-- Name: limit_usage limit_usage_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.limit_usage
+    ADD CONSTRAINT limit_usage_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
+-- Name: members members_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.members
+    ADD CONSTRAINT members_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
+-- Name: wallets wallets_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.wallets
+    ADD CONSTRAINT wallets_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
+-- Name: SCHEMA ledger; Type: ACL; Schema: -; Owner: -
+
+GRANT USAGE ON SCHEMA ledger TO hiwallet_wallet_app;
+GRANT USAGE ON SCHEMA ledger TO hiwallet_wallet_readonly;
+
+-- Name: SCHEMA wallet; Type: ACL; Schema: -; Owner: -
+
+GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_app;
+GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_readonly;
+
+-- Name: FUNCTION assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]) FROM PUBLIC;
+
+-- Name: FUNCTION check_balanced(); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.check_balanced() FROM PUBLIC;
+
+-- Name: FUNCTION ensure_system_accounts(p_bucket smallint, p_currency text, p_providers text[]); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.ensure_system_accounts(p_bucket smallint, p_currency text, p_providers text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.ensure_system_accounts(p_bucket smallint, p_currency text, p_providers text[]) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_app;
+GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_readonly;
+
+-- Name: FUNCTION open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION refusal(p_state text, p_message text, p_detail jsonb); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.refusal(p_state text, p_message text, p_detail jsonb) FROM PUBLIC;
+
+-- Name: FUNCTION refuse_change(); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.refuse_change() FROM PUBLIC;
+
+-- Name: FUNCTION release_hold(p_bucket smallint, p_account text, p_key text); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_key text) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION replay(p_home_bucket smallint, p_id text, p_request_hash bytea); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_request_hash bytea) FROM PUBLIC;
+
+-- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
+
+-- Name: TABLE accounts; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_readonly;
+
+-- Name: TABLE holds; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.holds TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.holds TO hiwallet_wallet_readonly;
+
+-- Name: TABLE lines; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.lines TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.lines TO hiwallet_wallet_readonly;
+
+-- Name: TABLE promo_batches; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.promo_batches TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.promo_batches TO hiwallet_wallet_readonly;
+
+-- Name: TABLE promo_spends; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_readonly;
+
+-- Name: TABLE transactions; Type: ACL; Schema: ledger; Owner: -
+
+GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_readonly;
+
+-- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
+
+GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_wallet_readonly;
+
+-- Name: TABLE accounts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.accounts TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN accounts.tier; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(tier) ON TABLE wallet.accounts TO hiwallet_wallet_app;
+
+-- Name: COLUMN accounts.updated_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(updated_at) ON TABLE wallet.accounts TO hiwallet_wallet_app;
+
+-- Name: TABLE idempotency_keys; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.idempotency_keys TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.idempotency_keys TO hiwallet_wallet_readonly;
+
+-- Name: TABLE identity_accounts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.identity_accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.identity_accounts TO hiwallet_wallet_readonly;
+
+-- Name: TABLE limit_usage; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_readonly;
+
+-- Name: TABLE members; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.members TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.members TO hiwallet_wallet_readonly;
+
+-- Name: TABLE wallets; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.wallets TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.wallets TO hiwallet_wallet_readonly;

@@ -1,0 +1,556 @@
+"""The database is the only write path, also against a compromised service (issue 9, item 10).
+
+Services connect as their database's application role, which may read and call the ledger's
+posting functions but not write the ledger's tables, change the schema or switch its guards
+off; `verify` and reports connect as the read-only role. Every refusal here is the database's
+own (InsufficientPrivilegeError), and the full list of what each role may do is compared
+exactly, so a grant wider than this file says fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from hiwallet.core import db
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.ledger.accounts import cash_account
+from hiwallet.ledger.service import Ledger
+from hiwallet.ledger.store import LedgerStore, init_connection
+from tests import pgtemplate
+from tests.ledger.conftest import FEES, TL, funded_wallet
+
+APP = db.app_role("wallet")
+READONLY = db.readonly_role("wallet")
+PINNED = "search_path=pg_catalog, ledger, wallet, pg_temp"
+
+# What the application roles may do beyond SELECT on their schemas' tables: table-level
+# privileges, and UPDATE column by column. Anything not listed is refused.
+WALLET_APP_WRITES: dict[str, set[str]] = {
+    "wallet.accounts": {"INSERT"},
+    "wallet.members": {"INSERT"},
+    "wallet.identity_accounts": {"INSERT"},
+    "wallet.wallets": {"INSERT"},
+    "wallet.idempotency_keys": {"INSERT", "DELETE"},
+}
+WALLET_APP_COLUMNS = {("wallet.accounts", "tier", "UPDATE"), ("wallet.accounts", "updated_at", "UPDATE")}
+WALLET_APP_FUNCTIONS = {
+    "ledger.post",
+    "ledger.post_many",
+    "ledger.post_batch",
+    "ledger.place_hold",
+    "ledger.release_hold",
+    "ledger.ensure_system_accounts",
+    "ledger.open_account",
+    "wallet.transfer_batch",
+    "ledger.line_hash",  # pure (STABLE): verify's queries call it
+}
+IDENTITY_TABLES = (
+    "users",
+    "signing_keys",
+    "login_flows",
+    "sessions",
+    "authorization_codes",
+    "refresh_tokens",
+    "action_tokens",
+    "outgoing_mail",
+)
+IDENTITY_APP_WRITES: dict[str, set[str]] = {
+    "public.users": {"INSERT"},
+    "public.signing_keys": {"INSERT"},
+    "public.login_flows": {"INSERT", "DELETE"},
+    "public.sessions": {"INSERT", "DELETE"},
+    "public.authorization_codes": {"INSERT"},
+    "public.refresh_tokens": {"INSERT"},
+    "public.action_tokens": {"INSERT", "DELETE"},
+    "public.outgoing_mail": {"INSERT"},
+}
+IDENTITY_APP_COLUMNS = {
+    *(
+        ("public.users", c, "UPDATE")
+        for c in (
+            "email",
+            "first_name",
+            "last_name",
+            "enabled",
+            "email_verified",
+            "required_actions",
+            "password_hash",
+            "totp_secret",
+            "totp_last_step",
+            "failed_logins",
+            "last_failure_at",
+            "locked_until",
+        )
+    ),
+    *(
+        ("public.signing_keys", c, "UPDATE")
+        for c in ("status", "activated_at", "retired_at", "publish_until")
+    ),
+    *(("public.login_flows", c, "UPDATE") for c in ("stage", "user_id", "pending_totp")),
+    ("public.sessions", "ended_at", "UPDATE"),
+    ("public.authorization_codes", "used_at", "UPDATE"),
+    ("public.refresh_tokens", "used_at", "UPDATE"),
+    ("public.refresh_tokens", "revoked_at", "UPDATE"),
+    ("public.action_tokens", "actions", "UPDATE"),
+    ("public.action_tokens", "used_at", "UPDATE"),
+    ("public.outgoing_mail", "sent_at", "UPDATE"),
+}
+
+_USER_SCHEMAS = "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%'"
+
+
+async def privileges(conn: asyncpg.Connection, role: str) -> dict[str, object]:
+    """Everything ``role`` may do in the database of ``conn``, as sets to compare exactly."""
+    tables = {
+        (r["t"], r["p"])
+        for r in await conn.fetch(
+            f"""
+            SELECT n.nspname || '.' || c.relname AS t, p
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace,
+                   unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES',
+                                'TRIGGER']) AS p
+             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND {_USER_SCHEMAS}
+               AND has_table_privilege($1, c.oid, p)
+            """,
+            role,
+        )
+    }
+    columns = {
+        (r["t"], r["a"], r["p"])
+        for r in await conn.fetch(
+            f"""
+            SELECT n.nspname || '.' || c.relname AS t, a.attname AS a, p
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped,
+                   unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'REFERENCES']) AS p
+             WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND {_USER_SCHEMAS}
+               AND has_column_privilege($1, c.oid, a.attnum, p) AND NOT has_table_privilege($1, c.oid, p)
+            """,
+            role,
+        )
+    }
+    functions = {
+        r["f"]
+        for r in await conn.fetch(
+            f"""
+            SELECT n.nspname || '.' || p.proname AS f FROM pg_proc p
+              JOIN pg_namespace n ON n.oid = p.pronamespace
+             WHERE {_USER_SCHEMAS} AND has_function_privilege($1, p.oid, 'EXECUTE')
+            """,
+            role,
+        )
+    }
+    schemas = {
+        (r["s"], r["p"])
+        for r in await conn.fetch(
+            f"""
+            SELECT n.nspname AS s, p FROM pg_namespace n, unnest(ARRAY['USAGE', 'CREATE']) AS p
+             WHERE {_USER_SCHEMAS} AND has_schema_privilege($1, n.oid, p)
+            """,
+            role,
+        )
+    }
+    database = await conn.fetchval("SELECT has_database_privilege($1, current_database(), 'CREATE')", role)
+    role_row = await conn.fetchrow(
+        "SELECT rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication OR rolbypassrls AS special,"
+        " ARRAY(SELECT g.rolname FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid"
+        "        WHERE m.member = r.oid) AS member_of"
+        " FROM pg_roles r WHERE rolname = $1",
+        role,
+    )
+    return {
+        "tables": tables,
+        "columns": columns,
+        "functions": functions,
+        "schemas": schemas,
+        "create_in_database": database,
+        "special_attributes": role_row["special"],
+        "member_of": list(role_row["member_of"]),
+    }
+
+
+def expected(
+    table_names: set[str],
+    writes: dict[str, set[str]],
+    columns: set[tuple[str, str, str]],
+    functions: set[str],
+    schemas: set[str],
+) -> dict[str, object]:
+    return {
+        "tables": {(t, "SELECT") for t in table_names} | {(t, p) for t, ps in writes.items() for p in ps},
+        "columns": columns,
+        "functions": functions,
+        "schemas": {(s, "USAGE") for s in schemas},
+        "create_in_database": False,
+        "special_attributes": False,
+        "member_of": [],
+    }
+
+
+async def table_names(conn: asyncpg.Connection, *schemas: str) -> set[str]:
+    rows = await conn.fetch(
+        "SELECT n.nspname || '.' || c.relname AS t FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY ($1::text[])",
+        list(schemas),
+    )
+    return {r["t"] for r in rows}
+
+
+@pytest.fixture
+async def owner(wallet_db: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(db.owner_dsn(wallet_db))
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def app_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await db.create_pool(wallet_db, role=APP, min_size=1, max_size=2, init=init_connection)
+    yield pool
+    await pool.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The wallet database: the ledger and wallet-api
+# --------------------------------------------------------------------------------------------
+
+
+async def test_the_application_role_may_do_exactly_what_the_service_needs(owner: asyncpg.Connection) -> None:
+    ledger_and_wallet = await table_names(owner, "ledger", "wallet")
+    assert await privileges(owner, APP) == expected(
+        ledger_and_wallet,
+        WALLET_APP_WRITES,
+        WALLET_APP_COLUMNS,
+        WALLET_APP_FUNCTIONS,
+        {"ledger", "wallet", "public"},
+    )
+
+
+async def test_the_readonly_role_may_only_read(owner: asyncpg.Connection) -> None:
+    everything = await table_names(owner, "ledger", "wallet", "public")
+    assert await privileges(owner, READONLY) == expected(
+        everything, {}, set(), {"ledger.line_hash"}, {"ledger", "wallet", "public"}
+    )
+
+
+async def test_every_function_the_application_role_may_call_that_writes_is_security_definer(
+    owner: asyncpg.Connection,
+) -> None:
+    """A VOLATILE function may write; one the service may call runs as the owner with a search
+    path nothing the caller creates can change. (STABLE and IMMUTABLE ones cannot write.)"""
+    rows = await owner.fetch(
+        f"""
+        SELECT p.oid::regprocedure::text AS f, p.provolatile, p.prosecdef, p.proconfig
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE {_USER_SCHEMAS} AND has_function_privilege($1, p.oid, 'EXECUTE')
+        """,
+        APP,
+    )
+    writers = [r for r in rows if r["provolatile"] == b"v"]
+    assert len(writers) >= 8, rows  # every posting entry point (a vacuous pass is a failure)
+    unguarded = [r["f"] for r in writers if not r["prosecdef"] or PINNED not in (r["proconfig"] or [])]
+    assert unguarded == []
+
+
+WALLET_REFUSED = [
+    "UPDATE ledger.accounts SET balance = balance + 100000",
+    "UPDATE ledger.accounts SET held = 0",
+    "INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,"
+    " balance_after, type, ref, posted_at, hash)"
+    " VALUES (0, '0000:sys:nostro:TRY', 99, 'x', 1, 'TRY', 1, 'p2p', 'x', now(), '\\x')",
+    "INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,"
+    " parts_balanced, posted_at) VALUES (0, 'x', 0, '{0}', 'p2p', 'x', 'x', '\\x', false, now())",
+    "INSERT INTO ledger.accounts (bucket, id, role, currency, balance, created_at)"
+    " VALUES (0, '0000:mine', 'nostro', 'TRY', 100, now())",
+    "DELETE FROM ledger.transactions",
+    "UPDATE ledger.lines SET amount = amount + 1",
+    "UPDATE ledger.holds SET status = 'released'",
+    "UPDATE ledger.promo_batches SET remaining = amount",
+    "ALTER TABLE ledger.lines DISABLE TRIGGER lines_append_only",
+    "ALTER TABLE ledger.lines DISABLE TRIGGER ALL",
+    "DROP TRIGGER lines_balanced ON ledger.lines",
+    "TRUNCATE ledger.lines",
+    "TRUNCATE ledger.accounts",
+    "TRUNCATE wallet.idempotency_keys",
+    "CREATE TABLE ledger.shadow (id int)",
+    "CREATE TABLE wallet.shadow (id int)",
+    "CREATE TABLE public.shadow (id int)",
+    "CREATE TABLE shadow (id int)",
+    "CREATE SCHEMA shadow",
+    "CREATE FUNCTION ledger.shadow() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    "CREATE OR REPLACE FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text,"
+    " p_currency text, p_owner text) RETURNS void LANGUAGE sql AS 'SELECT'",
+    "ALTER FUNCTION ledger.open_account SECURITY INVOKER",
+    "ALTER FUNCTION ledger.open_account RESET search_path",
+    "SELECT ledger.replay(1::smallint, 'x', '\\x'::bytea)",
+    "SELECT ledger.refusal('HW001', 'x', '{}')",
+    "UPDATE wallet.limit_usage SET used = 0",
+    "INSERT INTO wallet.limit_usage VALUES (1, '0001:x', '2026-01-01', 'transfer', 'TRY', 0)",
+    "UPDATE wallet.idempotency_keys SET status = 200",
+    "UPDATE wallet.accounts SET kind = 'business'",
+    "DELETE FROM wallet.accounts",
+    "DELETE FROM wallet.members",
+    "DELETE FROM wallet.wallets",
+    "UPDATE wallet.wallets SET number = number",
+    "SELECT * FROM public.schema_migrations",
+    "DELETE FROM public.schema_migrations",
+    f"ALTER ROLE {APP} SUPERUSER",
+]
+
+
+async def refusals(conn: asyncpg.Connection, statements: list[str]) -> list[tuple[str, str]]:
+    """Each statement alone (its own transaction); those the database did not refuse for want
+    of a privilege, with what happened instead."""
+    wrong = []
+    for statement in statements:
+        try:
+            async with conn.transaction():
+                await conn.execute(statement)
+            wrong.append((statement, "done"))
+        except asyncpg.InsufficientPrivilegeError:
+            pass
+        except asyncpg.PostgresError as exc:
+            wrong.append((statement, f"{exc.sqlstate}: {exc}"))
+    return wrong
+
+
+async def test_the_application_role_cannot_write_behind_the_ledgers_back(
+    ledger_with_history: str, app_pool: asyncpg.Pool
+) -> None:
+    async with app_pool.acquire() as conn:
+        assert await refusals(conn, WALLET_REFUSED) == []
+
+
+@pytest.fixture
+async def ledger_with_history(app_pool: asyncpg.Pool) -> str:
+    """Money moved as the application role, through the functions (a wallet-to-wallet transfer
+    in one bucket, a top-up, a hold): posting works without any table privilege."""
+    ledger = Ledger(LedgerStore(app_pool), FEES)
+    alice = await funded_wallet(ledger, "alice", 100 * TL, bucket=7)
+    bob = await funded_wallet(ledger, "bob", 0, bucket=7)
+    await ledger.transfer("0007:t1", alice, bob, 10 * TL, actor="alice", ref="r1")
+    await ledger.store.place_hold(alice, "h1", TL)
+    assert (await ledger.store.account(cash_account(bob))).balance == 10 * TL
+    return alice
+
+
+async def test_posting_reading_and_verify_work_as_their_roles(
+    wallet_db: str, ledger_with_history: str
+) -> None:
+    readonly = await db.create_pool(wallet_db, role=READONLY, min_size=1, max_size=1, init=init_connection)
+    try:
+        store = LedgerStore(readonly)
+        report = await store.verify()
+        assert report.ok and report.transactions >= 2, report.problems
+        assert (await store.wallet_balance(ledger_with_history)).cash == 90 * TL
+        # the read-only role may not post, even through the functions
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await readonly.execute(
+                "SELECT ledger.open_account(7::smallint, '0007:w:x:cash', 'cash', 'TRY', 'x')"
+            )
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await readonly.execute("DELETE FROM wallet.idempotency_keys")
+    finally:
+        await readonly.close()
+
+
+async def test_migrate_puts_the_grants_back_whatever_a_migration_did(
+    wallet_db: str, owner: asyncpg.Connection
+) -> None:
+    """grants.sql runs after every migrate: a later CREATE OR REPLACE FUNCTION (which resets
+    SECURITY DEFINER and SET clauses) or a grant made by hand does not last."""
+    before = await privileges(owner, APP)
+    replace = (Path(get_settings().migrations_dir) / "wallet" / "0009_open_account_function.sql").read_text()
+    await owner.execute(replace.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    await owner.execute("ALTER FUNCTION ledger.post SECURITY INVOKER RESET search_path")
+    await owner.execute(f"GRANT UPDATE (balance) ON ledger.accounts TO {APP}")
+    await owner.execute(f"GRANT EXECUTE ON FUNCTION ledger.replay TO {APP}")
+    await owner.execute(f"GRANT DELETE ON wallet.limit_usage TO {APP}")
+    drifted = await privileges(owner, APP)
+    assert drifted != before  # the comparison sees a grant too broad
+    definer = "SELECT prosecdef FROM pg_proc WHERE oid = $1::regproc"
+    assert not await owner.fetchval(definer, "ledger.open_account")
+    assert await db.migrate("wallet", database=wallet_db) == []
+    assert await privileges(owner, APP) == before
+    assert await owner.fetchval(definer, "ledger.open_account")
+    assert await owner.fetchval(definer, "ledger.post")
+
+
+# --------------------------------------------------------------------------------------------
+# Who may connect as what
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_service_refuses_to_start_as_the_owner(wallet_db: str, owner: asyncpg.Connection) -> None:
+    me = await owner.fetchval("SELECT current_user")
+    with pytest.raises(db.DatabaseMisconfigured, match="could change or bypass the schema"):
+        await db.create_pool(wallet_db, role=me, min_size=1, max_size=1)
+    # nor when the service URL names the owner
+    url = get_settings().database_url.replace("://", f"://{me}@", 1)
+    with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_DATABASE_URL"):
+        await db.create_pool(wallet_db, role=APP, settings=Settings(database_url=url), min_size=1, max_size=1)
+    # nor as a role that owns one table
+    sneaky = f"hwt{os.getpid()}_owns_{uuid.uuid4().hex[:6]}"
+    await owner.execute(f"CREATE ROLE {sneaky} LOGIN")
+    try:
+        await owner.execute(f"CREATE TABLE public.{sneaky} (id int)")
+        await owner.execute(f"ALTER TABLE public.{sneaky} OWNER TO {sneaky}")
+        with pytest.raises(db.DatabaseMisconfigured, match=f"the owner of public.{sneaky}"):
+            await db.create_pool(wallet_db, role=sneaky, min_size=1, max_size=1)
+    finally:
+        await owner.execute(f"DROP TABLE IF EXISTS public.{sneaky}")
+        await owner.execute(f"DROP ROLE {sneaky}")
+
+
+async def test_a_database_without_its_role_says_to_migrate(wallet_db: str) -> None:
+    with pytest.raises(db.DatabaseMisconfigured, match="hiwallet migrate"):
+        await db.create_pool(wallet_db, role=f"hwt{os.getpid()}_nobody", min_size=1, max_size=1)
+    with pytest.raises(db.DatabaseMisconfigured, match="say which role"):
+        await db.create_pool(wallet_db, min_size=1, max_size=1)  # not a deployment database
+
+
+def test_services_and_migrations_have_their_own_urls() -> None:
+    local = Settings(database_url="postgresql://localhost:5432")
+    assert (
+        db.service_dsn("hiwallet_wallet", APP, local) == f"postgresql://{APP}@localhost:5432/hiwallet_wallet"
+    )
+    assert db.owner_dsn("hiwallet_wallet", local) == "postgresql://localhost:5432/hiwallet_wallet"
+    deployed = Settings(
+        database_url="postgresql://wallet_api:secret@db:5432",
+        migrate_database_url="postgresql://hiwallet_owner:other@db:5432",
+    )
+    assert (
+        db.service_dsn("hiwallet_wallet", APP, deployed)
+        == "postgresql://wallet_api:secret@db:5432/hiwallet_wallet"
+    )
+    assert (
+        db.owner_dsn("hiwallet_wallet", deployed)
+        == "postgresql://hiwallet_owner:other@db:5432/hiwallet_wallet"
+    )
+    # unset: the service URL without its user (the client's default user, the local superuser)
+    assert db.owner_dsn("x", Settings(database_url="postgresql://u:p@db:5432")) == "postgresql://db:5432/x"
+
+
+async def test_roles_are_made_once_however_many_migrate_at_once() -> None:
+    name = f"hwt{os.getpid()}_race_{uuid.uuid4().hex[:6]}"
+    conns = [await asyncpg.connect(db.owner_dsn("postgres")) for _ in range(6)]
+    try:
+        # every call finishes (the connections are free to clean up with) before any is judged
+        first = await asyncio.gather(*(db.ensure_role(c, name) for c in conns), return_exceptions=True)
+        again = await asyncio.gather(*(db.ensure_role(c, name) for c in conns), return_exceptions=True)
+        assert [r for r in first + again if r is not None] == []  # and again: idempotent
+        assert await conns[0].fetchval("SELECT count(*) FROM pg_roles WHERE rolname = $1", name) == 1
+    finally:
+        await conns[0].execute(f"DROP ROLE IF EXISTS {name}")
+        for c in conns:
+            await c.close()
+
+
+@pytest.mark.parametrize("extra", ["CREATEDB", "SUPERUSER", "member"])
+async def test_a_role_with_more_than_its_grants_is_refused(extra: str) -> None:
+    name = f"hwt{os.getpid()}_wide_{uuid.uuid4().hex[:6]}"
+    conn = await asyncpg.connect(db.owner_dsn("postgres"))
+    try:
+        await conn.execute(f"CREATE ROLE {name} LOGIN {'' if extra == 'member' else extra}")
+        if extra == "member":
+            await conn.execute(f"GRANT pg_write_all_data TO {name}")
+        with pytest.raises(db.DatabaseMisconfigured, match="more than its grants"):
+            await db.ensure_role(conn, name)
+    finally:
+        await conn.execute(f"DROP ROLE IF EXISTS {name}")
+        await conn.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The identity databases
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def identity_dbs() -> AsyncIterator[dict[str, str]]:
+    names = {
+        key: f"hwt{os.getpid()}_roles_{key}_{uuid.uuid4().hex[:6]}" for key in ("identity", "staff_identity")
+    }
+    try:
+        for key, name in names.items():
+            await db.migrate(key, database=name)
+        yield names
+    finally:
+        for name in names.values():
+            await pgtemplate.drop_database(name)
+
+
+@pytest.mark.parametrize("key", ["identity", "staff_identity"])
+async def test_each_identity_role_may_do_exactly_what_its_service_needs(
+    identity_dbs: dict[str, str], key: str
+) -> None:
+    conn = await asyncpg.connect(db.owner_dsn(identity_dbs[key]))
+    try:
+        names = {f"public.{t}" for t in IDENTITY_TABLES}
+        assert await table_names(conn, "public") == names | {"public.schema_migrations"}
+        assert await privileges(conn, db.app_role(key)) == expected(
+            names, IDENTITY_APP_WRITES, IDENTITY_APP_COLUMNS, set(), {"public"}
+        )
+        assert await privileges(conn, db.readonly_role(key)) == expected(
+            names | {"public.schema_migrations"}, {}, set(), set(), {"public"}
+        )
+        # the other realm's role may do nothing here
+        other = db.app_role("staff_identity" if key == "identity" else "identity")
+        assert (await privileges(conn, other))["tables"] == set()
+    finally:
+        await conn.close()
+
+
+IDENTITY_REFUSED = [
+    "DELETE FROM users",
+    "TRUNCATE users",
+    "UPDATE users SET id = 'x'",
+    "UPDATE users SET username = 'mallory'",
+    "DELETE FROM signing_keys",
+    "UPDATE signing_keys SET private_pem = 'x'",
+    "UPDATE signing_keys SET public_jwk = '{}'",
+    "DELETE FROM refresh_tokens",
+    "UPDATE refresh_tokens SET user_id = 'x'",
+    "UPDATE authorization_codes SET user_id = 'x'",
+    "DELETE FROM outgoing_mail",
+    "SELECT * FROM schema_migrations",
+    "ALTER TABLE users DISABLE TRIGGER ALL",
+    "ALTER TABLE users DROP CONSTRAINT users_username_key",
+    "CREATE TABLE shadow (id int)",
+    "DROP TABLE users",
+]
+
+
+async def test_the_identity_role_cannot_change_what_it_must_not(identity_dbs: dict[str, str]) -> None:
+    conn = await asyncpg.connect(db.service_dsn(identity_dbs["identity"], db.app_role("identity")))
+    try:
+        assert await refusals(conn, IDENTITY_REFUSED) == []
+    finally:
+        await conn.close()
+
+
+async def test_the_customer_realms_role_cannot_touch_the_staff_realms_users(
+    identity_dbs: dict[str, str],
+) -> None:
+    conn = await asyncpg.connect(db.service_dsn(identity_dbs["staff_identity"], db.app_role("identity")))
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("INSERT INTO users (id, username) VALUES ('x', 'mallory')")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.fetch("SELECT password_hash FROM users")
+    finally:
+        await conn.close()
+
+
+async def test_migrate_refuses_to_run_as_a_services_role(wallet_db: str) -> None:
+    url = get_settings().database_url.replace("://", f"://{APP}@", 1)
+    with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_MIGRATE_DATABASE_URL"):
+        await db.migrate("wallet", database=wallet_db, settings=Settings(migrate_database_url=url))
