@@ -20,12 +20,14 @@ ROUNDS = 3
 
 
 @pytest.fixture
-async def proxied_pool() -> AsyncIterator[tuple[asyncpg.Pool, FaultProxy]]:
+async def proxied_pool(wallet_db: str) -> AsyncIterator[tuple[asyncpg.Pool, FaultProxy]]:
     proxy = FaultProxy()
     await proxy.start()
     settings = Settings(database_url=f"postgresql://127.0.0.1:{proxy.port}")
     # One connection: a broken one handed out again could not hide behind another.
-    pool = await db.create_pool("postgres", settings=settings, min_size=1, max_size=1)
+    pool = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), settings=settings, min_size=1, max_size=1
+    )
     try:
         yield pool, proxy
     finally:
