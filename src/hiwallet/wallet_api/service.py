@@ -880,7 +880,7 @@ class WalletService:
             [i.amount for i in items],
             [i.limit for i in items],
             [i.view for i in items],
-            *self.store.batch_arguments([i.posting for i in items]),
+            self.store.batch_arguments([i.posting for i in items]),
         )
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:

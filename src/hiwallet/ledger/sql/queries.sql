@@ -5,7 +5,7 @@
 SELECT ledger.post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 
 -- name: post_batch
-SELECT ledger.post_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+SELECT ledger.post_batch($1)
 
 -- name: ensure_system_accounts
 SELECT ledger.ensure_system_accounts($1, $2, $3)
