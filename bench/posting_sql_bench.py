@@ -10,7 +10,10 @@ ids, in autocommit. The two databases are called in turn (before, after, before,
 the load of a shared machine falls on both alike. Reported per size and database, as medians:
 - ``server_us``: the call's time inside the server, from the statement's start to the end of
   the function (``clock_timestamp() - statement_timestamp()`` after it, in the same row);
-- ``wall_us``: the client's time for the round trip, encoding the arguments included.
+- ``wall_us``: the client's time for the round trip, encoding the arguments included;
+- ``cpu_us``: the server process's CPU time (user and system, from /proc) over all calls, per
+  call: decoding the arguments, the function and the commit, and none of the waits for a CPU
+  that make the times above noisy on a loaded machine. Only when the server runs on this host.
 
 ``wallet.transfer_batch`` runs with no monthly limit (kind null), and every transfer goes on to
 its posting. Both databases are dropped at the end. A short targeted measurement: not a load.
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -50,7 +55,8 @@ _NEW_TRANSFER = "SELECT wallet.transfer_batch({})".format(", ".join(f"${i}" for 
 
 def _timed(query: str) -> str:
     # the function runs first in the row, the clock is read after it
-    return f"SELECT r, (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1e6)::bigint FROM ({query} AS r) AS q"
+    elapsed_us = "(extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1e6)::bigint"
+    return f"SELECT r, {elapsed_us} FROM ({query} AS r) AS q"
 
 
 def old_batch_arguments(store: LedgerStore, postings: Sequence[Posting]) -> tuple[Any, ...]:
@@ -84,6 +90,18 @@ async def _old_init(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=_jsonb_text, decoder=orjson.loads, schema="pg_catalog")
 
 
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """User and system CPU time of a process of this host, or None if it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14, 15)
+
+
 class Side:
     """One database and what it takes to post into it."""
 
@@ -113,6 +131,7 @@ class Side:
             db.dsn_for(self.database, settings), server_settings={"synchronous_commit": "off"}
         )
         await (init_connection if self.new else _old_init)(self.conn)
+        self.backend_pid = int(await self.conn.fetchval("SELECT pg_backend_pid()"))
         # the store only builds arguments here (no pool, no coalescing)
         self.store = LedgerStore(None, coalesce_writers=0)  # type: ignore[arg-type]
         await self._open_wallets(wallets)
@@ -127,7 +146,8 @@ class Side:
         await self.conn.executemany(
             f"""INSERT INTO ledger.accounts (bucket, id, role, purse, currency, owner, created_at)
                 VALUES ($1, $2, 'user_wallet', $3, 'TRY', 'bench', {now})""",
-            [(b, cash_account(w), "cash") for b, w in rows] + [(b, promo_account(w), "promo") for b, w in rows],
+            [(b, cash_account(w), "cash") for b, w in rows]
+            + [(b, promo_account(w), "promo") for b, w in rows],
         )
         await self.conn.executemany(
             f"""INSERT INTO wallet.accounts (bucket, id, kind, tier, name, opened_by, created_at, updated_at)
@@ -208,24 +228,33 @@ def _batch(side: Side, size: int, turn: int) -> tuple[list[Posting], list[tuple[
 
 
 async def measure(
-    sides: Sequence[Side], size: int, seconds: float, call: Callable[[Side, int, int], Awaitable[tuple[int, int]]]
+    sides: Sequence[Side],
+    size: int,
+    seconds: float,
+    call: Callable[[Side, int, int], Awaitable[tuple[int, int]]],
 ) -> dict[str, dict[str, float]]:
     """Calls in turn on each side until ``seconds`` have passed (at least 5 calls a side)."""
     server: dict[str, list[int]] = {s.name: [] for s in sides}
     wall: dict[str, list[float]] = {s.name: [] for s in sides}
+    cpu_s: dict[str, float | None] = {s.name: 0.0 for s in sides}
     deadline = time.monotonic() + seconds
     turn = 0
     while time.monotonic() < deadline or turn < 5:
         for side in sides:
+            cpu0 = _process_cpu_s(side.backend_pid)
             s_us, w_us = await call(side, size, turn)
+            cpu1 = _process_cpu_s(side.backend_pid)
             server[side.name].append(s_us)
             wall[side.name].append(w_us)
+            spent = cpu_s[side.name]
+            cpu_s[side.name] = None if cpu0 is None or cpu1 is None or spent is None else spent + cpu1 - cpu0
         turn += 1
     return {
         s.name: {
             "calls": len(server[s.name]),
             "server_us": statistics.median(server[s.name]),
             "wall_us": statistics.median(wall[s.name]),
+            "cpu_us": (cpu_s[s.name] or math.nan) * 1e6 / len(server[s.name]),
         }
         for s in sides
     }
@@ -245,8 +274,14 @@ async def _transfer_call(side: Side, size: int, turn: int) -> tuple[int, int]:
     return server_us, int((time.perf_counter() - t0) * 1e6)
 
 
+def _pair(before: float, after: float) -> str:
+    return f"  {before:>9.0f} → {after:<9.0f} ({after / before:.2f})"
+
+
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="in all, spread over the sizes")
     parser.add_argument("--sizes", default="1,2,8,100,1000")
     args = parser.parse_args()
@@ -264,17 +299,16 @@ async def main() -> None:
                 await _transfer_call(side, size, 0)
         # each (function, size) gets an equal share of the time; a call of 1,000 takes longer
         share = args.seconds / (2 * len(sizes))
-        print(f"{'function':<22}{'size':>6}{'calls':>7}   server µs 0007 → 0008      wall µs 0007 → 0008")
+        print(
+            f"{'function':<22}{'size':>6}{'calls':>7}"
+            "   server µs 0007 → 0008          wall µs 0007 → 0008           cpu µs 0007 → 0008"
+        )
         for label, call in (("ledger.post_batch", _post_call), ("wallet.transfer_batch", _transfer_call)):
             for size in sizes:
                 got = await measure(sides, size, share, call)
                 before, after = got["0007"], got["0008"]
-                print(
-                    f"{label:<22}{size:>6}{before['calls']:>7}"
-                    f"   {before['server_us']:>9.0f} → {after['server_us']:<9.0f} ({after['server_us'] / before['server_us']:.2f})"
-                    f"   {before['wall_us']:>9.0f} → {after['wall_us']:<9.0f} ({after['wall_us'] / before['wall_us']:.2f})",
-                    flush=True,
-                )
+                pairs = (_pair(before[key], after[key]) for key in ("server_us", "wall_us", "cpu_us"))
+                print(f"{label:<22}{size:>6}{before['calls']:>7}", *pairs, flush=True)
     finally:
         for side in sides:
             if hasattr(side, "conn"):

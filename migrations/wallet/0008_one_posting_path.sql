@@ -118,34 +118,20 @@ DECLARE
     s_bucket smallint[] := '{}'; s_batch text[] := '{}'; s_amt bigint[] := '{}';  -- remaining -= amt
     i int; j int; k int; m int; x int;
 BEGIN
-    FOR i IN 1 .. n LOOP
-        v_p := p_postings[i];
-        n_legs := coalesce(cardinality(v_p.accounts), 0);
-        IF n_legs = 0 OR cardinality(v_p.amounts) IS DISTINCT FROM n_legs
-           OR cardinality(v_p.buckets) IS DISTINCT FROM n_legs
-           OR cardinality(v_p.currencies) IS DISTINCT FROM n_legs THEN
-            RAISE EXCEPTION 'a posting needs legs of equal length arrays' USING ERRCODE = 'HW008',
-                DETAIL = jsonb_build_object('reason', 'legs')::text;
-        END IF;
-    END LOOP;
     IF n = 0 THEN
         RETURN results;
     END IF;
 
-    -- 1. Known ids are replays (or reused ids), found before any lock is taken: a posting of
-    --    one that is known takes none.
+    -- 1. Known ids are replays (or reused ids), found before any lock is taken: the accounts
+    --    of a posting whose id is known are not locked.
     IF n = 1 THEN
-        PERFORM 1 FROM ledger.transactions WHERE bucket = v_p.home AND id = v_p.id;
-        IF FOUND THEN
-            RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
-        END IF;
-        known := ARRAY[false];
+        known := ARRAY[EXISTS (SELECT 1 FROM ledger.transactions t
+                                WHERE t.bucket = (p_postings[1]).home AND t.id = (p_postings[1]).id)];
     ELSE
         known := ARRAY(
-            SELECT (SELECT true FROM ledger.transactions t
-                     WHERE t.bucket = (p_postings[g]).home AND t.id = (p_postings[g]).id) IS NOT NULL
-              FROM generate_subscripts(p_postings, 1) AS g
-             ORDER BY g);
+            SELECT (SELECT true FROM ledger.transactions t WHERE t.bucket = p.home AND t.id = p.id) IS NOT NULL
+              FROM unnest(p_postings) WITH ORDINALITY AS p
+             ORDER BY p.ordinality);
     END IF;
 
     -- 2. Every account of the call's new postings, locked in (bucket, id) order by one
@@ -154,9 +140,8 @@ BEGIN
         SELECT a.bucket, a.id, a.role, a.currency, a.balance, a.held, a.version, a.last_hash
           FROM ledger.accounts a
           JOIN (SELECT DISTINCT k.b, k.id
-                  FROM generate_subscripts(p_postings, 1) AS g,
-                       unnest((p_postings[g]).buckets, (p_postings[g]).accounts) AS k(b, id)
-                 WHERE NOT known[g]) AS k
+                  FROM unnest(p_postings) WITH ORDINALITY AS p, unnest(p.buckets, p.accounts) AS k(b, id)
+                 WHERE NOT known[p.ordinality]) AS k
             ON a.bucket = k.b AND a.id = k.id
          ORDER BY a.bucket, a.id
            FOR UPDATE OF a
@@ -175,6 +160,13 @@ BEGIN
     FOR i IN 1 .. n + 1 LOOP
         IF i <= n THEN
             v_p := p_postings[i];
+            n_legs := coalesce(cardinality(v_p.accounts), 0);
+            IF n_legs = 0 OR cardinality(v_p.amounts) IS DISTINCT FROM n_legs
+               OR cardinality(v_p.buckets) IS DISTINCT FROM n_legs
+               OR cardinality(v_p.currencies) IS DISTINCT FROM n_legs THEN
+                RAISE EXCEPTION 'a posting needs legs of equal length arrays' USING ERRCODE = 'HW008',
+                    DETAIL = jsonb_build_object('reason', 'legs')::text;
+            END IF;
             v_options := v_p.refund_of IS NOT NULL
                          OR coalesce(v_p.options - 'transit_legs' <> '{}'::jsonb, false);
         END IF;
@@ -187,21 +179,25 @@ BEGIN
                 -- committed by now (we waited on its locks) or is still running on other
                 -- accounts (the insert waits for it); either way ON CONFLICT tells us, and it
                 -- is answered as a replay, having written nothing.
-                INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
-                                                 request_hash, parts_balanced, refund_of, metadata, posted_at)
-                VALUES (v_p.home, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
-                        v_p.request_hash, v_p.parts_balanced, v_p.refund_of,
-                        coalesce(v_p.metadata, '{}'::jsonb), v_at)
-                ON CONFLICT (bucket, id) DO NOTHING;
-                IF NOT FOUND THEN
-                    RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
-                END IF;
-                IF cardinality(v_parts) > 1 THEN
+                -- The other parts are written only if the home part was: one statement.
+                WITH home AS (
+                    INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
+                                                     request_hash, parts_balanced, refund_of, metadata, posted_at)
+                    VALUES (v_p.home, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
+                            v_p.request_hash, v_p.parts_balanced, v_p.refund_of,
+                            coalesce(v_p.metadata, '{}'::jsonb), v_at)
+                    ON CONFLICT (bucket, id) DO NOTHING
+                    RETURNING true AS claimed
+                ), others AS (
                     INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
                                                      request_hash, parts_balanced, refund_of, metadata, posted_at)
                     SELECT b, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
                            v_p.request_hash, v_p.parts_balanced, NULL, '{}'::jsonb, v_at
-                      FROM unnest(v_parts) AS b WHERE b <> v_p.home;
+                      FROM home, unnest(v_parts) AS b WHERE b <> v_p.home
+                )
+                SELECT count(*) INTO x FROM home;
+                IF x = 0 THEN
+                    RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
                 END IF;
             ELSE
                 -- A concurrent writer of one of these ids makes this fail, and the caller posts
@@ -292,7 +288,6 @@ BEGIN
 
         -- 3b. Its legs' accounts (an id names its bucket, so the id alone finds it) and
         --     currencies. A customer's missing account is the likelier news than a system one.
-        n_legs := cardinality(v_p.accounts);
         l_acc := '{}';
         amounts := v_p.amounts;
         v_parts := ARRAY[v_p.home];

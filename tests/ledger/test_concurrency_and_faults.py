@@ -259,3 +259,71 @@ async def test_the_coalescer_never_strands_a_posting() -> None:
         # scheduled after the finished writer is reaped, and hide the race)
         async with asyncio.timeout(2):
             assert await coalescer.submit(i) == f"answer-{i}"  # type: ignore[arg-type]
+
+
+async def test_a_batch_with_options_answers_as_the_same_postings_one_at_a_time(ledger: Ledger) -> None:
+    """Refunds, promo and holds in one set-based call (migration 0008; before, such a batch
+    went one posting at a time): each posting is answered as it is alone, and sees what an
+    earlier one of the batch did (a payment spends promo a refund just gave back, or a grant
+    just opened; a second capture of a hold replays the first); refusals move nothing; and the
+    batch is posted at one time."""
+    from datetime import UTC, datetime, timedelta
+
+    from hiwallet.ledger import rules
+    from hiwallet.ledger.accounts import cash_account, promo_account
+    from hiwallet.ledger.model import Posting
+
+    later = datetime.now(UTC) + timedelta(days=30)
+
+    async def world(side: int) -> tuple[list[str], list[Posting]]:
+        # ids are scoped by the home bucket: the two worlds live in different buckets
+        c = await funded_wallet(ledger, f"c{side}", 50 * TL, bucket=21 + side)
+        d = await funded_wallet(ledger, f"d{side}", 20 * TL, bucket=31 + side)
+        shop = await funded_wallet(ledger, f"shop{side}", 0, bucket=41 + side)
+        await ledger.promo_grant("g0", c, 10 * TL, expires_at=later, actor="ops", ref="campaign")
+        paid = await ledger.payment("p0", c, shop, 5 * TL, actor="c", ref="order")  # all promo
+        await ledger.hold(c, "h", 10 * TL)
+        fee = FEES.payment
+        batch = [
+            rules.refund(await ledger.store.transaction(paid.id), actor="shop"),
+            rules.payment("p1", c, shop, 9 * TL, "TRY", fee=fee, actor="c", ref="o1"),
+            rules.transfer("t1", c, d, TL, "TRY", actor="c", ref="t"),
+            rules.capture_hold(c, "h", 8 * TL, "TRY", cash_account(shop), actor="shop", ref="cap"),
+            rules.capture_hold(c, "h", 8 * TL, "TRY", cash_account(shop), actor="shop", ref="cap"),
+            rules.payment("p2", d, shop, 100 * TL, "TRY", fee=fee, actor="d", ref="o2"),
+            rules.promo_grant("g1", d, 5 * TL, "TRY", expires_at=later, actor="shop", ref="w", business=shop),
+            rules.payment("p3", d, shop, 3 * TL, "TRY", fee=fee, actor="d", ref="o3"),
+        ]
+        return [c, d, shop], batch
+
+    wallets_batch, batch = await world(0)
+    wallets_alone, alone = await world(1)
+    answers_batch = await ledger.store.post_batch(batch)
+    answers_alone: list[PostResult | LedgerError] = []
+    for posting in alone:
+        try:
+            answers_alone.append(await ledger.store.post(posting))
+        except LedgerError as refused:
+            answers_alone.append(refused)
+
+    def seen(answer: PostResult | LedgerError) -> object:
+        if isinstance(answer, PostResult):
+            return answer.replayed, sorted(line.amount for line in answer.lines)
+        return type(answer).__name__
+
+    assert [seen(a) for a in answers_batch] == [seen(a) for a in answers_alone]
+    second_capture, too_much = answers_batch[4:6]
+    assert isinstance(second_capture, PostResult) and second_capture.replayed
+    assert isinstance(too_much, InsufficientFunds)
+    # the refund gave the promo back, and the payment after it spent promo only
+    payment = answers_batch[1]
+    assert isinstance(payment, PostResult)
+    moved = {line.account: line.amount for line in payment.lines}
+    c = wallets_batch[0]
+    assert moved[promo_account(c)] == -(9 * TL + FEES.payment.fee(9 * TL)) and cash_account(c) not in moved
+    for got, want in zip(wallets_batch, wallets_alone, strict=True):
+        a, b = await ledger.store.wallet_balance(got), await ledger.store.wallet_balance(want)
+        assert (a.cash, a.promo, a.held) == (b.cash, b.promo, b.held)
+    posted = [a for a in answers_batch if isinstance(a, PostResult) and not a.replayed]
+    assert len(posted) == 6 and len({a.posted_at for a in posted}) == 1
+    await assert_verified(ledger.store)
