@@ -5,6 +5,7 @@ same server, one migrated to 0007 (fifteen parallel arrays) and one to 0008 (one
 
     .venv/bin/python bench/posting_sql_bench.py [--seconds 20] [--sizes 1,2,8,100,1000]
 
+Also the store's single posting (``ledger.post`` before, ``ledger.post_batch`` of one after).
 Each call posts a batch of p2p transfers of 1 kuruş between distinct funded wallets, with fresh
 ids, in autocommit. The two databases are called in turn (before, after, before, ...), so that
 the load of a shared machine falls on both alike. Reported per size and database, as medians:
@@ -41,14 +42,16 @@ from hiwallet.core.settings import get_settings
 from hiwallet.ledger import rules
 from hiwallet.ledger.accounts import bucket_of, cash_account, new_wallet_id, promo_account
 from hiwallet.ledger.model import Posting
-from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.ledger.store import LedgerStore, Q, init_connection
 
 FUNDING_MINOR = 10**12
 ISSUER = "bench"
 OLD_VERSION = 7  # the last migration before 0008
 
 _OLD_BATCH = "SELECT ledger.post_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
-_NEW_BATCH = "SELECT ledger.post_batch($1)"
+_NEW_BATCH = Q["post_batch"]
+_OLD_POST = "SELECT ledger.post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+_NEW_POST = Q["post"]
 _OLD_TRANSFER = "SELECT wallet.transfer_batch({})".format(", ".join(f"${i}" for i in range(1, 35)))
 _NEW_TRANSFER = "SELECT wallet.transfer_batch({})".format(", ".join(f"${i}" for i in range(1, 21)))
 
@@ -176,6 +179,17 @@ class Side:
             raise RuntimeError(f"{self.name}: a posting was refused: {row[0]}")
         return int(row[1])
 
+    async def post(self, posting: Posting) -> int:
+        """The store's single posting (``LedgerStore.post`` alone, or in a caller's transaction):
+        ``ledger.post`` before, ``ledger.post_batch`` of one with its claim after."""
+        row = await self.conn.fetchrow(
+            _timed(_NEW_POST if self.new else _OLD_POST), *self.store._arguments(posting)
+        )
+        assert row is not None
+        if "error" in row[0]:
+            raise RuntimeError(f"{self.name}: the posting was refused: {row[0]}")
+        return int(row[1])
+
     async def transfer_batch(self, postings: Sequence[Posting], pairs: Sequence[tuple[str, str]]) -> int:
         n = len(postings)
         keys = [uuid.uuid4().hex for _ in range(n)]
@@ -267,6 +281,13 @@ async def _post_call(side: Side, size: int, turn: int) -> tuple[int, int]:
     return server_us, int((time.perf_counter() - t0) * 1e6)
 
 
+async def _single_call(side: Side, size: int, turn: int) -> tuple[int, int]:
+    postings, _ = _batch(side, 1, turn)
+    t0 = time.perf_counter()
+    server_us = await side.post(postings[0])
+    return server_us, int((time.perf_counter() - t0) * 1e6)
+
+
 async def _transfer_call(side: Side, size: int, turn: int) -> tuple[int, int]:
     postings, pairs = _batch(side, size, turn)
     t0 = time.perf_counter()
@@ -294,15 +315,19 @@ async def main() -> None:
             await side.open(wallets)
         # both functions' plans cached, and the first pages read, before anything is timed
         for side in sides:
+            await _single_call(side, 1, 0)
             for size in sizes:
                 await _post_call(side, size, 0)
                 await _transfer_call(side, size, 0)
         # each (function, size) gets an equal share of the time; a call of 1,000 takes longer
-        share = args.seconds / (2 * len(sizes))
+        share = args.seconds / (2 * len(sizes) + 1)
         print(
             f"{'function':<22}{'size':>6}{'calls':>7}"
             "   server µs 0007 → 0008          wall µs 0007 → 0008           cpu µs 0007 → 0008"
         )
+        got = await measure(sides, 1, share, _single_call)
+        pairs = (_pair(got["0007"][key], got["0008"][key]) for key in ("server_us", "wall_us", "cpu_us"))
+        print(f"{'one posting (post)':<22}{1:>6}{got['0007']['calls']:>7}", *pairs, flush=True)
         for label, call in (("ledger.post_batch", _post_call), ("wallet.transfer_batch", _transfer_call)):
             for size in sizes:
                 got = await measure(sides, size, share, call)

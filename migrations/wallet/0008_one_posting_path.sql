@@ -11,12 +11,16 @@
 --     in order in memory, then one insert of the part rows, one of the lines, one update of
 --     the balances. Postings with options (holds, promo, refunds) read their rows under the
 --     locks as ledger.post did, so they no longer make a batch go one posting at a time.
---   - ledger.post keeps its signature (the store, and Citus's create_distributed_function in
---     docs/ledger-citus.md, name it) and posts a batch of one.
---   - a batch of one claims its id with ON CONFLICT DO NOTHING, as ledger.post did: a
---     concurrent twin that committed first makes it a replay. In a batch of many, a posting
---     whose id another writer took meanwhile makes the insert fail, as post_many did, and the
---     caller posts the batch one posting at a time.
+--   - ledger.post keeps its signature (docs/ledger-citus.md names it for Citus's
+--     create_distributed_function) and posts a batch of one. The store calls
+--     ledger.post_batch itself (ledger/sql/queries.sql): the extra PL/pgSQL call of the
+--     wrapper cost ~30 µs a posting when measured.
+--   - ledger.post_batch(..., p_replay_on_conflict => true), for one posting (ledger.post, and
+--     the store's single posting), claims the id with ON CONFLICT DO NOTHING, as ledger.post
+--     did: a concurrent twin that committed first makes it a replay. Otherwise, as post_many
+--     did, a posting whose id another writer took meanwhile makes the insert fail, and the
+--     caller posts one posting at a time: ON CONFLICT's speculative insertion cost ~20 µs a
+--     call when measured, which a batch does not pay for a race it settles anyway.
 --
 -- Every answer is the one ledger.post gave (answers, SQLSTATEs, replays). Where post and
 -- post_many differed, which only showed in a posting refused for two reasons at once, post's
@@ -67,12 +71,13 @@ DROP FUNCTION ledger.post_many(
 --
 -- Generic plans (plan_cache_mode): every statement is an index probe or a scan of the call's
 -- own arrays, whose best plan does not depend on them; planning afresh on each call cost about
--- a third of a posting (0002). The rows of the call come from generate_subscripts, whose row
--- estimate does not depend on the array, as in 0007. No JIT (0006).
-CREATE FUNCTION ledger.post_batch(p_postings ledger.posting_in[])
+-- a third of a posting (0002). Forced, so that a scan of unnest(p_postings) keeps its generic
+-- plan (0007 had to use generate_subscripts in a function without it). No JIT (0006).
+CREATE FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean DEFAULT false)
 RETURNS jsonb[] LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 DECLARE
     n        int := coalesce(cardinality(p_postings), 0);
+    v_claim  boolean := p_replay_on_conflict AND n = 1;
     results  jsonb[] := '{}';
     known    boolean[];           -- per posting: its id is in the ledger already
     v_at     timestamptz;
@@ -174,30 +179,26 @@ BEGIN
         -- Write the rows decided so far: at the end, and before a posting with options if an
         -- earlier one had options (it may read what that one wrote).
         IF w_count > 0 AND (i > n OR (v_options AND w_opt IS NOT NULL)) THEN
-            IF n = 1 THEN
+            IF v_claim THEN
                 -- Claim the id. A concurrent post of the same id that got here first has
                 -- committed by now (we waited on its locks) or is still running on other
                 -- accounts (the insert waits for it); either way ON CONFLICT tells us, and it
                 -- is answered as a replay, having written nothing.
-                -- The other parts are written only if the home part was: one statement.
-                WITH home AS (
-                    INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
-                                                     request_hash, parts_balanced, refund_of, metadata, posted_at)
-                    VALUES (v_p.home, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
-                            v_p.request_hash, v_p.parts_balanced, v_p.refund_of,
-                            coalesce(v_p.metadata, '{}'::jsonb), v_at)
-                    ON CONFLICT (bucket, id) DO NOTHING
-                    RETURNING true AS claimed
-                ), others AS (
+                INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
+                                                 request_hash, parts_balanced, refund_of, metadata, posted_at)
+                VALUES (v_p.home, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
+                        v_p.request_hash, v_p.parts_balanced, v_p.refund_of,
+                        coalesce(v_p.metadata, '{}'::jsonb), v_at)
+                ON CONFLICT (bucket, id) DO NOTHING;
+                IF NOT FOUND THEN
+                    RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
+                END IF;
+                IF cardinality(v_parts) > 1 THEN
                     INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
                                                      request_hash, parts_balanced, refund_of, metadata, posted_at)
                     SELECT b, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
                            v_p.request_hash, v_p.parts_balanced, NULL, '{}'::jsonb, v_at
-                      FROM home, unnest(v_parts) AS b WHERE b <> v_p.home
-                )
-                SELECT count(*) INTO x FROM home;
-                IF x = 0 THEN
-                    RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
+                      FROM unnest(v_parts) AS b WHERE b <> v_p.home;
                 END IF;
             ELSE
                 -- A concurrent writer of one of these ids makes this fail, and the caller posts
@@ -495,7 +496,7 @@ BEGIN
             a_held[v_hold_acc] := a_held[v_hold_acc] - v_hold_amount;
             a_dheld[v_hold_acc] := a_dheld[v_hold_acc] - v_hold_amount;
         END IF;
-        IF n > 1 THEN
+        IF NOT v_claim THEN
             FOREACH x IN ARRAY v_parts LOOP
                 t_bucket := t_bucket || x::smallint; t_id := t_id || v_p.id; t_home := t_home || v_p.home;
                 t_buckets := t_buckets || v_parts::text; t_type := t_type || v_p.type;
@@ -521,18 +522,19 @@ BEGIN
     RETURN results;
 END $$;
 
--- One posting: a batch of one. Its signature is the one of 0002, which the store and
--- docs/ledger-citus.md name.
+-- One posting: a batch of one, with 0002's signature. Its one statement is a plain expression,
+-- with no plan to cache and nothing to compile, so it sets nothing (CREATE OR REPLACE drops
+-- the settings of 0002 and 0006); ledger.post_batch sets its own.
 CREATE OR REPLACE FUNCTION ledger.post(
     p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text,
     p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb,
     p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[],
     p_options jsonb
-) RETURNS jsonb LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+) RETURNS jsonb LANGUAGE plpgsql AS $$
 BEGIN
     RETURN (ledger.post_batch(ARRAY[ROW(
         p_id, p_home_bucket, p_type, p_actor, p_ref, p_request_hash, p_parts_balanced, p_refund_of,
-        p_metadata, p_buckets, p_accounts, p_amounts, p_currencies, p_options)::ledger.posting_in]))[1];
+        p_metadata, p_buckets, p_accounts, p_amounts, p_currencies, p_options)::ledger.posting_in], true))[1];
 END $$;
 
 -- wallet.transfer_batch as in 0007, with the postings as one argument (ledger.posting_in[])

@@ -106,8 +106,8 @@ def _detail(raw: str | None) -> dict[str, Any]:
 
 
 class _PostCall(NamedTuple):
-    """The arguments of ``ledger.post``, in its order; also a ``ledger.posting_in`` (migration
-    0008), whose fields are in the same order, as asyncpg encodes a tuple for a composite."""
+    """One ``ledger.posting_in`` (migration 0008): asyncpg encodes a tuple as a composite, field
+    by field in order. Also the arguments of ``ledger.post``, in its order."""
 
     id: str
     home: int
