@@ -327,3 +327,59 @@ async def test_a_batch_with_options_answers_as_the_same_postings_one_at_a_time(l
     posted = [a for a in answers_batch if isinstance(a, PostResult) and not a.replayed]
     assert len(posted) == 6 and len({a.posted_at for a in posted}) == 1
     await assert_verified(ledger.store)
+
+
+async def test_a_posting_whose_twin_commits_first_is_answered_as_a_replay(
+    ledger: Ledger, store: LedgerStore, pool: asyncpg.Pool
+) -> None:
+    """A posting alone claims its id with ON CONFLICT (migration 0008, as ledger.post did): the
+    same posting running meanwhile waits for the first one's locks, finds the id taken, and is
+    answered with what the first one posted, not an error."""
+    from hiwallet.ledger import rules
+
+    a = await funded_wallet(ledger, "alice", 10 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    posting = rules.transfer("twin", a, b, TL, "TRY", actor="a", ref="r")
+    async with pool.acquire() as first, pool.acquire() as second:
+        tx = first.transaction()
+        await tx.start()
+        mine = await store.post(posting, conn=first)
+        twin_pid = await second.fetchval("SELECT pg_backend_pid()")
+        twin = asyncio.create_task(store.post(posting, conn=second))  # autocommit
+        # the twin has read no id yet (the first is not committed) and waits for its locks:
+        # wait for that state, on the server
+        await pool.execute(
+            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity"
+            f" WHERE pid = {int(twin_pid)} AND wait_event_type = 'Lock') LOOP"
+            " PERFORM pg_sleep(0.005); END LOOP; END $$"
+        )
+        await tx.commit()
+        answer = await twin
+    assert not mine.replayed and answer.replayed
+    assert answer.lines == mine.lines and answer.posted_at == mine.posted_at
+    assert await cash(ledger, b) == TL
+    await assert_verified(ledger.store)
+
+
+async def test_ledger_post_in_sql_is_a_batch_of_one(
+    ledger: Ledger, store: LedgerStore, pool: asyncpg.Pool
+) -> None:
+    """ledger.post keeps 0002's signature for SQL callers (docs/ledger-citus.md) and answers as
+    the store's posting does, replays included."""
+    from hiwallet.ledger import rules
+
+    a = await funded_wallet(ledger, "alice", 10 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    posting = rules.transfer("sql", a, b, 3 * TL, "TRY", actor="a", ref="r")
+    call = "SELECT ledger.post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    first = await pool.fetchval(call, *store._arguments(posting))
+    again = await store.post(posting)
+    assert not first["replayed"] and again.replayed and again.id == first["id"]
+    assert {(line.account, line.amount) for line in again.lines} == {
+        (line["account"], line["amount"]) for line in first["lines"]
+    }
+    refused = await pool.fetchval(
+        call, *store._arguments(rules.transfer("sql2", a, b, 8 * TL, "TRY", actor="a", ref="r"))
+    )
+    assert refused["error"]["sqlstate"] == "HW001"
+    await assert_verified(ledger.store)
