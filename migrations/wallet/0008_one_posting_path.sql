@@ -83,11 +83,13 @@ DECLARE
     v_at     timestamptz;
     v_row    record;
     v_p      ledger.posting_in;
+    -- The arrays start null, not empty: appending to null makes an array of one, and each
+    -- default is an expression evaluated on every call (and compiled in every transaction).
     -- the locked accounts, in lock order
-    a_bucket smallint[] := '{}'; a_id text[] := '{}'; a_role text[] := '{}'; a_cur text[] := '{}';
-    a_bal bigint[] := '{}'; a_held bigint[] := '{}'; a_ver bigint[] := '{}'; a_hash bytea[] := '{}';
-    a_dheld bigint[] := '{}';    -- held to change in the table (a hold captured)
-    a_moved boolean[] := '{}';
+    a_bucket smallint[]; a_id text[]; a_role text[]; a_cur text[]; a_bal bigint[]; a_held bigint[];
+    a_ver bigint[]; a_hash bytea[];
+    a_dheld bigint[];             -- held to change in the table (a hold captured)
+    a_moved boolean[];
     n_acc    int := 0;
     -- per posting
     n_legs   int;
@@ -107,15 +109,13 @@ DECLARE
     v_net bigint; v_debit bigint; v_held bigint; v_take bigint; v_left bigint; v_total bigint;
     v_fail   int;
     -- ids answered in this call, and by which posting
-    done_ids text[] := '{}'; done_at int[] := '{}';
+    done_ids text[]; done_at int[];
     -- rows to write: the part rows (of a call of many), the lines
     w_count  int := 0;            -- postings decided since the last write
-    t_bucket smallint[] := '{}'; t_id text[] := '{}'; t_home smallint[] := '{}'; t_buckets text[] := '{}';
-    t_type text[] := '{}'; t_actor text[] := '{}'; t_ref text[] := '{}'; t_hash bytea[] := '{}';
-    t_pb boolean[] := '{}'; t_refund text[] := '{}'; t_meta jsonb[] := '{}';
-    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}'; o_tx text[] := '{}';
-    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_type text[] := '{}';
-    o_ref text[] := '{}'; o_hash bytea[] := '{}';
+    t_bucket smallint[]; t_id text[]; t_home smallint[]; t_buckets text[]; t_type text[]; t_actor text[];
+    t_ref text[]; t_hash bytea[]; t_pb boolean[]; t_refund text[]; t_meta jsonb[];
+    o_bucket smallint[]; o_acc text[]; o_ver bigint[]; o_tx text[]; o_amt bigint[]; o_cur text[];
+    o_bal bigint[]; o_type text[]; o_ref text[]; o_hash bytea[];
     -- the one posting with options since the last write, and its rows
     w_opt    int;
     w_amounts bigint[];
@@ -255,10 +255,10 @@ BEGIN
 
             -- What is written is the tables' now; the arrays start again.
             w_count := 0; w_opt := NULL;
-            t_bucket := '{}'; t_id := '{}'; t_home := '{}'; t_buckets := '{}'; t_type := '{}';
-            t_actor := '{}'; t_ref := '{}'; t_hash := '{}'; t_pb := '{}'; t_refund := '{}'; t_meta := '{}';
-            o_bucket := '{}'; o_acc := '{}'; o_ver := '{}'; o_tx := '{}'; o_amt := '{}'; o_cur := '{}';
-            o_bal := '{}'; o_type := '{}'; o_ref := '{}'; o_hash := '{}';
+            t_bucket := NULL; t_id := NULL; t_home := NULL; t_buckets := NULL; t_type := NULL;
+            t_actor := NULL; t_ref := NULL; t_hash := NULL; t_pb := NULL; t_refund := NULL; t_meta := NULL;
+            o_bucket := NULL; o_acc := NULL; o_ver := NULL; o_tx := NULL; o_amt := NULL; o_cur := NULL;
+            o_bal := NULL; o_type := NULL; o_ref := NULL; o_hash := NULL;
             a_dheld := array_fill(0::bigint, ARRAY[n_acc]);
             a_moved := array_fill(false, ARRAY[n_acc]);
         END IF;
