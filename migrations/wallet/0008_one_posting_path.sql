@@ -173,7 +173,8 @@ BEGIN
                     DETAIL = jsonb_build_object('reason', 'legs')::text;
             END IF;
             v_options := v_p.refund_of IS NOT NULL
-                         OR coalesce(v_p.options - 'transit_legs' <> '{}'::jsonb, false);
+                         OR coalesce(v_p.options <> '{}'::jsonb AND v_p.options - 'transit_legs' <> '{}'::jsonb,
+                                     false);
         END IF;
 
         -- Write the rows decided so far: at the end, and before a posting with options if an
