@@ -43,7 +43,7 @@ GRANT INSERT, DELETE ON wallet.idempotency_keys TO :"app_role";
 DO $$
 DECLARE
     writers CONSTANT text[] := ARRAY[
-        'ledger.post', 'ledger.post_many', 'ledger.post_batch', 'ledger.place_hold',
+        'ledger.post', 'ledger.post_batch', 'ledger.place_hold',
         'ledger.release_hold', 'ledger.ensure_system_accounts', 'ledger.open_account',
         'wallet.transfer_batch'];
     missing text;

@@ -23,6 +23,25 @@ CREATE TYPE ledger.account_role AS ENUM (
     'transit'
 );
 
+-- Name: posting_in; Type: TYPE; Schema: ledger; Owner: -
+
+CREATE TYPE ledger.posting_in AS (
+	id text,
+	home smallint,
+	type text,
+	actor text,
+	ref text,
+	request_hash bytea,
+	parts_balanced boolean,
+	refund_of text,
+	metadata jsonb,
+	buckets smallint[],
+	accounts text[],
+	amounts bigint[],
+	currencies text[],
+	options jsonb
+);
+
 -- Name: purse; Type: TYPE; Schema: ledger; Owner: -
 
 CREATE TYPE ledger.purse AS ENUM (
@@ -210,376 +229,94 @@ END $$;
 
 CREATE FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET jit TO 'off'
     SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
     AS $$
-DECLARE
-    n_legs   int := coalesce(array_length(p_accounts, 1), 0);
-    v_parts  smallint[];
-    v_b      smallint;
-    v_row    record;
-    v_at     timestamptz;
-    -- the locked accounts, in lock order
-    a_bucket smallint[] := '{}';
-    a_id     text[] := '{}';
-    a_role   text[] := '{}';
-    a_cur    text[] := '{}';
-    a_bal    bigint[] := '{}';
-    a_bal0   bigint[] := '{}';
-    a_held   bigint[] := '{}';
-    a_dheld  bigint[] := '{}';
-    a_ver    bigint[] := '{}';
-    a_hash   bytea[] := '{}';
-    a_debit  bigint[] := '{}';
-    a_moved  boolean[] := '{}';
-    n_acc    int := 0;
-    l_acc    int[] := '{}';          -- per leg: index into the a_ arrays
-    amounts  bigint[] := p_amounts;  -- the legs' amounts as decided under the locks
-    i int; j int; k int;
-    v_missing text;
-    v_opt    jsonb;
-    v_left   bigint;
-    v_take   bigint;
-    v_total  bigint;
-    v_hold   record;
-    v_batch  record;
-    v_hold_leg int;
-    -- batch changes: remaining -= amount (a refund restores with a negative amount)
-    s_bucket smallint[] := '{}'; s_batch text[] := '{}'; s_amt bigint[] := '{}';
-    -- the lines to append
-    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}';
-    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_hash bytea[] := '{}';
-    v_lines  jsonb := '[]';
 BEGIN
-    IF n_legs = 0 OR array_length(p_amounts, 1) IS DISTINCT FROM n_legs
-       OR array_length(p_buckets, 1) IS DISTINCT FROM n_legs
-       OR array_length(p_currencies, 1) IS DISTINCT FROM n_legs THEN
-        RAISE EXCEPTION 'a posting needs legs of equal length arrays' USING ERRCODE = 'HW008',
-            DETAIL = jsonb_build_object('reason', 'legs')::text;
-    END IF;
-
-    -- 1. A known id is a replay (or a reused id), answered before any lock is taken.
-    PERFORM 1 FROM ledger.transactions WHERE bucket = p_home_bucket AND id = p_id;
-    IF FOUND THEN
-        RETURN ledger.replay(p_home_bucket, p_id, p_request_hash);
-    END IF;
-
-    -- 2. Lock every account, bucket by bucket in ascending order and by id within a bucket:
-    --    one global order, so two postings over the same accounts can never wait on each
-    --    other in a cycle. One locking statement per bucket keeps each single-shard on Citus.
-    --    (An id names its bucket in its first four digits, so `id = ANY (p_accounts)` finds
-    --    only this bucket's accounts.)
-    v_parts := ARRAY[p_home_bucket];
-    FOR i IN 1 .. n_legs LOOP
-        IF NOT p_buckets[i] = ANY (v_parts) THEN
-            v_parts := v_parts || p_buckets[i];
-        END IF;
-    END LOOP;
-    IF array_length(v_parts, 1) > 1 THEN
-        v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
-    END IF;
-    FOREACH v_b IN ARRAY v_parts LOOP
-        FOR v_row IN
-            SELECT id, role, currency, balance, held, version, last_hash
-              FROM ledger.accounts WHERE bucket = v_b AND id = ANY (p_accounts) ORDER BY id FOR UPDATE
-        LOOP
-            n_acc := n_acc + 1;
-            a_bucket[n_acc] := v_b; a_id[n_acc] := v_row.id; a_role[n_acc] := v_row.role;
-            a_cur[n_acc] := v_row.currency; a_bal[n_acc] := v_row.balance; a_bal0[n_acc] := v_row.balance;
-            a_held[n_acc] := v_row.held; a_dheld[n_acc] := 0; a_ver[n_acc] := v_row.version;
-            a_hash[n_acc] := v_row.last_hash; a_debit[n_acc] := 0; a_moved[n_acc] := false;
-        END LOOP;
-    END LOOP;
-
-    FOR i IN 1 .. n_legs LOOP
-        l_acc[i] := NULL;
-        FOR j IN 1 .. n_acc LOOP
-            IF a_id[j] = p_accounts[i] AND a_bucket[j] = p_buckets[i] THEN
-                l_acc[i] := j;
-                EXIT;
-            END IF;
-        END LOOP;
-        -- a customer's missing account is the likelier news than a system one
-        IF l_acc[i] IS NULL AND (v_missing IS NULL OR position(':sys:' IN v_missing) > 0) THEN
-            v_missing := p_accounts[i];
-        END IF;
-    END LOOP;
-    IF v_missing IS NOT NULL THEN
-        RETURN ledger.refusal('HW002', format('no account %s', v_missing),
-                              jsonb_build_object('account', v_missing));
-    END IF;
-    FOR i IN 1 .. n_legs LOOP
-        IF a_cur[l_acc[i]] <> p_currencies[i] THEN
-            RETURN ledger.refusal('HW004',
-                format('account %s holds %s, not %s', p_accounts[i], a_cur[l_acc[i]], p_currencies[i]),
-                jsonb_build_object('account', p_accounts[i], 'account_currency', a_cur[l_acc[i]],
-                                   'currency', p_currencies[i]));
-        END IF;
-    END LOOP;
-
-    -- The time of the posting is read after the locks: every later posting on these accounts
-    -- waited for this one to commit, so posted_at grows with the accounts' versions.
-    v_at := clock_timestamp();
-
-    -- 3. Options that decide amounts under the locks. They read; writing waits for step 5.
-    IF p_options IS NOT NULL AND p_options <> '{}'::jsonb THEN
-        -- A hold captured by this posting: its whole amount leaves `held` as the leg takes
-        -- (at most) that much.
-        v_opt := p_options -> 'capture_hold';
-        IF v_opt IS NOT NULL THEN
-            v_hold_leg := (v_opt ->> 'leg')::int;
-            i := v_hold_leg;
-            SELECT amount, status INTO v_hold FROM ledger.holds
-             WHERE bucket = p_buckets[i] AND account_id = p_accounts[i] AND key = v_opt ->> 'key' FOR UPDATE;
-            IF NOT FOUND OR v_hold.status <> 'pending' THEN
-                RETURN ledger.refusal('HW005', format('hold %s on %s is not pending', v_opt ->> 'key', p_accounts[i]),
-                    jsonb_build_object('account', p_accounts[i], 'key', v_opt ->> 'key',
-                                       'status', coalesce(v_hold.status, 'missing')));
-            END IF;
-            IF -amounts[i] > v_hold.amount THEN
-                RETURN ledger.refusal('HW005', format('capture of %s exceeds hold of %s', -amounts[i], v_hold.amount),
-                    jsonb_build_object('account', p_accounts[i], 'key', v_opt ->> 'key',
-                                       'status', 'exceeded', 'held', v_hold.amount));
-            END IF;
-            a_dheld[l_acc[i]] := a_dheld[l_acc[i]] - v_hold.amount;
-        END IF;
-
-        -- A payment that spends promo first: the promo leg takes what the live batches hold,
-        -- earliest expiry first, and the cash leg the rest.
-        v_opt := p_options -> 'spend_promo';
-        IF v_opt IS NOT NULL THEN
-            i := (v_opt ->> 'promo_leg')::int;
-            j := (v_opt ->> 'cash_leg')::int;
-            v_total := (v_opt ->> 'total')::bigint;
-            v_left := v_total;
-            FOR v_batch IN
-                SELECT id, remaining FROM ledger.promo_batches
-                 WHERE bucket = p_buckets[i] AND account_id = p_accounts[i] AND remaining > 0
-                   AND expires_at > v_at
-                 ORDER BY expires_at, id FOR UPDATE
-            LOOP
-                EXIT WHEN v_left = 0;
-                v_take := least(v_left, v_batch.remaining);
-                s_bucket := s_bucket || p_buckets[i]; s_batch := s_batch || v_batch.id; s_amt := s_amt || v_take;
-                v_left := v_left - v_take;
-            END LOOP;
-            amounts[i] := -(v_total - v_left);
-            amounts[j] := -v_left;
-        END IF;
-
-        -- Promo expiry: what is left in the batch goes back to its funder or to breakage.
-        v_opt := p_options -> 'expire_promo';
-        IF v_opt IS NOT NULL THEN
-            i := (v_opt ->> 'promo_leg')::int;
-            j := (v_opt ->> 'funder_leg')::int;
-            SELECT id, remaining, expires_at, expire_to_bucket, expire_to_account INTO v_batch
-              FROM ledger.promo_batches
-             WHERE bucket = p_buckets[i] AND id = v_opt ->> 'batch_id' AND account_id = p_accounts[i] FOR UPDATE;
-            IF NOT FOUND OR v_batch.remaining = 0 OR v_batch.expires_at > v_at
-               OR v_batch.expire_to_account <> p_accounts[j] OR v_batch.expire_to_bucket <> p_buckets[j] THEN
-                RETURN ledger.refusal('HW007', format('promo batch %s has nothing to expire', v_opt ->> 'batch_id'),
-                    jsonb_build_object('batch', v_opt ->> 'batch_id',
-                        'reason', CASE WHEN v_batch.id IS NULL THEN 'missing' WHEN v_batch.remaining = 0 THEN 'empty'
-                                       WHEN v_batch.expires_at > v_at THEN 'not_expired' ELSE 'destination' END));
-            END IF;
-            s_bucket := s_bucket || p_buckets[i]; s_batch := s_batch || v_batch.id; s_amt := s_amt || v_batch.remaining;
-            amounts[i] := -v_batch.remaining;
-            amounts[j] := v_batch.remaining;
-        END IF;
-
-        -- Transit legs (placeholders of 0) take what makes their bucket's part balance by
-        -- itself, now that every other amount is final. First, the legs without them must
-        -- balance: with transit legs the deferred trigger sees one part at a time, so only
-        -- this function, which sees every leg, can check the whole.
-        IF p_options ? 'transit_legs' THEN
-            PERFORM ledger.assert_balanced(p_id, amounts, p_currencies);
-            FOR i IN SELECT (jsonb_array_elements_text(p_options -> 'transit_legs'))::int LOOP
-                v_take := 0;
-                FOR k IN 1 .. n_legs LOOP
-                    IF k <> i AND p_buckets[k] = p_buckets[i] AND p_currencies[k] = p_currencies[i] THEN
-                        v_take := v_take - amounts[k];
-                    END IF;
-                END LOOP;
-                amounts[i] := v_take;
-            END LOOP;
-        END IF;
-    END IF;
-
-    -- A refund puts spent promo back into the batches it came from.
-    IF p_refund_of IS NOT NULL THEN
-        FOR v_batch IN
-            SELECT s.bucket, s.batch_id, sum(s.amount) AS amount FROM ledger.promo_spends s
-             WHERE s.bucket = ANY (v_parts) AND s.transaction_id = p_refund_of
-             GROUP BY s.bucket, s.batch_id ORDER BY s.bucket, s.batch_id
-        LOOP
-            s_bucket := s_bucket || v_batch.bucket; s_batch := s_batch || v_batch.batch_id;
-            s_amt := s_amt || -v_batch.amount;
-        END LOOP;
-    END IF;
-
-    -- 4. Lines: apply each leg to its account in leg order, then check customers' money.
-    FOR i IN 1 .. n_legs LOOP
-        CONTINUE WHEN amounts[i] = 0;  -- a promo or cash share, or a transit leg, that came to nothing
-        j := l_acc[i];
-        IF amounts[i] < 0 THEN
-            a_debit[j] := a_debit[j] - amounts[i];
-        END IF;
-        a_moved[j] := true;
-        a_bal[j] := a_bal[j] + amounts[i];
-        a_ver[j] := a_ver[j] + 1;
-        a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], p_id, amounts[i], a_cur[j],
-                                      a_bal[j], p_type, p_ref, v_at);
-        o_bucket := o_bucket || a_bucket[j]; o_acc := o_acc || a_id[j]; o_ver := o_ver || a_ver[j];
-        o_amt := o_amt || amounts[i]; o_cur := o_cur || a_cur[j]; o_bal := o_bal || a_bal[j];
-        o_hash := o_hash || a_hash[j];
-        v_lines := v_lines || jsonb_build_object('account', a_id[j], 'version', a_ver[j],
-                                                 'amount', amounts[i], 'balance_after', a_bal[j]);
-    END LOOP;
-    FOR j IN 1 .. n_acc LOOP
-        IF a_role[j] = 'user_wallet' AND a_debit[j] > 0 AND a_bal[j] - (a_held[j] + a_dheld[j]) < 0 THEN
-            RETURN ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
-                jsonb_build_object('account', a_id[j], 'balance', a_bal0[j],
-                                   'available', a_bal0[j] - a_held[j] - a_dheld[j], 'amount', a_debit[j]));
-        END IF;
-    END LOOP;
-    IF o_acc = '{}' THEN
-        RAISE EXCEPTION 'posting % moves nothing', p_id USING ERRCODE = 'HW008',
-            DETAIL = jsonb_build_object('reason', 'empty')::text;
-    END IF;
-
-    -- 5. Claim the id, then write. A concurrent post of the same id that got here first has
-    --    committed by now (we waited on its locks) or is still running on other accounts (the
-    --    insert waits for it); either way ON CONFLICT tells us, and it is answered as a replay.
-    INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
-                                     parts_balanced, refund_of, metadata, posted_at)
-    VALUES (p_home_bucket, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash,
-            p_parts_balanced, p_refund_of, coalesce(p_metadata, '{}'::jsonb), v_at)
-    ON CONFLICT (bucket, id) DO NOTHING;
-    IF NOT FOUND THEN
-        RETURN ledger.replay(p_home_bucket, p_id, p_request_hash);
-    END IF;
-    IF array_length(v_parts, 1) > 1 THEN
-        INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
-                                         parts_balanced, refund_of, metadata, posted_at)
-        SELECT b, p_id, p_home_bucket, v_parts, p_type::ledger.tx_type, p_actor, p_ref, p_request_hash, p_parts_balanced,
-               NULL, '{}'::jsonb, v_at
-          FROM unnest(v_parts) AS b WHERE b <> p_home_bucket;
-    END IF;
-
-    INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
-                              balance_after, type, ref, posted_at, hash)
-    SELECT b, acc, ver, p_id, amt, cur, bal, p_type::ledger.tx_type, p_ref, v_at, h
-      FROM unnest(o_bucket, o_acc, o_ver, o_amt, o_cur, o_bal, o_hash) AS t(b, acc, ver, amt, cur, bal, h);
-
-    UPDATE ledger.accounts AS a
-       SET balance = t.bal, held = a.held + t.dh, version = t.ver, last_hash = t.h
-      FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_dheld, a_moved) AS t(b, id, bal, ver, h, dh, moved)
-     WHERE a.bucket = t.b AND a.id = t.id AND (t.moved OR t.dh <> 0);
-
-    IF v_hold_leg IS NOT NULL THEN
-        UPDATE ledger.holds SET status = 'captured', transaction_id = p_id, closed_at = v_at
-         WHERE bucket = p_buckets[v_hold_leg] AND account_id = p_accounts[v_hold_leg]
-           AND key = p_options -> 'capture_hold' ->> 'key';
-    END IF;
-
-    IF s_batch <> '{}' THEN
-        UPDATE ledger.promo_batches AS pb SET remaining = pb.remaining - t.amt
-          FROM unnest(s_bucket, s_batch, s_amt) AS t(b, id, amt)
-         WHERE pb.bucket = t.b AND pb.id = t.id;
-        INSERT INTO ledger.promo_spends (bucket, transaction_id, batch_id, amount)
-        SELECT b, p_id, bid, amt FROM unnest(s_bucket, s_batch, s_amt) AS t(b, bid, amt);
-    END IF;
-
-    -- A promo grant opens a batch with the amount its promo leg carried.
-    v_opt := p_options -> 'grant_promo';
-    IF v_opt IS NOT NULL THEN
-        i := (v_opt ->> 'promo_leg')::int;
-        j := (v_opt ->> 'funder_leg')::int;
-        INSERT INTO ledger.promo_batches (bucket, id, account_id, funder_bucket, funder_account, funded_by,
-                                          expire_to_bucket, expire_to_account,
-                                          amount, remaining, expires_at, grant_transaction_id, created_at)
-        VALUES (p_buckets[i], v_opt ->> 'batch_id', p_accounts[i], p_buckets[j], p_accounts[j],
-                v_opt ->> 'funded_by', (v_opt ->> 'expire_to_bucket')::smallint, v_opt ->> 'expire_to',
-                amounts[i], amounts[i], (v_opt ->> 'expires_at')::timestamptz, p_id, v_at);
-    END IF;
-
-    RETURN jsonb_build_object('id', p_id, 'replayed', false, 'posted_at', v_at, 'lines', v_lines);
+    RETURN (ledger.post_batch(ARRAY[ROW(
+        p_id, p_home_bucket, p_type, p_actor, p_ref, p_request_hash, p_parts_balanced, p_refund_of,
+        p_metadata, p_buckets, p_accounts, p_amounts, p_currencies, p_options)::ledger.posting_in], true))[1];
 END $$;
 
--- Name: post_batch(text[], smallint[], text[], text[], text[], bytea[], boolean, text[], jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: ledger; Owner: -
+-- Name: post_batch(ledger.posting_in[], boolean); Type: FUNCTION; Schema: ledger; Owner: -
 
-CREATE FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET jit TO 'off'
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
-    AS $$
-DECLARE
-    results jsonb[] := '{}';
-    s int := 1;
-    e int;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM unnest(p_refund_ofs) AS r WHERE r IS NOT NULL)
-       AND NOT EXISTS (SELECT 1 FROM unnest(p_options) AS o WHERE (o - 'transit_legs') <> '{}'::jsonb) THEN
-        RETURN ledger.post_many(p_ids, p_homes, p_types, p_actors, p_refs, p_hashes, p_parts_balanced,
-                                p_metadata, p_leg_counts, p_buckets, p_accounts, p_amounts, p_currencies,
-                                p_options);
-    END IF;
-    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-        e := s + p_leg_counts[i] - 1;
-        results := results || ledger.post(
-            p_ids[i], p_homes[i], p_types[i], p_actors[i], p_refs[i], p_hashes[i], p_parts_balanced,
-            p_refund_ofs[i], p_metadata[i], p_buckets[s:e], p_accounts[s:e], p_amounts[s:e],
-            p_currencies[s:e], p_options[i]);
-        s := e + 1;
-    END LOOP;
-    RETURN results;
-END $$;
-
--- Name: post_many(text[], smallint[], text[], text[], text[], bytea[], boolean, jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: ledger; Owner: -
-
-CREATE FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
+CREATE FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean DEFAULT false) RETURNS jsonb[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET plan_cache_mode TO 'force_generic_plan'
     SET jit TO 'off'
     SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
     AS $$
 DECLARE
-    n        int := coalesce(array_length(p_ids, 1), 0);
+    n        int := coalesce(cardinality(p_postings), 0);
+    v_claim  boolean := p_replay_on_conflict AND n = 1;
     results  jsonb[] := '{}';
+    known    boolean[];           -- per posting: its id is in the ledger already
     v_at     timestamptz;
     v_row    record;
-    -- the locked accounts
-    a_bucket smallint[] := '{}'; a_id text[] := '{}'; a_role text[] := '{}'; a_cur text[] := '{}';
-    a_bal bigint[] := '{}'; a_held bigint[] := '{}'; a_ver bigint[] := '{}'; a_hash bytea[] := '{}';
-    a_moved boolean[] := '{}';
+    v_p      ledger.posting_in;
+    -- The arrays start null, not empty: appending to null makes an array of one, and each
+    -- default is an expression evaluated on every call (and compiled in every transaction).
+    -- the locked accounts, in lock order
+    a_bucket smallint[]; a_id text[]; a_role text[]; a_cur text[]; a_bal bigint[]; a_held bigint[];
+    a_ver bigint[]; a_hash bytea[];
+    a_dheld bigint[];             -- held to change in the table (a hold captured)
+    a_moved boolean[];
     n_acc    int := 0;
     -- per posting
-    l_acc    int[];
-    amounts  bigint[];
+    n_legs   int;
+    l_acc    int[];               -- per leg: index into the a_ arrays
+    amounts  bigint[];            -- the legs' amounts as decided under the locks
     v_parts  smallint[];
     v_lines  jsonb;
     v_refusal jsonb;
-    v_net    bigint;
-    v_debit  bigint;
-    -- ids answered in this batch, and by which posting
-    done_ids text[] := '{}';
-    done_at  int[] := '{}';
-    -- rows to write
-    t_bucket smallint[] := '{}'; t_id text[] := '{}'; t_home smallint[] := '{}'; t_buckets text[] := '{}';
-    t_type text[] := '{}'; t_actor text[] := '{}'; t_ref text[] := '{}'; t_hash bytea[] := '{}';
-    t_meta jsonb[] := '{}';
-    o_bucket smallint[] := '{}'; o_acc text[] := '{}'; o_ver bigint[] := '{}'; o_tx text[] := '{}';
-    o_amt bigint[] := '{}'; o_cur text[] := '{}'; o_bal bigint[] := '{}'; o_type text[] := '{}';
-    o_ref text[] := '{}'; o_hash bytea[] := '{}';
-    s int := 1; e int; i int; j int; k int; m int; x int;
+    v_missing text;
+    v_mismatch int;
+    v_options boolean;            -- options beyond transit legs, or a refund
+    v_opt    jsonb;
+    v_hold   record;
+    v_batch  record;
+    v_hold_acc int;               -- the account whose hold the posting captures
+    v_hold_amount bigint;
+    v_net bigint; v_debit bigint; v_held bigint; v_take bigint; v_left bigint; v_total bigint;
+    v_fail   int;
+    -- ids answered in this call, and by which posting
+    done_ids text[]; done_at int[];
+    -- rows to write: the part rows (of a call of many), the lines
+    w_count  int := 0;            -- postings decided since the last write
+    t_bucket smallint[]; t_id text[]; t_home smallint[]; t_buckets text[]; t_type text[]; t_actor text[];
+    t_ref text[]; t_hash bytea[]; t_pb boolean[]; t_refund text[]; t_meta jsonb[];
+    o_bucket smallint[]; o_acc text[]; o_ver bigint[]; o_tx text[]; o_amt bigint[]; o_cur text[];
+    o_bal bigint[]; o_type text[]; o_ref text[]; o_hash bytea[];
+    -- the one posting with options since the last write, and its rows
+    w_opt    int;
+    w_amounts bigint[];
+    w_hold_leg int;
+    s_bucket smallint[] := '{}'; s_batch text[] := '{}'; s_amt bigint[] := '{}';  -- remaining -= amt
+    i int; j int; k int; m int; x int;
 BEGIN
-    -- Every account of the batch, locked in (bucket, id) order by one statement: the same
-    -- global order as ledger.post, so batches and single postings cannot deadlock.
+    IF n = 0 THEN
+        RETURN results;
+    END IF;
+
+    -- 1. Known ids are replays (or reused ids), found before any lock is taken: the accounts
+    --    of a posting whose id is known are not locked.
+    IF n = 1 THEN
+        known := ARRAY[EXISTS (SELECT 1 FROM ledger.transactions t
+                                WHERE t.bucket = (p_postings[1]).home AND t.id = (p_postings[1]).id)];
+    ELSE
+        known := ARRAY(
+            SELECT (SELECT true FROM ledger.transactions t WHERE t.bucket = p.home AND t.id = p.id) IS NOT NULL
+              FROM unnest(p_postings) WITH ORDINALITY AS p
+             ORDER BY p.ordinality);
+    END IF;
+
+    -- 2. Every account of the call's new postings, locked in (bucket, id) order by one
+    --    statement: one global order, so two writers can never wait on each other in a cycle.
     FOR v_row IN
         SELECT a.bucket, a.id, a.role, a.currency, a.balance, a.held, a.version, a.last_hash
           FROM ledger.accounts a
-          JOIN (SELECT DISTINCT b, id FROM unnest(p_buckets, p_accounts) AS k(b, id)) AS k
+          JOIN (SELECT DISTINCT k.b, k.id
+                  FROM unnest(p_postings) WITH ORDINALITY AS p, unnest(p.buckets, p.accounts) AS k(b, id)
+                 WHERE NOT known[p.ordinality]) AS k
             ON a.bucket = k.b AND a.id = k.id
          ORDER BY a.bucket, a.id
            FOR UPDATE OF a
@@ -587,73 +324,288 @@ BEGIN
         n_acc := n_acc + 1;
         a_bucket[n_acc] := v_row.bucket; a_id[n_acc] := v_row.id; a_role[n_acc] := v_row.role;
         a_cur[n_acc] := v_row.currency; a_bal[n_acc] := v_row.balance; a_held[n_acc] := v_row.held;
-        a_ver[n_acc] := v_row.version; a_hash[n_acc] := v_row.last_hash; a_moved[n_acc] := false;
+        a_ver[n_acc] := v_row.version; a_hash[n_acc] := v_row.last_hash; a_dheld[n_acc] := 0;
+        a_moved[n_acc] := false;
     END LOOP;
+    -- The time of the postings is read after the locks: every later posting on these accounts
+    -- waited for this call to commit, so posted_at grows with the accounts' versions.
     v_at := clock_timestamp();
 
-    FOR i IN 1 .. n LOOP
-        e := s + p_leg_counts[i] - 1;
-        v_refusal := NULL;
+    -- 3. The postings in order, one more turn to write what is left.
+    FOR i IN 1 .. n + 1 LOOP
+        IF i <= n THEN
+            v_p := p_postings[i];
+            n_legs := coalesce(cardinality(v_p.accounts), 0);
+            IF n_legs = 0 OR cardinality(v_p.amounts) IS DISTINCT FROM n_legs
+               OR cardinality(v_p.buckets) IS DISTINCT FROM n_legs
+               OR cardinality(v_p.currencies) IS DISTINCT FROM n_legs THEN
+                RAISE EXCEPTION 'a posting needs legs of equal length arrays' USING ERRCODE = 'HW008',
+                    DETAIL = jsonb_build_object('reason', 'legs')::text;
+            END IF;
+            v_options := v_p.refund_of IS NOT NULL
+                         OR coalesce(v_p.options <> '{}'::jsonb AND v_p.options - 'transit_legs' <> '{}'::jsonb,
+                                     false);
+        END IF;
 
-        -- 1. A repeated id: answered by its earlier posting in this batch (unless that one was
-        --    refused, which left the id free), or by the ledger.
-        x := array_position(done_ids, p_ids[i]);
+        -- Write the rows decided so far: at the end, and before a posting with options if an
+        -- earlier one had options (it may read what that one wrote).
+        IF w_count > 0 AND (i > n OR (v_options AND w_opt IS NOT NULL)) THEN
+            IF v_claim THEN
+                -- Claim the id. A concurrent post of the same id that got here first has
+                -- committed by now (we waited on its locks) or is still running on other
+                -- accounts (the insert waits for it); either way ON CONFLICT tells us, and it
+                -- is answered as a replay, having written nothing.
+                INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
+                                                 request_hash, parts_balanced, refund_of, metadata, posted_at)
+                VALUES (v_p.home, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
+                        v_p.request_hash, v_p.parts_balanced, v_p.refund_of,
+                        coalesce(v_p.metadata, '{}'::jsonb), v_at)
+                ON CONFLICT (bucket, id) DO NOTHING;
+                IF NOT FOUND THEN
+                    RETURN ARRAY[ledger.replay(v_p.home, v_p.id, v_p.request_hash)];
+                END IF;
+                IF cardinality(v_parts) > 1 THEN
+                    INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
+                                                     request_hash, parts_balanced, refund_of, metadata, posted_at)
+                    SELECT b, v_p.id, v_p.home, v_parts, v_p.type::ledger.tx_type, v_p.actor, v_p.ref,
+                           v_p.request_hash, v_p.parts_balanced, NULL, '{}'::jsonb, v_at
+                      FROM unnest(v_parts) AS b WHERE b <> v_p.home;
+                END IF;
+            ELSE
+                -- A concurrent writer of one of these ids makes this fail, and the caller posts
+                -- the batch again one posting at a time.
+                INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
+                                                 request_hash, parts_balanced, refund_of, metadata, posted_at)
+                SELECT b, id, home, bs::smallint[], ty::ledger.tx_type, act, rf, h, pb, ro, md, v_at
+                  FROM unnest(t_bucket, t_id, t_home, t_buckets, t_type, t_actor, t_ref, t_hash, t_pb,
+                              t_refund, t_meta) AS t(b, id, home, bs, ty, act, rf, h, pb, ro, md);
+            END IF;
+            INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
+                                      balance_after, type, ref, posted_at, hash)
+            SELECT b, acc, ver, tx, amt, cur, bal, ty::ledger.tx_type, rf, v_at, h
+              FROM unnest(o_bucket, o_acc, o_ver, o_tx, o_amt, o_cur, o_bal, o_type, o_ref, o_hash)
+                AS t(b, acc, ver, tx, amt, cur, bal, ty, rf, h);
+            UPDATE ledger.accounts AS a
+               SET balance = t.bal, held = a.held + t.dh, version = t.ver, last_hash = t.h
+              FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_dheld, a_moved) AS t(b, id, bal, ver, h, dh, moved)
+             WHERE a.bucket = t.b AND a.id = t.id AND (t.moved OR t.dh <> 0);
+
+            -- The rows of the posting with options: its hold, its promo batches and spends.
+            IF w_opt IS NOT NULL THEN
+                IF w_hold_leg IS NOT NULL THEN
+                    UPDATE ledger.holds SET status = 'captured', transaction_id = (p_postings[w_opt]).id,
+                                            closed_at = v_at
+                     WHERE bucket = (p_postings[w_opt]).buckets[w_hold_leg]
+                       AND account_id = (p_postings[w_opt]).accounts[w_hold_leg]
+                       AND key = (p_postings[w_opt]).options -> 'capture_hold' ->> 'key';
+                END IF;
+                IF s_batch <> '{}' THEN
+                    UPDATE ledger.promo_batches AS pb SET remaining = pb.remaining - t.amt
+                      FROM unnest(s_bucket, s_batch, s_amt) AS t(b, id, amt)
+                     WHERE pb.bucket = t.b AND pb.id = t.id;
+                    INSERT INTO ledger.promo_spends (bucket, transaction_id, batch_id, amount)
+                    SELECT b, (p_postings[w_opt]).id, bid, amt FROM unnest(s_bucket, s_batch, s_amt) AS t(b, bid, amt);
+                END IF;
+                -- A promo grant opens a batch with the amount its promo leg carried.
+                v_opt := (p_postings[w_opt]).options -> 'grant_promo';
+                IF v_opt IS NOT NULL THEN
+                    j := (v_opt ->> 'promo_leg')::int;
+                    k := (v_opt ->> 'funder_leg')::int;
+                    INSERT INTO ledger.promo_batches (bucket, id, account_id, funder_bucket, funder_account,
+                                                      funded_by, expire_to_bucket, expire_to_account,
+                                                      amount, remaining, expires_at, grant_transaction_id,
+                                                      created_at)
+                    VALUES ((p_postings[w_opt]).buckets[j], v_opt ->> 'batch_id', (p_postings[w_opt]).accounts[j],
+                            (p_postings[w_opt]).buckets[k], (p_postings[w_opt]).accounts[k],
+                            v_opt ->> 'funded_by', (v_opt ->> 'expire_to_bucket')::smallint, v_opt ->> 'expire_to',
+                            w_amounts[j], w_amounts[j], (v_opt ->> 'expires_at')::timestamptz,
+                            (p_postings[w_opt]).id, v_at);
+                END IF;
+            END IF;
+            EXIT WHEN i > n;
+
+            -- What is written is the tables' now; the arrays start again.
+            w_count := 0; w_opt := NULL;
+            t_bucket := NULL; t_id := NULL; t_home := NULL; t_buckets := NULL; t_type := NULL;
+            t_actor := NULL; t_ref := NULL; t_hash := NULL; t_pb := NULL; t_refund := NULL; t_meta := NULL;
+            o_bucket := NULL; o_acc := NULL; o_ver := NULL; o_tx := NULL; o_amt := NULL; o_cur := NULL;
+            o_bal := NULL; o_type := NULL; o_ref := NULL; o_hash := NULL;
+            a_dheld := array_fill(0::bigint, ARRAY[n_acc]);
+            a_moved := array_fill(false, ARRAY[n_acc]);
+        END IF;
+        EXIT WHEN i > n;
+
+        -- 3a. A repeated id: answered by its earlier posting in this call (unless that one was
+        --     refused, which left the id free), or by the ledger.
+        x := array_position(done_ids, v_p.id);
         IF x IS NOT NULL AND NOT results[done_at[x]] ? 'error' THEN
-            IF p_hashes[done_at[x]] = p_hashes[i] THEN
+            IF (p_postings[done_at[x]]).request_hash = v_p.request_hash THEN
                 results := results || (results[done_at[x]] || '{"replayed": true}'::jsonb);
             ELSE
                 results := results || ledger.refusal('HW003',
-                    format('transaction id %s was used for another request', p_ids[i]),
-                    jsonb_build_object('id', p_ids[i]));
+                    format('transaction id %s was used for another request', v_p.id),
+                    jsonb_build_object('id', v_p.id));
             END IF;
-            s := e + 1;
             CONTINUE;
         ELSIF x IS NULL THEN
-            PERFORM 1 FROM ledger.transactions WHERE bucket = p_homes[i] AND id = p_ids[i];
-            IF FOUND THEN
-                results := results || ledger.replay(p_homes[i], p_ids[i], p_hashes[i]);
-                s := e + 1;
+            IF known[i] THEN
+                results := results || ledger.replay(v_p.home, v_p.id, v_p.request_hash);
                 CONTINUE;
             END IF;
-            done_ids := done_ids || p_ids[i];
+            done_ids := done_ids || v_p.id;
             done_at := done_at || i;
         ELSE
             done_at[x] := i;  -- a new attempt of an id whose earlier posting was refused
         END IF;
 
-        -- 2. Its legs: accounts (an id names its bucket, so the id alone finds it), currencies.
+        -- 3b. Its legs' accounts (an id names its bucket, so the id alone finds it) and
+        --     currencies. A customer's missing account is the likelier news than a system one.
         l_acc := '{}';
-        amounts := p_amounts[s:e];
-        v_parts := ARRAY[p_homes[i]];
-        FOR k IN s .. e LOOP
-            j := array_position(a_id, p_accounts[k]);
-            IF j IS NULL OR a_bucket[j] <> p_buckets[k] THEN
-                v_refusal := ledger.refusal('HW002', format('no account %s', p_accounts[k]),
-                                            jsonb_build_object('account', p_accounts[k]));
-                EXIT;
-            END IF;
-            IF a_cur[j] <> p_currencies[k] THEN
-                v_refusal := ledger.refusal('HW004',
-                    format('account %s holds %s, not %s', p_accounts[k], a_cur[j], p_currencies[k]),
-                    jsonb_build_object('account', p_accounts[k], 'account_currency', a_cur[j],
-                                       'currency', p_currencies[k]));
-                EXIT;
+        amounts := v_p.amounts;
+        v_parts := ARRAY[v_p.home];
+        v_missing := NULL;
+        v_mismatch := NULL;
+        FOR k IN 1 .. n_legs LOOP
+            j := array_position(a_id, v_p.accounts[k]);
+            IF j IS NULL OR a_bucket[j] <> v_p.buckets[k] THEN
+                IF v_missing IS NULL OR position(':sys:' IN v_missing) > 0 THEN
+                    v_missing := v_p.accounts[k];
+                END IF;
+                j := NULL;
+            ELSIF v_mismatch IS NULL AND a_cur[j] <> v_p.currencies[k] THEN
+                v_mismatch := k;
             END IF;
             l_acc := l_acc || j;
-            IF NOT p_buckets[k] = ANY (v_parts) THEN
-                v_parts := v_parts || p_buckets[k];
+            IF NOT v_p.buckets[k] = ANY (v_parts) THEN
+                v_parts := v_parts || v_p.buckets[k];
             END IF;
         END LOOP;
+        IF v_missing IS NOT NULL THEN
+            results := results || ledger.refusal('HW002', format('no account %s', v_missing),
+                                                 jsonb_build_object('account', v_missing));
+            CONTINUE;
+        END IF;
+        IF v_mismatch IS NOT NULL THEN
+            k := v_mismatch;
+            results := results || ledger.refusal('HW004',
+                format('account %s holds %s, not %s', v_p.accounts[k], a_cur[l_acc[k]], v_p.currencies[k]),
+                jsonb_build_object('account', v_p.accounts[k], 'account_currency', a_cur[l_acc[k]],
+                                   'currency', v_p.currencies[k]));
+            CONTINUE;
+        END IF;
+        IF cardinality(v_parts) > 1 THEN
+            v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
+        END IF;
 
-        -- Transit legs take what makes their bucket's part balance by itself, once the legs
-        -- without them are seen to balance (as in ledger.post).
-        IF v_refusal IS NULL AND p_options[i] ? 'transit_legs' THEN
-            PERFORM ledger.assert_balanced(p_ids[i], amounts, p_currencies[s:e]);
-            FOR k IN SELECT (jsonb_array_elements_text(p_options[i] -> 'transit_legs'))::int LOOP
+        -- 3c. Options that decide amounts under the locks. They read; writing waits for the
+        --     rows' turn (above). Without an earlier posting with options since the last
+        --     write, these arrays are empty.
+        v_hold_acc := NULL;
+        v_hold_amount := 0;
+        IF v_options THEN
+            w_hold_leg := NULL;
+            s_bucket := '{}'; s_batch := '{}'; s_amt := '{}';
+
+            -- A hold captured by this posting: its whole amount leaves `held` as the leg takes
+            -- (at most) that much.
+            v_opt := v_p.options -> 'capture_hold';
+            IF v_opt IS NOT NULL THEN
+                k := (v_opt ->> 'leg')::int;
+                SELECT amount, status INTO v_hold FROM ledger.holds
+                 WHERE bucket = v_p.buckets[k] AND account_id = v_p.accounts[k] AND key = v_opt ->> 'key'
+                   FOR UPDATE;
+                IF NOT FOUND OR v_hold.status <> 'pending' THEN
+                    results := results || ledger.refusal('HW005',
+                        format('hold %s on %s is not pending', v_opt ->> 'key', v_p.accounts[k]),
+                        jsonb_build_object('account', v_p.accounts[k], 'key', v_opt ->> 'key',
+                                           'status', coalesce(v_hold.status, 'missing')));
+                    CONTINUE;
+                END IF;
+                IF -amounts[k] > v_hold.amount THEN
+                    results := results || ledger.refusal('HW005',
+                        format('capture of %s exceeds hold of %s', -amounts[k], v_hold.amount),
+                        jsonb_build_object('account', v_p.accounts[k], 'key', v_opt ->> 'key',
+                                           'status', 'exceeded', 'held', v_hold.amount));
+                    CONTINUE;
+                END IF;
+                w_hold_leg := k;
+                v_hold_acc := l_acc[k];
+                v_hold_amount := v_hold.amount;
+            END IF;
+
+            -- A payment that spends promo first: the promo leg takes what the live batches
+            -- hold, earliest expiry first, and the cash leg the rest.
+            v_opt := v_p.options -> 'spend_promo';
+            IF v_opt IS NOT NULL THEN
+                k := (v_opt ->> 'promo_leg')::int;
+                j := (v_opt ->> 'cash_leg')::int;
+                v_total := (v_opt ->> 'total')::bigint;
+                v_left := v_total;
+                FOR v_batch IN
+                    SELECT id, remaining FROM ledger.promo_batches
+                     WHERE bucket = v_p.buckets[k] AND account_id = v_p.accounts[k] AND remaining > 0
+                       AND expires_at > v_at
+                     ORDER BY expires_at, id FOR UPDATE
+                LOOP
+                    EXIT WHEN v_left = 0;
+                    v_take := least(v_left, v_batch.remaining);
+                    s_bucket := s_bucket || v_p.buckets[k]; s_batch := s_batch || v_batch.id;
+                    s_amt := s_amt || v_take;
+                    v_left := v_left - v_take;
+                END LOOP;
+                amounts[k] := -(v_total - v_left);
+                amounts[j] := -v_left;
+            END IF;
+
+            -- Promo expiry: what is left in the batch goes back to its funder or to breakage.
+            v_opt := v_p.options -> 'expire_promo';
+            IF v_opt IS NOT NULL THEN
+                k := (v_opt ->> 'promo_leg')::int;
+                j := (v_opt ->> 'funder_leg')::int;
+                SELECT id, remaining, expires_at, expire_to_bucket, expire_to_account INTO v_batch
+                  FROM ledger.promo_batches
+                 WHERE bucket = v_p.buckets[k] AND id = v_opt ->> 'batch_id' AND account_id = v_p.accounts[k]
+                   FOR UPDATE;
+                IF NOT FOUND OR v_batch.remaining = 0 OR v_batch.expires_at > v_at
+                   OR v_batch.expire_to_account <> v_p.accounts[j] OR v_batch.expire_to_bucket <> v_p.buckets[j] THEN
+                    results := results || ledger.refusal('HW007',
+                        format('promo batch %s has nothing to expire', v_opt ->> 'batch_id'),
+                        jsonb_build_object('batch', v_opt ->> 'batch_id',
+                            'reason', CASE WHEN v_batch.id IS NULL THEN 'missing'
+                                           WHEN v_batch.remaining = 0 THEN 'empty'
+                                           WHEN v_batch.expires_at > v_at THEN 'not_expired'
+                                           ELSE 'destination' END));
+                    CONTINUE;
+                END IF;
+                s_bucket := s_bucket || v_p.buckets[k]; s_batch := s_batch || v_batch.id;
+                s_amt := s_amt || v_batch.remaining;
+                amounts[k] := -v_batch.remaining;
+                amounts[j] := v_batch.remaining;
+            END IF;
+
+            -- A refund puts spent promo back into the batches it came from.
+            IF v_p.refund_of IS NOT NULL THEN
+                FOR v_batch IN
+                    SELECT s.bucket, s.batch_id, sum(s.amount) AS amount FROM ledger.promo_spends s
+                     WHERE s.bucket = ANY (v_parts) AND s.transaction_id = v_p.refund_of
+                     GROUP BY s.bucket, s.batch_id ORDER BY s.bucket, s.batch_id
+                LOOP
+                    s_bucket := s_bucket || v_batch.bucket; s_batch := s_batch || v_batch.batch_id;
+                    s_amt := s_amt || -v_batch.amount;
+                END LOOP;
+            END IF;
+        END IF;
+
+        -- Transit legs (placeholders of 0) take what makes their bucket's part balance by
+        -- itself, now that every other amount is final. First, the legs without them must
+        -- balance: with transit legs the balance trigger sees one part at a time, so only this
+        -- function, which sees every leg, can check the whole.
+        IF v_p.options ? 'transit_legs' THEN
+            PERFORM ledger.assert_balanced(v_p.id, amounts, v_p.currencies);
+            FOR k IN SELECT (jsonb_array_elements_text(v_p.options -> 'transit_legs'))::int LOOP
                 v_net := 0;
-                FOR m IN 1 .. p_leg_counts[i] LOOP
-                    IF m <> k AND p_buckets[s + m - 1] = p_buckets[s + k - 1]
-                       AND p_currencies[s + m - 1] = p_currencies[s + k - 1] THEN
+                FOR m IN 1 .. n_legs LOOP
+                    IF m <> k AND v_p.buckets[m] = v_p.buckets[k] AND v_p.currencies[m] = v_p.currencies[k] THEN
                         v_net := v_net - amounts[m];
                     END IF;
                 END LOOP;
@@ -661,86 +613,83 @@ BEGIN
             END LOOP;
         END IF;
 
-        -- 3. Customers' money: each account's net move in this posting against what it has.
-        IF v_refusal IS NULL THEN
-            FOR k IN 1 .. p_leg_counts[i] LOOP
-                j := l_acc[k];
-                CONTINUE WHEN a_role[j] <> 'user_wallet';
-                v_net := 0;
-                v_debit := 0;
-                FOR m IN 1 .. p_leg_counts[i] LOOP
-                    IF l_acc[m] = j THEN
-                        v_net := v_net + amounts[m];
-                        IF amounts[m] < 0 THEN
-                            v_debit := v_debit - amounts[m];
-                        END IF;
+        -- 3d. Customers' money: each debited customer account's net move in this posting
+        --     against what it has, less what stays held; the first short one in lock order.
+        v_fail := NULL;
+        FOR k IN 1 .. n_legs LOOP
+            j := l_acc[k];
+            CONTINUE WHEN amounts[k] >= 0 OR a_role[j] <> 'user_wallet' OR j = v_fail;
+            v_net := 0;
+            v_debit := 0;
+            FOR m IN 1 .. n_legs LOOP
+                IF l_acc[m] = j THEN
+                    v_net := v_net + amounts[m];
+                    IF amounts[m] < 0 THEN
+                        v_debit := v_debit - amounts[m];
                     END IF;
-                END LOOP;
-                IF v_debit > 0 AND a_bal[j] + v_net - a_held[j] < 0 THEN
-                    v_refusal := ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
-                        jsonb_build_object('account', a_id[j], 'balance', a_bal[j],
-                                           'available', a_bal[j] - a_held[j], 'amount', v_debit));
-                    EXIT;
                 END IF;
             END LOOP;
-        END IF;
-
-        IF v_refusal IS NOT NULL THEN
+            v_held := a_held[j] - CASE WHEN j = v_hold_acc THEN v_hold_amount ELSE 0 END;
+            IF a_bal[j] + v_net - v_held < 0 AND (v_fail IS NULL OR j < v_fail) THEN
+                v_fail := j;
+                v_refusal := ledger.refusal('HW001', format('insufficient funds on %s', a_id[j]),
+                    jsonb_build_object('account', a_id[j], 'balance', a_bal[j],
+                                       'available', a_bal[j] - v_held, 'amount', v_debit));
+            END IF;
+        END LOOP;
+        IF v_fail IS NOT NULL THEN
             results := results || v_refusal;
-            s := e + 1;
             CONTINUE;
         END IF;
 
-        -- 4. Apply: lines with balance, version and hash; one part row per bucket.
+        -- 3e. Apply: lines with balance, version and hash in leg order; its part rows.
         v_lines := '[]';
-        FOR k IN 1 .. p_leg_counts[i] LOOP
-            CONTINUE WHEN amounts[k] = 0;
+        FOR k IN 1 .. n_legs LOOP
+            CONTINUE WHEN amounts[k] = 0;  -- a promo or cash share, or a transit leg, that came to nothing
             j := l_acc[k];
             a_bal[j] := a_bal[j] + amounts[k];
             a_ver[j] := a_ver[j] + 1;
             a_moved[j] := true;
-            a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], p_ids[i], amounts[k], a_cur[j],
-                                          a_bal[j], p_types[i], p_refs[i], v_at);
+            a_hash[j] := ledger.line_hash(a_hash[j], a_id[j], a_ver[j], v_p.id, amounts[k], a_cur[j],
+                                          a_bal[j], v_p.type, v_p.ref, v_at);
             o_bucket := o_bucket || a_bucket[j]; o_acc := o_acc || a_id[j]; o_ver := o_ver || a_ver[j];
-            o_tx := o_tx || p_ids[i]; o_amt := o_amt || amounts[k]; o_cur := o_cur || a_cur[j];
-            o_bal := o_bal || a_bal[j]; o_type := o_type || p_types[i]; o_ref := o_ref || p_refs[i];
+            o_tx := o_tx || v_p.id; o_amt := o_amt || amounts[k]; o_cur := o_cur || a_cur[j];
+            o_bal := o_bal || a_bal[j]; o_type := o_type || v_p.type; o_ref := o_ref || v_p.ref;
             o_hash := o_hash || a_hash[j];
             v_lines := v_lines || jsonb_build_object('account', a_id[j], 'version', a_ver[j],
                                                      'amount', amounts[k], 'balance_after', a_bal[j]);
         END LOOP;
-        IF array_length(v_parts, 1) > 1 THEN
-            v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
+        IF v_lines = '[]' THEN
+            RAISE EXCEPTION 'posting % moves nothing', v_p.id USING ERRCODE = 'HW008',
+                DETAIL = jsonb_build_object('reason', 'empty')::text;
         END IF;
-        FOREACH x IN ARRAY v_parts LOOP
-            t_bucket := t_bucket || x::smallint; t_id := t_id || p_ids[i]; t_home := t_home || p_homes[i];
-            t_buckets := t_buckets || v_parts::text; t_type := t_type || p_types[i];
-            t_actor := t_actor || p_actors[i]; t_ref := t_ref || p_refs[i]; t_hash := t_hash || p_hashes[i];
-            t_meta := t_meta || CASE WHEN x = p_homes[i] THEN coalesce(p_metadata[i], '{}'::jsonb)
-                                     ELSE '{}'::jsonb END;
-        END LOOP;
-        results := results || jsonb_build_object('id', p_ids[i], 'replayed', false, 'posted_at', v_at,
+        IF v_hold_acc IS NOT NULL THEN
+            a_held[v_hold_acc] := a_held[v_hold_acc] - v_hold_amount;
+            a_dheld[v_hold_acc] := a_dheld[v_hold_acc] - v_hold_amount;
+        END IF;
+        IF NOT v_claim THEN
+            FOREACH x IN ARRAY v_parts LOOP
+                t_bucket := t_bucket || x::smallint; t_id := t_id || v_p.id; t_home := t_home || v_p.home;
+                t_buckets := t_buckets || v_parts::text; t_type := t_type || v_p.type;
+                t_actor := t_actor || v_p.actor; t_ref := t_ref || v_p.ref;
+                t_hash := t_hash || v_p.request_hash; t_pb := t_pb || v_p.parts_balanced;
+                IF x = v_p.home THEN
+                    t_refund := t_refund || v_p.refund_of;
+                    t_meta := t_meta || coalesce(v_p.metadata, '{}'::jsonb);
+                ELSE
+                    t_refund := t_refund || NULL::text;
+                    t_meta := t_meta || '{}'::jsonb;
+                END IF;
+            END LOOP;
+        END IF;
+        IF v_options THEN
+            w_opt := i;
+            w_amounts := amounts;
+        END IF;
+        w_count := w_count + 1;
+        results := results || jsonb_build_object('id', v_p.id, 'replayed', false, 'posted_at', v_at,
                                                   'lines', v_lines);
-        s := e + 1;
     END LOOP;
-
-    -- 5. Write it all. A concurrent writer of one of these ids makes the insert fail, and the
-    --    caller posts the batch again one posting at a time.
-    IF t_id <> '{}' THEN
-        INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref, request_hash,
-                                         parts_balanced, refund_of, metadata, posted_at)
-        SELECT b, id, home, bs::smallint[], ty::ledger.tx_type, act, rf, h, p_parts_balanced, NULL, md, v_at
-          FROM unnest(t_bucket, t_id, t_home, t_buckets, t_type, t_actor, t_ref, t_hash, t_meta)
-            AS t(b, id, home, bs, ty, act, rf, h, md);
-        INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
-                                  balance_after, type, ref, posted_at, hash)
-        SELECT b, acc, ver, tx, amt, cur, bal, ty::ledger.tx_type, rf, v_at, h
-          FROM unnest(o_bucket, o_acc, o_ver, o_tx, o_amt, o_cur, o_bal, o_type, o_ref, o_hash)
-            AS t(b, acc, ver, tx, amt, cur, bal, ty, rf, h);
-        UPDATE ledger.accounts AS a
-           SET balance = t.bal, version = t.ver, last_hash = t.h
-          FROM unnest(a_bucket, a_id, a_bal, a_ver, a_hash, a_moved) AS t(b, id, bal, ver, h, moved)
-         WHERE a.bucket = t.b AND a.id = t.id AND t.moved;
-    END IF;
     RETURN results;
 END $$;
 
@@ -821,9 +770,9 @@ BEGIN
                    WHERE l.bucket = ANY (v_tx.buckets) AND l.transaction_id = p_id));
 END $$;
 
--- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], text[], smallint[], text[], text[], text[], bytea[], boolean, text[], jsonb[], integer[], smallint[], text[], bigint[], text[], jsonb[]); Type: FUNCTION; Schema: wallet; Owner: -
+-- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], ledger.posting_in[]); Type: FUNCTION; Schema: wallet; Owner: -
 
-CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) RETURNS jsonb[]
+CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) RETURNS jsonb[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET jit TO 'off'
     SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
@@ -842,11 +791,6 @@ DECLARE
     posted    jsonb[];
     i int;
     j int;
-    -- the live transfers' postings, when not every transfer is live
-    l_ids text[]; l_homes smallint[]; l_types text[]; l_actors text[]; l_refs text[];
-    l_hashes bytea[]; l_refund_ofs text[]; l_metadata jsonb[]; l_leg_counts int[];
-    l_options jsonb[]; l_buckets smallint[]; l_accounts text[]; l_amounts bigint[];
-    l_currencies text[];
 BEGIN
     IF n = 0 THEN
         RETURN '{}';
@@ -948,34 +892,13 @@ BEGIN
         END IF;
     END IF;
 
-    -- 4. The postings of the transfers still going, in one call: the arguments as they came
-    --    when every transfer goes on (the common case), else the live transfers' own, in order
-    --    (transfer i's legs follow those of transfers 1 .. i-1).
+    -- 4. The postings of the transfers still going, in one call: the argument as it came when
+    --    every transfer goes on (the common case), else the live transfers' postings, in order.
     IF cardinality(live) = n THEN
-        posted := ledger.post_batch(p_ids, p_homes, p_types, p_actors, p_refs, p_hashes,
-                                    p_parts_balanced, p_refund_ofs, p_metadata, p_leg_counts,
-                                    p_buckets, p_accounts, p_amounts, p_currencies, p_options);
+        posted := ledger.post_batch(p_postings);
     ELSE
-        SELECT array_agg(p_ids[live[o]] ORDER BY o), array_agg(p_homes[live[o]] ORDER BY o),
-               array_agg(p_types[live[o]] ORDER BY o), array_agg(p_actors[live[o]] ORDER BY o),
-               array_agg(p_refs[live[o]] ORDER BY o), array_agg(p_hashes[live[o]] ORDER BY o),
-               array_agg(p_refund_ofs[live[o]] ORDER BY o), array_agg(p_metadata[live[o]] ORDER BY o),
-               array_agg(p_leg_counts[live[o]] ORDER BY o), array_agg(p_options[live[o]] ORDER BY o)
-          INTO l_ids, l_homes, l_types, l_actors, l_refs, l_hashes, l_refund_ofs, l_metadata,
-               l_leg_counts, l_options
-          FROM generate_subscripts(live, 1) AS o;
-        SELECT coalesce(array_agg(p_buckets[e] ORDER BY e), '{}'),
-               coalesce(array_agg(p_accounts[e] ORDER BY e), '{}'),
-               coalesce(array_agg(p_amounts[e] ORDER BY e), '{}'),
-               coalesce(array_agg(p_currencies[e] ORDER BY e), '{}')
-          INTO l_buckets, l_accounts, l_amounts, l_currencies
-          FROM generate_subscripts(live, 1) AS o,
-               generate_series(coalesce((SELECT sum(c) FROM unnest(p_leg_counts[1:live[o] - 1]) AS c), 0) + 1,
-                               coalesce((SELECT sum(c) FROM unnest(p_leg_counts[1:live[o] - 1]) AS c), 0)
-                               + p_leg_counts[live[o]]) AS e;
-        posted := ledger.post_batch(l_ids, l_homes, l_types, l_actors, l_refs, l_hashes,
-                                    p_parts_balanced, l_refund_ofs, l_metadata, l_leg_counts,
-                                    l_buckets, l_accounts, l_amounts, l_currencies, l_options);
+        posted := ledger.post_batch(ARRAY(SELECT p_postings[live[o]] FROM generate_subscripts(live, 1) AS o
+                                           ORDER BY o));
     END IF;
 
     -- 5. For all posted transfers at once: the month's totals and the stored answers. A
@@ -1414,15 +1337,10 @@ GRANT ALL ON FUNCTION ledger.place_hold(p_bucket smallint, p_account text, p_key
 REVOKE ALL ON FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text, p_actor text, p_ref text, p_request_hash bytea, p_parts_balanced boolean, p_refund_of text, p_metadata jsonb, p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb) TO hiwallet_wallet_app;
 
--- Name: FUNCTION post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: ledger; Owner: -
+-- Name: FUNCTION post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean); Type: ACL; Schema: ledger; Owner: -
 
-REVOKE ALL ON FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION ledger.post_batch(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
-
--- Name: FUNCTION post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: ledger; Owner: -
-
-REVOKE ALL ON FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION ledger.post_many(p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
+REVOKE ALL ON FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean) TO hiwallet_wallet_app;
 
 -- Name: FUNCTION refusal(p_state text, p_message text, p_detail jsonb); Type: ACL; Schema: ledger; Owner: -
 
@@ -1441,10 +1359,10 @@ GRANT ALL ON FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_k
 
 REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_request_hash bytea) FROM PUBLIC;
 
--- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]); Type: ACL; Schema: wallet; Owner: -
+-- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]); Type: ACL; Schema: wallet; Owner: -
 
-REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_ids text[], p_homes smallint[], p_types text[], p_actors text[], p_refs text[], p_hashes bytea[], p_parts_balanced boolean, p_refund_ofs text[], p_metadata jsonb[], p_leg_counts integer[], p_buckets smallint[], p_accounts text[], p_amounts bigint[], p_currencies text[], p_options jsonb[]) TO hiwallet_wallet_app;
+REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
 
 -- Name: TABLE accounts; Type: ACL; Schema: ledger; Owner: -
 

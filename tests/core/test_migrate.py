@@ -77,11 +77,6 @@ async def test_a_changed_migration_is_refused(database: str, tmp_path: Path) -> 
         await pgtemplate.drop_database(database)
 
 
-# Numbers taken on another branch of the same issue (wallet 0008: ledgersql's, issue 9), so that
-# this branch's 0009 is not a gap. Empty this once both are merged.
-RESERVED: dict[str, set[int]] = {"wallet": {8}}
-
-
 def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
     (tmp_path / "1_first.sql").write_text("SELECT 1;")
     with pytest.raises(ValueError, match="NNNN_name"):
@@ -90,5 +85,4 @@ def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
         folder = db.get_settings().migrations_dir / db.MIGRATION_FOLDERS.get(key, key)
         if folder.is_dir():
             versions = [m.version for m in db.load_migrations(folder)]
-            versions = sorted({*versions, *RESERVED.get(key, ())})
             assert versions == list(range(1, len(versions) + 1)), key

@@ -261,3 +261,127 @@ async def test_the_coalescer_never_strands_a_posting() -> None:
         # scheduled after the finished writer is reaped, and hide the race)
         async with asyncio.timeout(2):
             assert await coalescer.submit(i) == f"answer-{i}"  # type: ignore[arg-type]
+
+
+async def test_a_batch_with_options_answers_as_the_same_postings_one_at_a_time(ledger: Ledger) -> None:
+    """Refunds, promo and holds in one set-based call (migration 0008; before, such a batch
+    went one posting at a time): each posting is answered as it is alone, and sees what an
+    earlier one of the batch did (a payment spends promo a refund just gave back, or a grant
+    just opened; a second capture of a hold replays the first); refusals move nothing; and the
+    batch is posted at one time."""
+    from datetime import UTC, datetime, timedelta
+
+    from hiwallet.ledger import rules
+    from hiwallet.ledger.accounts import cash_account, promo_account
+    from hiwallet.ledger.model import Posting
+
+    later = datetime.now(UTC) + timedelta(days=30)
+
+    async def world(side: int) -> tuple[list[str], list[Posting]]:
+        # ids are scoped by the home bucket: the two worlds live in different buckets
+        c = await funded_wallet(ledger, f"c{side}", 50 * TL, bucket=21 + side)
+        d = await funded_wallet(ledger, f"d{side}", 20 * TL, bucket=31 + side)
+        shop = await funded_wallet(ledger, f"shop{side}", 0, bucket=41 + side)
+        await ledger.promo_grant("g0", c, 10 * TL, expires_at=later, actor="ops", ref="campaign")
+        paid = await ledger.payment("p0", c, shop, 5 * TL, actor="c", ref="order")  # all promo
+        await ledger.hold(c, "h", 10 * TL)
+        fee = FEES.payment
+        batch = [
+            rules.refund(await ledger.store.transaction(paid.id), actor="shop"),
+            rules.payment("p1", c, shop, 9 * TL, "TRY", fee=fee, actor="c", ref="o1"),
+            rules.transfer("t1", c, d, TL, "TRY", actor="c", ref="t"),
+            rules.capture_hold(c, "h", 8 * TL, "TRY", cash_account(shop), actor="shop", ref="cap"),
+            rules.capture_hold(c, "h", 8 * TL, "TRY", cash_account(shop), actor="shop", ref="cap"),
+            rules.payment("p2", d, shop, 100 * TL, "TRY", fee=fee, actor="d", ref="o2"),
+            rules.promo_grant("g1", d, 5 * TL, "TRY", expires_at=later, actor="shop", ref="w", business=shop),
+            rules.payment("p3", d, shop, 3 * TL, "TRY", fee=fee, actor="d", ref="o3"),
+        ]
+        return [c, d, shop], batch
+
+    wallets_batch, batch = await world(0)
+    wallets_alone, alone = await world(1)
+    answers_batch = await ledger.store.post_batch(batch)
+    answers_alone: list[PostResult | LedgerError] = []
+    for posting in alone:
+        try:
+            answers_alone.append(await ledger.store.post(posting))
+        except LedgerError as refused:
+            answers_alone.append(refused)
+
+    def seen(answer: PostResult | LedgerError) -> object:
+        if isinstance(answer, PostResult):
+            return answer.replayed, sorted(line.amount for line in answer.lines)
+        return type(answer).__name__
+
+    assert [seen(a) for a in answers_batch] == [seen(a) for a in answers_alone]
+    second_capture, too_much = answers_batch[4:6]
+    assert isinstance(second_capture, PostResult) and second_capture.replayed
+    assert isinstance(too_much, InsufficientFunds)
+    # the refund gave the promo back, and the payment after it spent promo only
+    payment = answers_batch[1]
+    assert isinstance(payment, PostResult)
+    moved = {line.account: line.amount for line in payment.lines}
+    c = wallets_batch[0]
+    assert moved[promo_account(c)] == -(9 * TL + FEES.payment.fee(9 * TL)) and cash_account(c) not in moved
+    for got, want in zip(wallets_batch, wallets_alone, strict=True):
+        a, b = await ledger.store.wallet_balance(got), await ledger.store.wallet_balance(want)
+        assert (a.cash, a.promo, a.held) == (b.cash, b.promo, b.held)
+    posted = [a for a in answers_batch if isinstance(a, PostResult) and not a.replayed]
+    assert len(posted) == 6 and len({a.posted_at for a in posted}) == 1
+    await assert_verified(ledger.store)
+
+
+async def test_a_posting_whose_twin_commits_first_is_answered_as_a_replay(
+    ledger: Ledger, store: LedgerStore, pool: asyncpg.Pool
+) -> None:
+    """A posting alone claims its id with ON CONFLICT (migration 0008, as ledger.post did): the
+    same posting running meanwhile waits for the first one's locks, finds the id taken, and is
+    answered with what the first one posted, not an error."""
+    from hiwallet.ledger import rules
+
+    a = await funded_wallet(ledger, "alice", 10 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    posting = rules.transfer("twin", a, b, TL, "TRY", actor="a", ref="r")
+    async with pool.acquire() as first, pool.acquire() as second:
+        tx = first.transaction()
+        await tx.start()
+        mine = await store.post(posting, conn=first)
+        twin_pid = await second.fetchval("SELECT pg_backend_pid()")
+        twin = asyncio.create_task(store.post(posting, conn=second))  # autocommit
+        # the twin has read no id yet (the first is not committed) and waits for its locks:
+        # wait for that state, on the server
+        await pool.execute(
+            "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM pg_stat_activity"
+            f" WHERE pid = {int(twin_pid)} AND wait_event_type = 'Lock') LOOP"
+            " PERFORM pg_sleep(0.005); END LOOP; END $$"
+        )
+        await tx.commit()
+        answer = await twin
+    assert not mine.replayed and answer.replayed
+    assert answer.lines == mine.lines and answer.posted_at == mine.posted_at
+    assert await cash(ledger, b) == TL
+    await assert_verified(ledger.store)
+
+
+async def test_ledger_post_in_sql_is_a_batch_of_one(
+    ledger: Ledger, store: LedgerStore, pool: asyncpg.Pool
+) -> None:
+    """ledger.post keeps 0002's signature for SQL callers (docs/ledger-citus.md) and answers as
+    the store's posting does, replays included."""
+    from hiwallet.ledger import rules
+
+    a = await funded_wallet(ledger, "alice", 10 * TL, bucket=11)
+    b = await funded_wallet(ledger, "bob", 0, bucket=12)
+    posting = rules.transfer("sql", a, b, 3 * TL, "TRY", actor="a", ref="r")
+    call = "SELECT ledger.post($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    first = await pool.fetchval(call, *store._arguments(posting))
+    again = await store.post(posting)
+    assert not first["replayed"] and again.replayed and again.id == first["id"]
+    assert {(line.account, line.amount) for line in again.lines} == {
+        (line["account"], line["amount"]) for line in first["lines"]
+    }
+    refused = await pool.fetchval(
+        call, *store._arguments(rules.transfer("sql2", a, b, 8 * TL, "TRY", actor="a", ref="r"))
+    )
+    assert refused["error"]["sqlstate"] == "HW001"
+    await assert_verified(ledger.store)

@@ -167,11 +167,11 @@ class Ledger:
     def refund_posting(original: TransactionView, *, actor: str, ref: str | None = None) -> Posting:
         return rules.refund(original, actor=actor, ref=ref)
 
-    def batch_arguments(self, postings: Sequence[Posting]) -> tuple[Any, ...]:
-        """``ledger.post_batch``'s arguments for ``postings``, for a caller whose own SQL
-        function posts them through ``ledger.post_batch`` in the same statement as its own
-        writes. Their encoding is the ledger's: pass them on as they are, after the caller's
-        own arguments."""
+    def batch_arguments(self, postings: Sequence[Posting]) -> Any:
+        """``ledger.post_batch``'s one argument for ``postings`` (an array of
+        ``ledger.posting_in``), for a caller whose own SQL function posts them through
+        ``ledger.post_batch`` in the same statement as its own writes. Its encoding is the
+        ledger's: pass it on as it is, as one argument after the caller's own."""
         return self.store.batch_arguments(postings)
 
     @staticmethod

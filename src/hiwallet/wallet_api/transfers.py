@@ -281,7 +281,7 @@ class Transfers:
             [i.amount for i in items],
             [i.limit for i in items],
             [i.view for i in items],
-            *self.ledger.batch_arguments([i.posting for i in items]),
+            self.ledger.batch_arguments([i.posting for i in items]),
         )
 
         async def call() -> list[JSON]:
