@@ -327,7 +327,7 @@ class _NotPersonal(Convertor[str]):
     an account id (then 422 with the pattern, now it would be 404); it is a method that path
     does not have: 405, with ``Allow``."""
 
-    regex = r"(?!personal(?:/|$))[^/]+"
+    regex = r"(?!personal$)[^/]+"  # "$": the whole path ends there (/accounts/personal/tier is an id)
 
     def convert(self, value: str) -> str:
         return value
