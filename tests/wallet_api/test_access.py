@@ -53,7 +53,7 @@ async def test_a_stranger_gets_404_for_reading_and_moving(api: WalletApi) -> Non
     # A malformed or out-of-range id is refused without a lookup.
     r = await api.http.get("/v1/wallets/9999:w:01234567-89ab-7def-8123-456789abcdef", headers=alice.auth)
     assert_problem(r, "not-found", 404)
-    assert_problem(await api.http.get("/v1/wallets/nonsense", headers=alice.auth), "validation-error", 422)
+    assert_problem(await api.http.get("/v1/wallets/nonsense", headers=alice.auth), "not-found", 404)
     assert_problem(await api.http.get("/v1/transfers/0000:x", headers=alice.auth), "not-found", 404)
     await api.verify()
 

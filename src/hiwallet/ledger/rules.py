@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from hiwallet.core.ids import derived_id
+from hiwallet.core.text import has_control_characters
 from hiwallet.ledger.accounts import (
     CENTRAL_BUCKET,
     Role,
@@ -68,6 +69,9 @@ def check_text(value: object, field: str, max_length: int = MAX_TEXT) -> str:
         raise InvalidPosting(f"{field} must be a non-empty string", field=field)
     if len(value) > max_length:
         raise InvalidPosting(f"{field} is longer than {max_length}", field=field, max_length=max_length)
+    if has_control_characters(value):
+        # NUL cannot be stored (PostgreSQL's text refuses it) and the others should not be.
+        raise InvalidPosting(f"{field} must not hold control characters", field=field)
     return value
 
 

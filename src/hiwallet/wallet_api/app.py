@@ -17,7 +17,6 @@ from hiwallet.core.http import (
     LeanRoute,
     ReadyCheck,
     create_app,
-    document_models,
     multiprocess_metrics,
     problem_response,
     serve,
@@ -27,7 +26,7 @@ from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
-from hiwallet.wallet_api.routes import Problem, PromoIn, RefundIn, TransferIn, lean_router, router
+from hiwallet.wallet_api.routes import document, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 
@@ -120,9 +119,8 @@ def create_wallet_api_app(
     )
     app.include_router(lean_router)
     app.include_router(router)
-    # The schemas the document refers to by hand: problem+json answers, and the bodies of the
-    # routes that read their own (routes._moves_money).
-    document_models(app, Problem, TransferIn, RefundIn, PromoIn)
+    # The schemas the document refers to by hand, the supported currencies, the links.
+    document(app, settings.currencies)
     return app
 
 

@@ -7,6 +7,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 from hiwallet.core.ids import new_id
 from hiwallet.ledger import BUCKETS, TxType
@@ -67,6 +68,19 @@ WALLET_ID_PATTERN = r"^[0-9]{4}:w:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4
 TRANSFER_ID_PATTERN = r"^[0-9]{4}:[A-Za-z0-9:_.\-]{1,95}$"
 WALLET_NUMBER_PATTERN = r"^[0-9]{16}$"
 _BUCKETED = re.compile(r"^([0-9]{4}):")
+_ID_FORMS = {
+    "account": re.compile(ACCOUNT_ID_PATTERN),
+    "wallet": re.compile(WALLET_ID_PATTERN),
+    "transfer": re.compile(TRANSFER_ID_PATTERN),
+}
+
+
+def path_id(identifier: str, kind: Literal["account", "wallet", "transfer"]) -> str:
+    """An id from a request's path: of ``kind``'s form, in a bucket that exists; else it names
+    nothing, and the answer is the one of a missing ``kind`` (the service's own words)."""
+    if not _ID_FORMS[kind].fullmatch(identifier) or not 1 <= int(identifier[:4]) < BUCKETS:
+        raise errors.NotFound(f"no such {kind}")
+    return identifier
 
 
 def bucket_in(identifier: str) -> int:

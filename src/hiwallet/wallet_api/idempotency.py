@@ -42,7 +42,7 @@ def check_idempotency_key(key: str | None) -> str:
     # RFC draft: the key is an sf-string; accept it quoted or bare.
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
-    if not _IDEMPOTENCY_KEY.match(key):
+    if not _IDEMPOTENCY_KEY.fullmatch(key):  # fullmatch: "$" would let a trailing newline in
         raise errors.IdempotencyKeyInvalid(
             f"the key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters", field="Idempotency-Key"
         )

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
+from starlette.convertors import Convertor, register_url_convertor
 
 from hiwallet.core.auth import bearer_token
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute, json_body, json_body_openapi
+from hiwallet.core.http import (
+    PROBLEM_CONTENT_TYPE,
+    FastJSONResponse,
+    LeanRoute,
+    document_models,
+    json_body,
+    json_body_openapi,
+)
+from hiwallet.core.text import PrintableText
 from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_STATEMENT_PAGE
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.domain import (
@@ -21,6 +31,7 @@ from hiwallet.wallet_api.domain import (
     WALLET_NUMBER_PATTERN,
     Caller,
     Tier,
+    path_id,
 )
 from hiwallet.wallet_api.service import Answer, WalletService
 
@@ -28,9 +39,28 @@ from hiwallet.wallet_api.service import Answer, WalletService
 # Models: what goes in and comes out, as the OpenAPI document shows it
 # ---------------------------------------------------------------------------------------------
 
-Amount = Annotated[StrictInt, Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (kuruş, cents).")]
-Currency = Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")]
-Reference = Annotated[StrictStr, Field(min_length=1, max_length=140)]
+
+def _whole_number(value: object) -> object:
+    # JSON has one number type: 18259.0 is the integer 18259, and JSON Schema's "integer" admits
+    # it, so the service does too. 18259.5, a string or a boolean is still refused (StrictInt).
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Amount = Annotated[
+    StrictInt,
+    Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
+    BeforeValidator(_whole_number),
+]
+# The document's enum of currencies is the service's own setting (``document``); a code of the
+# right shape that is not supported is 422 ``unsupported-currency`` with the supported ones.
+_CURRENCY_MARK = "x-hiwallet-currency"
+Currency = Annotated[
+    StrictStr,
+    Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.", json_schema_extra={_CURRENCY_MARK: True}),
+]
+Reference = Annotated[PrintableText, Field(min_length=1, max_length=140)]
 WalletId = Annotated[StrictStr, Field(pattern=WALLET_ID_PATTERN)]
 WalletNumber = Annotated[
     StrictStr, Field(pattern=WALLET_NUMBER_PATTERN, description="16 digits, the last a Luhn check digit.")
@@ -186,15 +216,30 @@ _COMMON: dict[int | str, dict[str, Any]] = {
     422: {**_PROBLEM, "description": "Refused: invalid input, funds, limits, tier, key reused"},
     503: {**_PROBLEM, "description": "A dependency is not reachable; retry with the same key"},
 }
+# What ``service.check_idempotency_key`` accepts, exactly: 1 to 255 visible ASCII characters,
+# bare or as an sf-string ("…", the quotes not counted). A bare key of two or more characters
+# that starts and ends with a quote is read as quoted, so '""' (nothing inside) is the one bare
+# key refused; the alternatives below spell "V{1,255} but not two quotes" without a lookahead,
+# which not every generator of the document's readers supports. Tested against the service's
+# check (tests/wallet_api/test_document.py).
+IDEMPOTENCY_KEY_PATTERN = (
+    r'^(?:"[\x21-\x7e]{1,255}"|[\x21-\x7e]|[\x21\x23-\x7e][\x21-\x7e]|"[\x21\x23-\x7e]|[\x21-\x7e]{3,255})$'
+)
 _IDEMPOTENCY_HEADER = {
     "parameters": [
         {
             "name": "Idempotency-Key",
             "in": "header",
             "required": True,
-            "description": "A unique key per operation (a UUID). The same key with the same body answers the "
+            "description": "A unique key per operation (a UUID): 1 to 255 visible ASCII characters, bare or "
+            'quoted ("…", an sf-string, the same key). The same key with the same body answers the '
             "first answer for 48 hours; with another body 422; while the first runs 409.",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+            "schema": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 257,
+                "pattern": IDEMPOTENCY_KEY_PATTERN,
+            },
         }
     ]
 }
@@ -240,9 +285,67 @@ async def service(request: Request) -> WalletService:
 
 CallerDep = Annotated[Caller, Depends(caller)]
 ServiceDep = Annotated[WalletService, Depends(service)]
-AccountIdPath = Annotated[str, Path(pattern=ACCOUNT_ID_PATTERN)]
-WalletIdPath = Annotated[str, Path(pattern=WALLET_ID_PATTERN)]
-TransferIdPath = Annotated[str, Path(pattern=TRANSFER_ID_PATTERN)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ids in paths
+# ---------------------------------------------------------------------------------------------
+# An id in a path that is malformed names nothing: 404 ``not-found``, the very answer of a
+# missing one (docs/wallet-api.md, the 404 rule), saying nothing of the id's form (a path
+# parameter with a pattern answered 422 with the pattern). Each id is read by a dependency that
+# first needs the caller, so a request without a valid token is 401 before its path is looked
+# at. The document still states the form, as a schema (``pattern``).
+
+
+async def _account_id(
+    account_id: Annotated[str, Path(json_schema_extra={"pattern": ACCOUNT_ID_PATTERN})], _who: CallerDep
+) -> str:
+    return path_id(account_id, "account")
+
+
+async def _wallet_id(
+    wallet_id: Annotated[str, Path(json_schema_extra={"pattern": WALLET_ID_PATTERN})], _who: CallerDep
+) -> str:
+    return path_id(wallet_id, "wallet")
+
+
+async def _transfer_id(
+    transfer_id: Annotated[str, Path(json_schema_extra={"pattern": TRANSFER_ID_PATTERN})], _who: CallerDep
+) -> str:
+    return path_id(transfer_id, "transfer")
+
+
+AccountIdPath = Annotated[str, Depends(_account_id)]
+WalletIdPath = Annotated[str, Depends(_wallet_id)]
+TransferIdPath = Annotated[str, Depends(_transfer_id)]
+
+
+class _NotPersonal(Convertor[str]):
+    """An account id's segment: any but ``personal``, which names the route beside it
+    (``POST /v1/accounts/personal``). Without it, ``GET /v1/accounts/personal`` was taken for
+    an account id (then 422 with the pattern, now it would be 404); it is a method that path
+    does not have: 405, with ``Allow``."""
+
+    regex = r"(?!personal$)[^/]+"  # "$": the whole path ends there (/accounts/personal/tier is an id)
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+# Starlette's registry is global: the name is ours alone.
+register_url_convertor("hiwallet_account_id", _NotPersonal())
+ACCOUNT = "{account_id:hiwallet_account_id}"
+
+
+def _decimal(value: object) -> object:
+    # A number in a query is its digits: pydantic's own reading of a string also takes " 5\n",
+    # "+5", "5.0" and "5_0" (fifty), none of them what the document's integer says.
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("Input should be a whole number written in digits")
+    return value
 
 
 def _answer(answer: Answer) -> Response:
@@ -284,7 +387,7 @@ async def open_personal(body: OpenPersonalIn, who: CallerDep, svc: ServiceDep) -
     return JSONResponse(view, status_code=201 if created else 200)
 
 
-@router.put("/accounts/{account_id}/tier", response_model=AccountOut, tags=["accounts"])
+@router.put(f"/accounts/{ACCOUNT}/tier", response_model=AccountOut, tags=["accounts"])
 async def raise_tier(account_id: AccountIdPath, body: TierIn, who: CallerDep, svc: ServiceDep) -> Any:
     """Raise a personal account's tier (it only goes up). Onboarding's client only."""
     return await svc.raise_tier(who, account_id, body.tier)
@@ -296,13 +399,13 @@ async def list_accounts(who: CallerDep, svc: ServiceDep) -> Any:
     return {"accounts": await svc.accounts(who)}
 
 
-@router.get("/accounts/{account_id}", response_model=AccountOut, tags=["accounts"])
+@router.get(f"/accounts/{ACCOUNT}", response_model=AccountOut, tags=["accounts"])
 async def get_account(account_id: AccountIdPath, who: CallerDep, svc: ServiceDep) -> Any:
     return await svc.account(who, account_id)
 
 
 @router.post(
-    "/accounts/{account_id}/wallets",
+    f"/accounts/{ACCOUNT}/wallets",
     response_model=WalletOut,
     status_code=201,
     responses={200: {"model": WalletOut, "description": "The account's wallet of that currency existed"}},
@@ -329,7 +432,7 @@ async def statement(
     svc: ServiceDep,
     purse: Literal["cash", "promo"] = "cash",
     cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_STATEMENT_PAGE)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_STATEMENT_PAGE), BeforeValidator(_decimal)] = 50,
 ) -> Any:
     """The movements of the wallet's cash (or promo) in order; pass ``next_cursor`` back for more."""
     return await svc.statement(who, wallet_id, purse=purse, cursor=cursor, limit=limit)
@@ -411,3 +514,90 @@ async def grant_promo(request: Request) -> Response:
         reference=body.reference,
     )
     return _answer(answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# The OpenAPI document: what the routes say, and what only the running service knows
+# ---------------------------------------------------------------------------------------------
+
+_TRANSFER = "/v1/transfers/{transfer_id}"
+_WALLET_OF = {"wallet_id": "$response.body#/id"}
+_FIRST_WALLET = {"wallet_id": "$response.body#/wallets/0/id"}
+# Links (OpenAPI 3.1 §4.8.20): where an answer's ids lead. Clients and Schemathesis' stateful
+# phase follow them (tests/wallet_api/test_contract.py). (path, method, status) → name → target.
+_LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
+    ("/v1/accounts", "get", "200"): {
+        "GetAccount": ("/v1/accounts/{account_id}", "get", {"account_id": "$response.body#/accounts/0/id"}),
+        "GetWallet": (
+            "/v1/wallets/{wallet_id}",
+            "get",
+            {"wallet_id": "$response.body#/accounts/0/wallets/0/id"},
+        ),
+    },
+    ("/v1/accounts/{account_id}", "get", "200"): {
+        "GetWallet": ("/v1/wallets/{wallet_id}", "get", _FIRST_WALLET),
+        "OpenWallet": ("/v1/accounts/{account_id}/wallets", "post", {"account_id": "$response.body#/id"}),
+    },
+    **{
+        ("/v1/accounts/{account_id}/wallets", "post", status): {
+            "GetWallet": ("/v1/wallets/{wallet_id}", "get", _WALLET_OF)
+        }
+        for status in ("200", "201")
+    },
+    ("/v1/wallets/{wallet_id}", "get", "200"): {
+        "GetStatement": ("/v1/wallets/{wallet_id}/statement", "get", _WALLET_OF),
+        "GetPromos": ("/v1/wallets/{wallet_id}/promos", "get", _WALLET_OF),
+    },
+    ("/v1/transfers", "post", "201"): {
+        "GetTransfer": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),
+        "Refund": (f"{_TRANSFER}/refund", "post", {"transfer_id": "$response.body#/id"}),
+    },
+    ("/v1/transfers/{transfer_id}", "get", "200"): {
+        "Refund": (f"{_TRANSFER}/refund", "post", {"transfer_id": "$response.body#/id"}),
+    },
+    ("/v1/transfers/{transfer_id}/refund", "post", "201"): {
+        "GetRefund": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),
+    },
+    ("/v1/promos", "post", "201"): {
+        "GetGrant": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),
+    },
+}
+
+
+def _declare_currencies(node: Any, currencies: Sequence[str]) -> None:
+    if isinstance(node, dict):
+        if node.pop(_CURRENCY_MARK, False):
+            node["enum"] = list(currencies)
+        for value in node.values():
+            _declare_currencies(value, currencies)
+    elif isinstance(node, list):
+        for value in node:
+            _declare_currencies(value, currencies)
+
+
+def _add_links(schema: dict[str, Any]) -> None:
+    paths = schema["paths"]
+    for (path, method, status), links in _LINKS.items():
+        response = paths[path][method]["responses"][status]
+        response["links"] = {
+            name: {"operationId": paths[to][to_method]["operationId"], "parameters": parameters}
+            for name, (to, to_method, parameters) in links.items()
+        }
+
+
+def document(app: FastAPI, currencies: Sequence[str]) -> None:
+    """Complete the app's OpenAPI document: the models referred to by hand (problem+json
+    answers, the bodies of the routes that read their own), the currencies this service
+    supports (its setting, the one source: a document made from the code alone would admit
+    any three letters), and the links between answers and the operations their ids lead to."""
+    document_models(app, Problem, TransferIn, RefundIn, PromoIn)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()  # built once, and kept by document_models' hook
+            _declare_currencies(schema, currencies)
+            _add_links(schema)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
