@@ -15,7 +15,6 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
@@ -43,7 +42,9 @@ async def contract_api(
 
 
 def _steer(case: Any, alice: Customer, bob: Customer) -> None:
-    """Point a case at real resources of the caller (half of them: drawn by Hypothesis)."""
+    """Point half of the cases at real resources of the caller; the other half stay random."""
+    if uuid.uuid4().int % 2:
+        return
     real = {"wallet_id": alice.wallet_id, "account_id": alice.account_id}
     for name in list(case.path_parameters or {}):
         if name in real:
@@ -58,18 +59,14 @@ def _steer(case: Any, alice: Customer, bob: Customer) -> None:
 def _checker(operation: Any, mode: GenerationMode, api: WalletApi, alice: Customer, bob: Customer) -> Any:
     positive = mode is GenerationMode.POSITIVE
 
-    # Everything random is drawn by Hypothesis, so that a failing case replays as it ran: the
-    # steering and the Idempotency-Key too (named after the operation, as keys are scoped to the
-    # caller and each operation's draws start alike).
-    @given(case=operation.as_strategy(generation_mode=mode), steer=st.booleans(), key=st.uuids())
+    @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-    def check(case: Any, steer: bool, key: uuid.UUID) -> None:
+    def check(case: Any) -> None:
         headers = {}
         if positive:  # a negative case keeps what it was built to break
-            if steer:
-                _steer(case, alice, bob)
+            _steer(case, alice, bob)
             if "Idempotency-Key" not in (case.headers or {}):
-                headers["Idempotency-Key"] = str(uuid.uuid5(key, f"{operation.label} {mode.value}"))
+                headers["Idempotency-Key"] = str(uuid.uuid4())
         # positive_data_acceptance is left out: a well-formed request may be refused for a reason
         # of the domain (funds, limits, tier, an unsupported currency), and that refusal is a 422
         # problem by design (SYSTEM.md). Every other built-in check runs, negative data included.
