@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 
+from hiwallet.core import db
 from hiwallet.core.queries import load_queries
 from hiwallet.ledger.accounts import cash_account
 from hiwallet.ledger.service import Ledger
@@ -109,6 +111,15 @@ _SCANS = (
 )
 
 
+@pytest.fixture
+async def by_hand(wallet_db: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as the owner (db.dsn_for is the owner's URL): a service's role may not write
+    lines by hand at all."""
+    conn = await asyncpg.connect(db.dsn_for(wallet_db))
+    yield conn
+    await conn.close()
+
+
 async def _write_lines(conn: asyncpg.Connection, *lines: tuple[int, str, str, int]) -> None:
     await conn.execute(_LINES, *(list(column) for column in zip(*lines, strict=True)))
 
@@ -138,42 +149,42 @@ async def two_buckets(ledger: Ledger) -> dict[str, str]:
 
 
 async def test_balance_check_reads_the_lines_own_bucket_and_only_the_statements_lines(
-    pool: asyncpg.Pool, two_buckets: dict[str, str]
+    by_hand: asyncpg.Connection, two_buckets: dict[str, str]
 ) -> None:
     """What makes the check shard-local on Citus, observed on one node: a line's account and
     transaction part are looked up in the line's own bucket, by (bucket, id), one index probe
     each; and no line but the statement's own is read (the cost does not grow with a
     transaction's or an account's history)."""
-    t = two_buckets
-    async with pool.acquire() as conn:
-        # the control: a balanced statement whose accounts and part are in its bucket passes,
-        # reading accounts and parts only by index, and not one line
-        control = conn.transaction()
-        await control.start()
-        try:
-            before = await _scans(conn)
-            await _write_lines(conn, (5, t["alice"], t["local"], TL), (5, t["carol"], t["local"], -TL))
-            after = await _scans(conn)
-        finally:
-            await control.rollback()  # the ledger stays as it was
-        delta = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
-        assert delta["lines"] == (0, 0), delta
-        assert delta["accounts"] == (0, 2) and delta["transactions"] == (0, 2), delta
-        # the account exists, but in bucket 5, not the line's bucket 6
-        with pytest.raises(asyncpg.PostgresError, match="names no account") as refused:
-            await _write_lines(conn, (6, t["alice"], t["cross"], TL), (6, t["bob"], t["cross"], -TL))
-        assert refused.value.sqlstate == "HW012"
-        # the transaction exists, but has no part in bucket 6
-        with pytest.raises(asyncpg.PostgresError, match="names no transaction part") as refused:
-            await _write_lines(conn, (6, t["bob"], t["local"], TL), (6, t["dave"], t["local"], -TL))
-        assert refused.value.sqlstate == "HW012"
+    t, conn = two_buckets, by_hand
+    # the control: a balanced statement whose accounts and part are in its bucket passes,
+    # reading accounts and parts only by index, and not one line (pg_stat_xact_* counts this
+    # backend's open transaction only: all of it on one connection)
+    control = conn.transaction()
+    await control.start()
+    try:
+        before = await _scans(conn)
+        await _write_lines(conn, (5, t["alice"], t["local"], TL), (5, t["carol"], t["local"], -TL))
+        after = await _scans(conn)
+    finally:
+        await control.rollback()  # the ledger stays as it was
+    delta = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
+    assert delta["lines"] == (0, 0), delta
+    assert delta["accounts"] == (0, 2) and delta["transactions"] == (0, 2), delta
+    # the account exists, but in bucket 5, not the line's bucket 6
+    with pytest.raises(asyncpg.PostgresError, match="names no account") as refused:
+        await _write_lines(conn, (6, t["alice"], t["cross"], TL), (6, t["bob"], t["cross"], -TL))
+    assert refused.value.sqlstate == "HW012"
+    # the transaction exists, but has no part in bucket 6
+    with pytest.raises(asyncpg.PostgresError, match="names no transaction part") as refused:
+        await _write_lines(conn, (6, t["bob"], t["local"], TL), (6, t["dave"], t["local"], -TL))
+    assert refused.value.sqlstate == "HW012"
 
 
 async def test_no_writer_can_postpone_the_balance_check(
-    pool: asyncpg.Pool, two_buckets: dict[str, str]
+    by_hand: asyncpg.Connection, two_buckets: dict[str, str]
 ) -> None:
-    t = two_buckets
-    async with pool.acquire() as conn, conn.transaction():
+    t, conn = two_buckets, by_hand
+    async with conn.transaction():
         await conn.execute("SET CONSTRAINTS ALL DEFERRED")
         # half a transaction is refused at its statement, not at a commit that never comes
         with pytest.raises(asyncpg.PostgresError, match="unbalanced") as refused:

@@ -100,11 +100,11 @@ class LedgerMachine(RuleBasedStateMachine):
         self.pool: asyncpg.Pool = self.run(db.create_pool(self.database, max_size=4, init=init_connection))
         self.ledger = Ledger(LedgerStore(self.pool, transit_legs=self.transit), FEES)
         self.model: dict[str, WalletModel] = {}
-        self.revenue = 0  # every fee charged and not refunded
         self.done: list[Done] = []
         self.prefix = uuid.uuid4().hex[:8]
         self.counter = itertools.count()
         self.expiry_base = datetime.now(UTC) + timedelta(days=1)
+        self.revenue = 0  # every fee charged and not refunded
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)

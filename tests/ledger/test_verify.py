@@ -23,15 +23,6 @@ async def _behind_the_back(pool: asyncpg.Pool, sql: str, *args: object) -> None:
         await conn.execute(sql, *args)
 
 
-# verify names an account as "line <account> v<version>: ..." or "account <account>: ...".
-_NAMED_ACCOUNT = re.compile(r"^(?:line (\S+) v\d+|account (\S+)): ")
-
-
-def _named_account(problem: str) -> str | None:
-    match = _NAMED_ACCOUNT.match(problem)
-    return (match[1] or match[2]) if match else None
-
-
 async def _history(ledger: Ledger) -> tuple[str, str]:
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=21)
     b = await funded_wallet(ledger, "bob", 0, bucket=22)
@@ -44,6 +35,15 @@ async def test_clean_ledger_verifies(ledger: Ledger) -> None:
     await _history(ledger)
     report = await ledger.store.verify()
     assert report.ok and report.transactions >= 4 and report.lines >= 8
+
+
+# verify names an account as "line <account> v<version>: ..." or "account <account>: ...".
+_NAMED_ACCOUNT = re.compile(r"^(?:line (\S+) v\d+|account (\S+)): ")
+
+
+def _named_account(problem: str) -> str | None:
+    match = _NAMED_ACCOUNT.match(problem)
+    return (match[1] or match[2]) if match else None
 
 
 @pytest.mark.parametrize(
