@@ -1,73 +1,155 @@
 """core.coalesce: one writer gathers the biggest batches; a stalled batch gets a spare writer
-for what waits behind it, and the spares leave once nothing is stalled."""
+for what waits behind it, and the spares leave once nothing is stalled.
+
+No test waits for time to pass: the stall timer runs on a clock the test advances by hand
+(``call_later``), and the batch call signals when the stalled batch has started."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from hiwallet.core.coalesce import Coalescer
 
+SPARE_AFTER_S = 0.05
 
-class Batches:
-    """A batch call that records how many batches ran at once; item -1 waits for ``release``."""
+
+@dataclass
+class _Timer:
+    when: float
+    callback: Callable[..., object]
+    args: tuple[Any, ...]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """The coalescer's stall timers, fired only when the test advances the clock."""
 
     def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[_Timer] = []
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> _Timer:
+        timer = _Timer(self.now + delay, callback, args)
+        self.timers.append(timer)
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = sorted((t for t in self.timers if t.when <= self.now and not t.cancelled), key=lambda t: t.when)
+        self.timers = [t for t in self.timers if t.when > self.now and not t.cancelled]
+        for timer in due:
+            timer.callback(*timer.args)
+
+    @property
+    def pending(self) -> int:
+        return sum(not t.cancelled for t in self.timers)
+
+
+class Batches:
+    """A batch call that records how many batches ran at once; item -1 signals ``stalled`` and
+    waits for ``release``."""
+
+    def __init__(self) -> None:
+        self.stalled = asyncio.Event()
         self.release = asyncio.Event()
         self.in_flight = 0
         self.most_in_flight = 0
+        self.done = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def __call__(self, items: Sequence[int]) -> list[str]:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             if -1 in items:
+                self.stalled.set()
                 await self.release.wait()
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0)  # a real batch call suspends at least once
             return [f"answer-{i}" for i in items]
         finally:
             self.in_flight -= 1
+            self.done += 1
+            for target, waiter in self._waiters:
+                if self.done >= target and not waiter.done():
+                    waiter.set_result(None)
+
+    async def batches(self, n: int) -> None:
+        """Until ``n`` more batches have finished."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((self.done + n, waiter))
+        async with asyncio.timeout(10):  # a bound for a test that fails, not a wait for time
+            await waiter
 
 
-async def stalled_then_others(coalescer: Coalescer[int, str], calls: Batches, after_s: float = 0.01) -> bool:
-    """Whether items submitted ``after_s`` behind a stalled batch are answered while it is still
-    stalled."""
+async def settle() -> None:
+    """Run every callback the event loop has ready, and those they make ready: with no I/O and
+    no timer of the loop's own in play, whatever has not happened after this will not happen."""
+    for _ in range(100):
+        await asyncio.sleep(0)
+
+
+def expected(items: Sequence[int]) -> list[str]:
+    return [f"answer-{i}" for i in items]
+
+
+@pytest.mark.parametrize("stalled_first", [False, True], ids=["before it stalls", "once it has stalled"])
+async def test_a_stalled_batch_gets_a_spare_writer(stalled_first: bool) -> None:
+    calls, clock = Batches(), ManualClock()
+    coalescer = Coalescer(
+        calls, writers=2, max_batch=10, spare_after_s=SPARE_AFTER_S, call_later=clock.call_later
+    )
     stalled = asyncio.ensure_future(coalescer.submit(-1))
-    await asyncio.sleep(after_s)  # the stalled batch is in flight
+    await calls.stalled.wait()  # the stalled batch is in flight
+    if stalled_first:
+        clock.advance(SPARE_AFTER_S)
     others = asyncio.ensure_future(asyncio.gather(*(coalescer.submit(i) for i in range(5))))
-    done, _ = await asyncio.wait({others}, timeout=0.5)  # not cancelled if not done
-    assert not stalled.done()
+    if not stalled_first:
+        # one writer until the batch in flight has been so for spare_after_s, not a moment less
+        clock.advance(SPARE_AFTER_S * 0.99)
+        await settle()
+        assert not others.done() and calls.most_in_flight == 1
+        clock.advance(SPARE_AFTER_S * 0.01)
+    async with asyncio.timeout(10):  # a bound for a test that fails
+        assert await others == expected(range(5))
+    assert not stalled.done() and calls.most_in_flight == 2
     calls.release.set()
     assert await stalled == "answer--1"
-    assert await others == [f"answer-{i}" for i in range(5)]
-    return others in done
-
-
-@pytest.mark.parametrize("after_s", [0.01, 0.1], ids=["before it stalls", "once it has stalled"])
-async def test_a_stalled_batch_gets_a_spare_writer(after_s: float) -> None:
-    calls = Batches()
-    coalescer = Coalescer(calls, writers=2, max_batch=10, spare_after_s=0.05)
-    assert await stalled_then_others(coalescer, calls, after_s)
 
 
 async def test_without_spares_one_writer_holds_the_rest_back() -> None:
-    calls = Batches()
-    coalescer = Coalescer(calls, writers=1, max_batch=10, spare_after_s=None)
-    assert not await stalled_then_others(coalescer, calls)
+    calls, clock = Batches(), ManualClock()
+    coalescer = Coalescer(calls, writers=1, max_batch=10, spare_after_s=None, call_later=clock.call_later)
+    stalled = asyncio.ensure_future(coalescer.submit(-1))
+    await calls.stalled.wait()
+    others = asyncio.ensure_future(asyncio.gather(*(coalescer.submit(i) for i in range(5))))
+    clock.advance(3600)
+    await settle()
+    assert not others.done() and not stalled.done() and clock.timers == []
+    calls.release.set()
+    assert await stalled == "answer--1"
+    assert await others == expected(range(5))
 
 
 async def load(coalescer: Coalescer[int, str], waves: int = 20) -> None:
     for wave in range(waves):
         items = range(wave * 8, wave * 8 + 8)
-        assert await asyncio.gather(*(coalescer.submit(i) for i in items)) == [f"answer-{i}" for i in items]
+        assert await asyncio.gather(*(coalescer.submit(i) for i in items)) == expected(items)
 
 
 async def test_with_spares_one_writer_drains_while_nothing_stalls() -> None:
-    calls = Batches()
-    await load(Coalescer(calls, writers=4, max_batch=3, spare_after_s=0.5))
+    calls, clock = Batches(), ManualClock()
+    await load(Coalescer(calls, writers=4, max_batch=3, spare_after_s=0.5, call_later=clock.call_later))
     assert calls.most_in_flight == 1
+    # every batch started its stall timer and cancelled it when it ended
+    assert len(clock.timers) >= 20 * 8 // 3 and clock.pending == 0
     # The control: spares at once (no spare_after_s), several batches run together.
     calls = Batches()
     await load(Coalescer(calls, writers=4, max_batch=3))
@@ -77,8 +159,10 @@ async def test_with_spares_one_writer_drains_while_nothing_stalls() -> None:
 async def test_the_spares_leave_once_the_stall_is_over() -> None:
     """Under steady load (more waiting than one batch takes), spares drain beside a stalled
     batch, and once it is over one writer drains again."""
-    calls = Batches()
-    coalescer = Coalescer(calls, writers=3, max_batch=2, spare_after_s=0.05)
+    calls, clock = Batches(), ManualClock()
+    coalescer = Coalescer(
+        calls, writers=3, max_batch=2, spare_after_s=SPARE_AFTER_S, call_later=clock.call_later
+    )
     running = True
 
     async def client(k: int) -> None:
@@ -88,16 +172,19 @@ async def test_the_spares_leave_once_the_stall_is_over() -> None:
             i += 1
 
     clients = [asyncio.ensure_future(client(k)) for k in range(8)]
-    await asyncio.sleep(0.05)
+    await calls.batches(20)
     assert calls.most_in_flight == 1
     stalled = asyncio.ensure_future(coalescer.submit(-1))
-    await asyncio.sleep(0.2)
-    assert calls.most_in_flight == 2  # the stalled batch and one spare
+    await calls.stalled.wait()
+    clock.advance(SPARE_AFTER_S)
+    await calls.batches(20)  # drained by the spare while the stalled batch waits
+    assert not stalled.done()
+    assert calls.most_in_flight == 2  # the stalled batch and one spare, though 3 are allowed
     calls.release.set()
     assert await stalled == "answer--1"
-    await asyncio.sleep(0.05)  # the spare leaves after the batch it is in
+    # the stalled batch's writer left as its batch ended: from here on, one writer
     calls.most_in_flight = calls.in_flight
-    await asyncio.sleep(0.2)
+    await calls.batches(20)
     running = False
     await asyncio.gather(*clients)
     assert calls.most_in_flight == 1

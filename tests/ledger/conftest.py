@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 import asyncpg
 import pytest
@@ -15,6 +16,19 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 # The architecture document's examples are in lira; the ledger counts kuruş.
 TL = 100
 FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL))
+
+
+def documented_fee(amount_minor: int, policy: FeePolicy) -> int:
+    """The fee as docs/ledger.md states it, computed apart from the code under test: ``bps`` of
+    the amount in exact decimal arithmetic, rounded half up to the kuruş, at least
+    ``min_minor``, plus ``fixed_minor``. Tests compare the ledger against this, never against
+    ``FeePolicy.fee`` itself."""
+    with localcontext() as exact:
+        exact.prec = 60  # 10**15 × 10,000 has 20 digits: no rounding before the one we mean
+        proportional = (Decimal(amount_minor) * policy.bps / 10_000).quantize(
+            Decimal(1), rounding=ROUND_HALF_UP
+        )
+    return max(int(proportional), policy.min_minor) + policy.fixed_minor
 
 
 @pytest.fixture

@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hiwallet.ledger.accounts import Role, cash_account, promo_account, system_account
 from hiwallet.ledger.errors import HoldNotUsable, InsufficientFunds, NothingToExpire, NotRefundable
 from hiwallet.ledger.model import PostResult, TxType
+from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, FeePolicy
 from hiwallet.ledger.service import Ledger
-from tests.ledger.conftest import TL, assert_verified, cash, funded_wallet
+from tests.ledger.conftest import TL, assert_verified, cash, documented_fee, funded_wallet
 
 A, B = 7, 900  # two buckets, so that transfers cross shards as they will on Citus
 
@@ -67,6 +70,82 @@ async def test_payment_with_fee(ledger: Ledger) -> None:
     await assert_verified(ledger.store)
 
 
+# Half-up rounding at its edges, each fee worked out by hand: (fee policy, amount, fee).
+MAX = MAX_AMOUNT_MINOR
+FEE_EDGES = [
+    (FeePolicy(bps=200), 1, 0),  # the smallest amount: 0.02 kuruş
+    (FeePolicy(bps=200), 24, 0),  # 0.48
+    (FeePolicy(bps=200), 25, 1),  # exactly 0.5: up
+    (FeePolicy(bps=200), 26, 1),  # 0.52
+    (FeePolicy(bps=200), 75, 2),  # 1.5: up
+    (FeePolicy(bps=200), 125, 3),  # 2.5: up (to even would give 2)
+    (FeePolicy(bps=150), 33, 0),  # 0.495: x.49…, down
+    (FeePolicy(bps=150), 34, 1),  # 0.51
+    (FeePolicy(bps=1), 4_999, 0),  # 0.4999
+    (FeePolicy(bps=1), 5_000, 1),  # 0.5
+    (FeePolicy(bps=1), 5_001, 1),  # 0.5001
+    (FeePolicy(bps=1), 14_999, 1),  # 1.4999
+    (FeePolicy(bps=1), 15_000, 2),  # 1.5
+    (FeePolicy(bps=200), MAX, 20_000_000_000_000),  # the largest amount
+    (FeePolicy(bps=200), MAX - 25, 20_000_000_000_000),  # 19,999,999,999,999.5: up
+    (FeePolicy(bps=1), MAX - 5_000, 100_000_000_000),  # 99,999,999,999.5: up
+    (FeePolicy(bps=1), MAX - 5_001, 99_999_999_999),  # 99,999,999,999.4999: down
+    (FeePolicy(bps=10_000), MAX, MAX),  # all of it
+    (FeePolicy(bps=21), 737_361_557_222_619, 1_548_459_270_167),  # …167.4999: down (a float says up)
+    (FeePolicy(bps=200, min_minor=100), 25, 100),  # the minimum wins
+    (FeePolicy(bps=200, min_minor=100), 5_025, 101),  # 100.5 rounds up past the minimum
+    (FeePolicy(bps=200, fixed_minor=2 * TL), 25, 201),  # fixed on top of the rounded part
+    (FeePolicy(fixed_minor=2 * TL), MAX, 2 * TL),  # the withdrawal fee: flat
+]
+
+
+@pytest.mark.parametrize(("policy", "amount", "fee"), FEE_EDGES)
+def test_fee_rounds_half_up_at_its_edges(policy: FeePolicy, amount: int, fee: int) -> None:
+    assert documented_fee(amount, policy) == fee  # the tests' own reading of the docs agrees
+    assert policy.fee(amount) == fee
+
+
+@st.composite
+def amounts_and_bps(draw: st.DrawFn) -> tuple[int, int]:
+    """Any amount, or one within a few kuruş of a fee of exactly x.5 kuruş (where half up,
+    half down, half to even and floating point part ways)."""
+    bps = draw(st.integers(1, 10_000) | st.sampled_from([1, 2, 5, 25, 150, 200, 10_000]))
+    if draw(st.booleans()):
+        return draw(st.integers(1, MAX_AMOUNT_MINOR)), bps
+    top = MAX_AMOUNT_MINOR * bps // 10_000
+    # a fee of half + 0.5; near the top too, where a float has lost the half already
+    half = draw(st.integers(0, top) | st.integers(max(0, top - 1_000), top))
+    amount = -(-(2 * half + 1) * 5_000 // bps) + draw(st.integers(-2, 2))
+    return min(max(amount, 1), MAX_AMOUNT_MINOR), bps
+
+
+@settings(max_examples=40 * settings.default.max_examples, deadline=None)
+@given(amount_bps=amounts_and_bps(), min_minor=st.integers(0, 1_000), fixed_minor=st.integers(0, 1_000))
+def test_fee_is_the_documented_half_up(amount_bps: tuple[int, int], min_minor: int, fixed_minor: int) -> None:
+    amount, bps = amount_bps
+    policy = FeePolicy(bps=bps, min_minor=min_minor, fixed_minor=fixed_minor)
+    assert policy.fee(amount) == documented_fee(amount, policy)
+
+
+@pytest.mark.parametrize(
+    ("amount", "fee"),
+    [(1, 0), (24, 0), (25, 1), (26, 1), (MAX - 25, 20_000_000_000_000), (MAX, 20_000_000_000_000)],
+)
+async def test_payment_fee_at_the_edges_reaches_revenue(ledger: Ledger, amount: int, fee: int) -> None:
+    """The ledger's fixture charges 2 %: the payer pays the amount and the rounded fee, exactly,
+    and revenue gets the fee (no revenue leg at all when it rounds to nothing)."""
+    payer = await funded_wallet(ledger, "alice", amount, bucket=A)
+    await ledger.topup("fee-money", payer, fee or 1, provider="stripe", actor="test", ref="fee")
+    merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
+    r = await ledger.payment("pay1", payer, merchant, amount, actor="alice", ref="order-1")
+    expected = {cash_account(payer): -(amount + fee), cash_account(merchant): amount}
+    if fee:
+        expected[revenue(A)] = fee
+    assert legs(r) == expected
+    assert await cash(ledger, payer) == (0 if fee else 1)
+    await assert_verified(ledger.store)
+
+
 async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> None:
     payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
@@ -110,12 +189,16 @@ async def test_payment_spends_promo_first_earliest_expiring(ledger: Ledger) -> N
 async def test_expired_promo_is_not_spent(ledger: Ledger) -> None:
     payer = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
-    await ledger.promo_grant(
-        "g1", payer, 10 * TL, expires_at=datetime.now(UTC) + timedelta(milliseconds=1), actor="ops", ref="c"
+    # expired a second ago (no waiting for a grant to expire), and a live one beside it
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await ledger.promo_grant("g1", payer, 10 * TL, expires_at=past, actor="ops", ref="c")
+    live = await ledger.promo_grant(
+        "g2", payer, 3 * TL, expires_at=datetime.now(UTC) + timedelta(days=1), actor="ops", ref="c"
     )
-    await ledger.store._pool.execute("SELECT pg_sleep(0.01)")
     r = await ledger.payment("pay1", payer, merchant, 10 * TL, actor="alice", ref="o")
-    assert promo_account(payer) not in legs(r)
+    assert legs(r)[promo_account(payer)] == -3 * TL  # the live batch only
+    assert {b.id: b.remaining for b in await ledger.store.promo_batches(payer)}[live.id] == 0
+    assert (await ledger.store.wallet_balance(payer)).promo == 10 * TL  # the expired one, untouched
 
 
 async def test_promo_grant_business_and_campaign(ledger: Ledger) -> None:
@@ -160,19 +243,23 @@ async def test_promo_expiry_returns_remaining_to_funder_or_breakage(ledger: Ledg
     business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
     merchant = await funded_wallet(ledger, "shop", 0, bucket=B)
-    soon = datetime.now(UTC) + timedelta(milliseconds=300)
+    # Spent while live, then expired: the posting function reads the database's clock, so the
+    # test lets that clock pass the expiry (pg_sleep_until: until the very instant, not a guessed
+    # duration); the expiry job's own clock is passed in. The second leaves room for the spend.
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    last = soon + timedelta(milliseconds=1)
     await ledger.promo_grant(
         "g1", customer, 40 * TL, expires_at=soon, actor="acme", ref="p", business=business
     )
-    await ledger.promo_grant(
-        "g2", customer, 10 * TL, expires_at=soon + timedelta(milliseconds=100), actor="ops", ref="c"
-    )
+    await ledger.promo_grant("g2", customer, 10 * TL, expires_at=last, actor="ops", ref="c")
     # spend 20.40 of it: the business batch (earliest) keeps 19.60
-    await ledger.payment("pay", customer, merchant, 20 * TL, actor="alice", ref="o")
-    assert await ledger.expire_promos(actor="job", now=datetime.now(UTC)) == 0  # nothing expired yet
+    r = await ledger.payment("pay", customer, merchant, 20 * TL, actor="alice", ref="o")
+    assert legs(r)[promo_account(customer)] == -(20 * TL + 40)  # spent before the expiry
+    before = soon - timedelta(microseconds=1)
+    assert await ledger.expire_promos(actor="job", now=before) == 0  # nothing expired yet
 
-    later = datetime.now(UTC) + timedelta(seconds=5)
-    await ledger.store._pool.execute("SELECT pg_sleep(0.5)")
+    await ledger.store._pool.execute("SELECT pg_sleep_until($1)", last)
+    later = last
     assert await ledger.expire_promos(actor="job", now=later) == 2
     lines = (await ledger.store.statement(promo_account(customer))).lines
     expiry = [line for line in lines if line.type == "promo_expiry"]

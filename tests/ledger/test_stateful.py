@@ -28,14 +28,23 @@ from hypothesis.stateful import (
 )
 
 from hiwallet.core import db
-from hiwallet.ledger.errors import HoldNotUsable, InsufficientFunds, TransactionIdReused
+from hiwallet.ledger.errors import HoldNotUsable, InsufficientFunds, InvalidPosting, TransactionIdReused
 from hiwallet.ledger.model import PostResult
+from hiwallet.ledger.rules import MAX_AMOUNT_MINOR
 from hiwallet.ledger.service import Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 from tests import pgtemplate
-from tests.ledger.conftest import FEES
+from tests.ledger.conftest import FEES, documented_fee
 
 amounts = st.integers(min_value=1, max_value=5_000)
+# Payments also at the edges of the fee's half-up rounding. The fixture's fee is 2 % (checked
+# here, the edges are worked out for it): 25 + 50k kuruş pay exactly x.5 kuruş of fee (rounded
+# up), 24 + 50k pay x.48 (down), 26 + 50k pay x.52 (up); and the smallest and largest amounts.
+assert FEES.payment.bps == 200 and FEES.payment.min_minor == FEES.payment.fixed_minor == 0
+fee_edges = st.integers(0, 99).flatmap(lambda k: st.sampled_from([50 * k + 24, 50 * k + 25, 50 * k + 26]))
+payment_amounts = amounts | fee_edges | st.sampled_from([1, MAX_AMOUNT_MINOR])
+# The largest top-up too, so that a wallet can afford the largest payment.
+topup_amounts = amounts | st.just(MAX_AMOUNT_MINOR)
 
 
 @dataclass
@@ -97,6 +106,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.prefix = uuid.uuid4().hex[:8]
         self.counter = itertools.count()
         self.expiry_base = datetime.now(UTC) + timedelta(days=1)
+        self.revenue = 0  # every fee charged and not refunded
 
     def run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
@@ -119,6 +129,14 @@ class LedgerMachine(RuleBasedStateMachine):
     def first_wallet(self) -> str:
         return self._open(0)
 
+    # A second wallet with money from the start, so that payments, transfers and grants between
+    # two wallets can run from the first step (the rules for two wallets have it as precondition).
+    @initialize(target=wallets, amount=topup_amounts)
+    def second_wallet(self, amount: int) -> str:
+        wallet = self._open(2)
+        self.topup(wallet, amount, "stripe")
+        return wallet
+
     @rule(target=wallets, bucket=st.sampled_from([1, 2, 517, 1023]))
     def open_wallet(self, bucket: int) -> str:
         return self._open(bucket)
@@ -128,26 +146,77 @@ class LedgerMachine(RuleBasedStateMachine):
         self.model[wallet] = WalletModel(wallet)
         return wallet
 
-    @rule(wallet=wallets, amount=amounts, provider=st.sampled_from(["stripe", "bank"]))
+    def other(self, data: st.DataObject, wallet: str) -> str:
+        """Another wallet than ``wallet`` (the rules that need one have two as precondition)."""
+        return data.draw(st.sampled_from(sorted(set(self.model) - {wallet})))
+
+    @rule(wallet=wallets, amount=topup_amounts, provider=st.sampled_from(["stripe", "bank"]))
     def topup(self, wallet: str, amount: int, provider: str) -> None:
         self._post("topup", (self.key(), wallet, amount), {"provider": provider, "actor": "p", "ref": "r"})
 
-    @rule(sender=wallets, receiver=wallets, amount=amounts)
-    def transfer(self, sender: str, receiver: str, amount: int) -> None:
-        if sender == receiver:
-            return
+    @precondition(lambda self: len(self.model) >= 2)
+    @rule(sender=wallets, data=st.data(), amount=amounts)
+    def transfer(self, sender: str, data: st.DataObject, amount: int) -> None:
+        receiver = self.other(data, sender)
         self._post("transfer", (self.key(), sender, receiver, amount), {"actor": "a", "ref": "r"})
 
-    @rule(payer=wallets, merchant=wallets, amount=amounts)
-    def payment(self, payer: str, merchant: str, amount: int) -> None:
-        if payer == merchant:
-            return
+    @precondition(lambda self: len(self.model) >= 2)
+    @rule(payer=wallets, data=st.data(), amount=payment_amounts)
+    def payment(self, payer: str, data: st.DataObject, amount: int) -> None:
+        merchant = self.other(data, payer)
         self._post("payment", (self.key(), payer, merchant, amount), {"actor": "a", "ref": "r"})
 
-    @rule(customer=wallets, business=st.none() | wallets, amount=amounts, expired=st.booleans())
-    def promo_grant(self, customer: str, business: str | None, amount: int, expired: bool) -> None:
-        if business == customer:
-            return
+    @precondition(lambda self: len(self.model) >= 2 and bool(self._fee_edge_payers()))
+    @rule(data=st.data(), edge=st.sampled_from([24, 25, 26]))
+    def payment_at_a_fee_edge(self, data: st.DataObject, edge: int) -> None:
+        """A payment the payer can afford whose 2 % fee is x.48, x.5 or x.52 kuruş (50k + 24, 25
+        or 26 kuruş): posted, always, so the rounding is checked on every run."""
+        payer = data.draw(st.sampled_from(self._fee_edge_payers()))
+        budget = self._fee_edge_budget(payer)
+        assert budget is not None
+        amount = 50 * data.draw(st.integers(0, budget)) + edge
+        if self.model[payer].cash - self.model[payer].held >= MAX_AMOUNT_MINOR + MAX_AMOUNT_MINOR // 50:
+            amount = data.draw(st.sampled_from([amount, MAX_AMOUNT_MINOR]))  # and the largest
+        merchant = self.other(data, payer)
+        posted = len(self.done)
+        self._post("payment", (self.key(), payer, merchant, amount), {"actor": "a", "ref": "r"})
+        assert len(self.done) == posted + 1
+
+    def _fee_edge_payers(self) -> list[str]:
+        return sorted(w for w in self.model if self._fee_edge_budget(w) is not None)
+
+    def _fee_edge_budget(self, wallet: str) -> int | None:
+        """The largest k such that a payment of 50k + 26 and its fee (51k + 27 in all) is within
+        the wallet's cash; None if not even k = 0 is."""
+        m = self.model[wallet]
+        return min((m.cash - m.held - 27) // 51, 10**9) if m.cash - m.held >= 27 else None
+
+    @rule(wallet=wallets, kind=st.sampled_from(["transfer", "payment", "promo_grant"]), amount=amounts)
+    def to_itself(self, wallet: str, kind: str, amount: int) -> None:
+        """A wallet paying itself is refused before anything is written."""
+        before = self.snapshot()
+        with pytest.raises(InvalidPosting):
+            if kind == "promo_grant":
+                expires_at = self.expiry_base
+                self.run(
+                    self.ledger.promo_grant(
+                        self.key(), wallet, amount, expires_at=expires_at, actor="a", ref="r", business=wallet
+                    )
+                )
+            else:
+                self.run(getattr(self.ledger, kind)(self.key(), wallet, wallet, amount, actor="a", ref="r"))
+        assert self.snapshot() == before
+
+    @rule(customer=wallets, amount=amounts, expired=st.booleans())
+    def campaign_promo_grant(self, customer: str, amount: int, expired: bool) -> None:
+        self._promo_grant(customer, None, amount, expired)
+
+    @precondition(lambda self: len(self.model) >= 2)
+    @rule(customer=wallets, data=st.data(), amount=amounts, expired=st.booleans())
+    def business_promo_grant(self, customer: str, data: st.DataObject, amount: int, expired: bool) -> None:
+        self._promo_grant(customer, self.other(data, customer), amount, expired)
+
+    def _promo_grant(self, customer: str, business: str | None, amount: int, expired: bool) -> None:
         # An already-expired grant can never be spent and waits for the expiry job; a live one
         # gets its own expiry time, so the spending order is unambiguous.
         n = next(self.counter)
@@ -177,38 +246,43 @@ class LedgerMachine(RuleBasedStateMachine):
     def hold(self, wallet: str, amount: int) -> None:
         m = self.model[wallet]
         key = f"h-{self.key()}"
-        try:
+        if m.cash - m.held < amount:
+            before = self.snapshot()
+            with pytest.raises(InsufficientFunds):
+                self.run(self.ledger.hold(wallet, key, amount))
+            assert self.snapshot() == before
+        else:
             self.run(self.ledger.hold(wallet, key, amount))
-        except InsufficientFunds:
-            assert m.cash - m.held < amount
-            return
-        assert m.cash - m.held >= amount
-        m.held += amount
-        m.holds[key] = amount
+            m.held += amount
+            m.holds[key] = amount
 
-    @precondition(lambda self: any(m.holds for m in self.model.values()))
-    @rule(data=st.data(), capture=st.booleans())
-    def close_hold(self, data: st.DataObject, capture: bool) -> None:
+    def _take_hold(self, data: st.DataObject) -> tuple[str, str, int]:
+        """A pending hold drawn from the model, closed there: (wallet, key, amount)."""
         wallet = data.draw(st.sampled_from(sorted(w for w, m in self.model.items() if m.holds)))
         m = self.model[wallet]
         key = data.draw(st.sampled_from(sorted(m.holds)))
         amount = m.holds.pop(key)
         m.held -= amount
-        if capture:
-            others = sorted(set(self.model) - {wallet})
-            if not others:
-                m.holds[key], m.held = amount, m.held + amount
-                return
-            dest = data.draw(st.sampled_from(others))
-            taken = data.draw(st.integers(1, amount))
-            self.run(self.ledger.capture(wallet, key, taken, dest, actor="a", ref="r"))
-            m.cash -= taken
-            self.model[dest].cash += taken
-            with pytest.raises(HoldNotUsable):
-                self.run(self.ledger.release(wallet, key))
-        else:
+        return wallet, key, amount
+
+    @precondition(lambda self: len(self.model) >= 2 and any(m.holds for m in self.model.values()))
+    @rule(data=st.data())
+    def capture_hold(self, data: st.DataObject) -> None:
+        wallet, key, amount = self._take_hold(data)
+        dest = self.other(data, wallet)
+        taken = data.draw(st.integers(1, amount))
+        self.run(self.ledger.capture(wallet, key, taken, dest, actor="a", ref="r"))
+        self.model[wallet].cash -= taken
+        self.model[dest].cash += taken
+        with pytest.raises(HoldNotUsable):
             self.run(self.ledger.release(wallet, key))
-            assert self.run(self.ledger.release(wallet, key)).replayed
+
+    @precondition(lambda self: any(m.holds for m in self.model.values()))
+    @rule(data=st.data())
+    def release_hold(self, data: st.DataObject) -> None:
+        wallet, key, _ = self._take_hold(data)
+        self.run(self.ledger.release(wallet, key))
+        assert self.run(self.ledger.release(wallet, key)).replayed
 
     @precondition(lambda self: any(not d.refunded and d.undo for d in self.done))
     @rule(data=st.data())
@@ -216,14 +290,17 @@ class LedgerMachine(RuleBasedStateMachine):
         done = data.draw(st.sampled_from([d for d in self.done if not d.refunded and d.undo]))
         undo = done.undo
         receiver = self.model[undo["receiver"]]
-        try:
-            result = self.run(self.ledger.refund(done.result.id, actor="a"))
-        except InsufficientFunds:
-            assert receiver.cash - receiver.held < undo["received"]
-            return
+        if receiver.cash - receiver.held < undo["received"]:
+            before = self.snapshot()
+            with pytest.raises(InsufficientFunds):
+                self.run(self.ledger.refund(done.result.id, actor="a"))
+            assert self.snapshot() == before
+            return  # refused, and checked: nothing was written
+        result = self.run(self.ledger.refund(done.result.id, actor="a"))
         assert not result.replayed
         done.refunded = True
         receiver.cash -= undo["received"]
+        self.revenue -= undo["fee"]
         payer = self.model[undo["payer"]]
         payer.cash += undo["cash"]
         for batch, amount in undo["promo"]:
@@ -248,7 +325,8 @@ class LedgerMachine(RuleBasedStateMachine):
             st.sampled_from([d for d in self.done if d.call[0] in ("transfer", "payment", "topup")])
         )
         name, args, kwargs = done.call
-        changed = (*args[:-1], args[-1] + extra)
+        amount = args[-1]  # changed within the valid range, so only the reuse is wrong
+        changed = (*args[:-1], amount + extra if amount + extra <= MAX_AMOUNT_MINOR else amount - extra)
         before = self.snapshot()
         with pytest.raises(TransactionIdReused):
             self.run(getattr(self.ledger, name)(*changed, **kwargs))
@@ -258,12 +336,13 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def _post(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         expected = self._expect(name, args, kwargs)
-        try:
-            result = self.run(getattr(self.ledger, name)(*args, **kwargs))
-        except InsufficientFunds:
-            assert expected is None, f"{name} refused but the model had the funds"
+        if expected is None:  # the model lacks the funds: refused, and nothing written
+            before = self.snapshot()
+            with pytest.raises(InsufficientFunds):
+                self.run(getattr(self.ledger, name)(*args, **kwargs))
+            assert self.snapshot() == before
             return
-        assert expected is not None, f"{name} posted but the model lacked the funds"
+        result = self.run(getattr(self.ledger, name)(*args, **kwargs))
         assert not result.replayed
         self.done.append(Done((name, args, kwargs), result, expected.pop("undo")))
         for apply in expected["apply"]:
@@ -286,11 +365,19 @@ class LedgerMachine(RuleBasedStateMachine):
 
             return {
                 "apply": [move],
-                "undo": {"payer": s, "receiver": r, "received": amount, "cash": amount, "promo": []},
+                "undo": {
+                    "payer": s,
+                    "receiver": r,
+                    "received": amount,
+                    "cash": amount,
+                    "fee": 0,
+                    "promo": [],
+                },
             }
         if name == "payment":
             _, payer, merchant, amount = args
-            total = amount + FEES.payment.fee(amount)
+            fee = documented_fee(amount, FEES.payment)
+            total = amount + fee
             spends: list[tuple[Batch, int]] = []
             left = total
             for b in m[payer].live_promo():
@@ -306,6 +393,7 @@ class LedgerMachine(RuleBasedStateMachine):
                     b.remaining -= take
                 m[payer].cash -= left
                 m[merchant].cash += amount
+                self.revenue += fee
 
             return {
                 "apply": [pay],
@@ -314,6 +402,7 @@ class LedgerMachine(RuleBasedStateMachine):
                     "receiver": merchant,
                     "received": amount,
                     "cash": left,
+                    "fee": fee,
                     "promo": spends,
                 },
             }
@@ -348,6 +437,13 @@ class LedgerMachine(RuleBasedStateMachine):
             assert (b.cash, b.promo, b.held) == (m.cash, m.promo, m.held), wallet
 
     @invariant()
+    def revenue_holds_every_fee(self) -> None:
+        revenue = self.run(
+            self.pool.fetchval("SELECT coalesce(sum(balance), 0) FROM ledger.accounts WHERE role = 'revenue'")
+        )
+        assert revenue == self.revenue
+
+    @invariant()
     def ledger_invariants_hold(self) -> None:
         row = self.run(
             self.pool.fetchrow(
@@ -373,9 +469,9 @@ def test_any_sequence_keeps_every_invariant(wallet_template: str, transit: bool)
     LedgerMachine.transit = transit
     run_state_machine_as_test(
         LedgerMachine,
+        # examples and steps come from the Hypothesis profile (tests/conftest.py): 25 × 30 by
+        # default, more with HYPOTHESIS_PROFILE=long
         settings=settings(
-            max_examples=25,
-            stateful_step_count=30,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),

@@ -8,6 +8,7 @@ import asyncio
 import random
 from typing import Any
 
+import asyncpg
 import pytest
 
 from hiwallet.ledger.accounts import cash_account
@@ -106,6 +107,17 @@ async def test_one_sender_many_at_once_never_over_its_limit(api: WalletApi) -> N
     await api.verify()
 
 
+async def someone_waits_for(conn: asyncpg.Connection) -> None:
+    """Until a backend waits for a lock ``conn`` holds. PostgreSQL announces no lock wait, so
+    the condition itself is polled (not a guessed duration), bounded for a test that fails."""
+    pid = conn.get_server_pid()
+    async with asyncio.timeout(10):
+        while not await conn.fetchval(  # noqa: ASYNC110 (no event to wait on: polled condition)
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))", pid
+        ):
+            await asyncio.sleep(0.005)
+
+
 @pytest.mark.parametrize(
     ("wallet_api_settings", "others_go_on"),
     [({}, True), ({"transfer_spare_after_ms": 0, "transfer_writers": 1}, False)],
@@ -126,10 +138,14 @@ async def test_a_transfer_stuck_on_a_lock_does_not_hold_back_the_others(
             "SELECT 1 FROM ledger.accounts WHERE id = $1 FOR UPDATE", cash_account(alice.wallet_id)
         )
         stuck = asyncio.ensure_future(api.transfer(alice, bob.number, TL))
-        await asyncio.sleep(0.2)  # its batch is waiting for the lock
+        await someone_waits_for(conn)  # its batch is waiting for the lock
         other = asyncio.ensure_future(api.transfer(carol, dave.number, TL))
-        done, _ = await asyncio.wait({other}, timeout=1.0)
-        assert (other in done) is others_go_on
+        if others_go_on:  # a spare writer starts after transfer_spare_after_ms and takes it
+            async with asyncio.timeout(10):  # a bound for a test that fails
+                await asyncio.shield(other)
+        else:  # behind the one writer, it waits as long as the lock is held: a second shows it
+            done, _ = await asyncio.wait({other}, timeout=1.0)
+            assert not done
         assert not stuck.done()
     assert (await stuck).status_code == 201
     assert (await other).status_code == 201

@@ -27,10 +27,21 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Timer(Protocol):
+    """What starts the stall timer: ``loop.call_later`` by default; a test passes a clock it
+    advances by hand, so that when a batch counts as stalled does not depend on the machine."""
+
+    def __call__(self, delay: float, callback: Callable[..., object], *args: Any) -> Cancellable: ...
 
 
 class _Stall:
@@ -51,6 +62,7 @@ class Coalescer(Generic[Item, Result]):
         max_batch: int,
         conflict_key: Callable[[Item], Hashable] | None = None,
         spare_after_s: float | None = None,
+        call_later: Timer | None = None,
     ) -> None:
         assert writers >= 1 and max_batch >= 1
         assert spare_after_s is None or spare_after_s > 0
@@ -60,6 +72,7 @@ class Coalescer(Generic[Item, Result]):
         self._max_batch = max_batch
         self._conflict_key = conflict_key
         self._spare_after_s = spare_after_s
+        self._call_later = call_later
         self._active = 0  # writers draining now
         self._stalled = 0  # batches in flight for longer than spare_after_s
         self._tasks: set[asyncio.Task[None]] = set()  # references, so none is collected mid-flight
@@ -127,7 +140,9 @@ class Coalescer(Generic[Item, Result]):
             batch = self._take()
             stall = _Stall()
             timer = (
-                asyncio.get_running_loop().call_later(self._spare_after_s, self._on_stall, stall)
+                (self._call_later or asyncio.get_running_loop().call_later)(
+                    self._spare_after_s, self._on_stall, stall
+                )
                 if spares and self._spare_after_s is not None
                 else None
             )
