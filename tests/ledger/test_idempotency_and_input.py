@@ -7,7 +7,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from hiwallet.ledger import rules
+from hiwallet.ledger import errors, rules
 from hiwallet.ledger.accounts import cash_account
 from hiwallet.ledger.errors import (
     AccountNotFound,
@@ -225,5 +225,6 @@ async def test_the_database_refuses_a_line_that_belongs_to_nothing(
 
 
 async def test_a_rule_cannot_build_unbalanced_legs() -> None:
-    with pytest.raises(AssertionError, match="unbalanced"):
+    # A guard that raises (python -O keeps it), as a defect: never a refusal of the request.
+    with pytest.raises(errors.LedgerInternalError, match="unbalanced"):
         rules.assert_balanced([Leg("0001:a", 1, "TRY"), Leg("0001:b", -2, "TRY")])

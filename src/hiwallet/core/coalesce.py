@@ -64,8 +64,10 @@ class Coalescer(Generic[Item, Result]):
         spare_after_s: float | None = None,
         call_later: Timer | None = None,
     ) -> None:
-        assert writers >= 1 and max_batch >= 1
-        assert spare_after_s is None or spare_after_s > 0
+        if writers < 1 or max_batch < 1:
+            raise ValueError(f"a coalescer needs writers >= 1 and max_batch >= 1: {writers}, {max_batch}")
+        if spare_after_s is not None and spare_after_s <= 0:
+            raise ValueError(f"spare_after_s must be positive or None: {spare_after_s}")
         self._call_batch = call_batch
         self._queue: deque[tuple[Item, asyncio.Future[Result]]] = deque()
         self._max_writers = writers

@@ -279,7 +279,8 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 
 async def _on_oauth_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, OAuthError)
+    if not isinstance(exc, OAuthError):  # registered for OAuthError: a wiring mistake
+        raise exc
     headers = dict(NO_STORE)
     if isinstance(exc, InvalidToken):
         headers["WWW-Authenticate"] = f'Bearer error="invalid_token", error_description="{exc.detail}"'
@@ -287,7 +288,8 @@ async def _on_oauth_error(request: Request, exc: Exception) -> Response:
 
 
 async def _on_login_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, LoginPageError)
+    if not isinstance(exc, LoginPageError):  # registered for LoginPageError: a wiring mistake
+        raise exc
     realm: Realm = request.app.state.realm
     page = login.Page("message.html", {"message": exc.detail or exc.title}, status=exc.status)
     return render(realm, page)

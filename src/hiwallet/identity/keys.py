@@ -100,7 +100,8 @@ class KeyRing:
 
     async def sign(self, claims: dict[str, Any]) -> str:
         await self._refresh()
-        assert self._active is not None
+        if self._active is None:  # _refresh ensures a signing key; none means the key table broke
+            raise RuntimeError("no active signing key after a refresh")
         header = {"alg": ALGORITHM, "typ": "JWT", "kid": self._active.kid}
         return jwt.encode(header, claims, self._active.key, algorithms=[ALGORITHM])
 

@@ -25,7 +25,7 @@ from hiwallet.ledger.accounts import (
     promo_account,
     system_account,
 )
-from hiwallet.ledger.errors import InvalidPosting, NotRefundable
+from hiwallet.ledger.errors import InvalidPosting, LedgerInternalError, NotRefundable
 from hiwallet.ledger.model import REFUNDABLE, Leg, Posting, TransactionView, TxType
 
 # Larger than any sane amount and far below bigint's limit, so sums of many legs cannot overflow.
@@ -115,7 +115,8 @@ def assert_balanced(legs: Iterable[Leg]) -> None:
         totals[leg.currency] += leg.amount
     unbalanced = {c: t for c, t in totals.items() if t != 0}
     # Placeholder legs (0) are filled under the locks; rules build them so totals still hold.
-    assert not unbalanced, f"posting rule built unbalanced legs: {unbalanced}"
+    if unbalanced:  # a defect of a rule, never of the request: not a refusal (a 500)
+        raise LedgerInternalError(f"posting rule built unbalanced legs: {unbalanced}")
 
 
 def _distinct_wallets(a: str, b: str) -> None:

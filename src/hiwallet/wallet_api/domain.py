@@ -149,7 +149,8 @@ def check_may_send(kind: AccountKind, tier: Tier | None, type_: TxType) -> None:
     """Unknown moves nothing; Unverified pays businesses but sends no transfer."""
     if kind is AccountKind.BUSINESS:
         return
-    assert tier is not None
+    if tier is None:  # a personal account always has a tier (wallet.accounts' CHECK)
+        raise ValueError("a personal account without a tier")
     allowed = {
         Tier.UNKNOWN: frozenset[TxType](),
         Tier.UNVERIFIED: frozenset({TxType.PAYMENT}),
