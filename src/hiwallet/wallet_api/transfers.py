@@ -12,7 +12,7 @@ import structlog
 
 from hiwallet import ledger
 from hiwallet.core.coalesce import Coalescer
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.http import ProblemError
 from hiwallet.core.ids import new_id
 from hiwallet.ledger import Posting
@@ -294,6 +294,9 @@ class Transfers:
             log.info("transfer batch busy after retries", error=repr(exc))
             return [errors.Unavailable("the database is busy; retry")] * len(items)
         except asyncpg.PostgresError as exc:
+            if is_connection_error(exc):
+                # The server went away: each transfer alone would only meet the same outage.
+                return [answer_for(exc)] * len(items)
             if len(items) > 1:
                 return [answer for item in items for answer in await self._transfer_batch([item])]
             # This transfer's own failure, as the ledger classifies it: a refusal, "unavailable"
