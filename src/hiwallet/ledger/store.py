@@ -24,7 +24,7 @@ import asyncpg
 import orjson
 
 from hiwallet.core.coalesce import Coalescer
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.queries import load_queries
 from hiwallet.core.settings import Settings
 from hiwallet.ledger import errors
@@ -381,7 +381,8 @@ class LedgerStore:
                 # another writer posted one of these ids meanwhile (the set-based batch writes
                 # its ids at the end, so it cannot tell which). One at a time, each posting
                 # finds out for itself, and one bad posting cannot fail its neighbours.
-                if len(postings) == 1:
+                if len(postings) == 1 or is_connection_error(exc):
+                    # (the server went away: each posting alone would meet the same outage)
                     raise translate(exc) from exc
                 return [await self._answer_alone(p) for p in postings]
             except Exception as exc:
