@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from hiwallet.core import db
-from hiwallet.wallet_api.service import _lock_key
+from hiwallet.wallet_api.idempotency import lock_key as _lock_key
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
 

@@ -33,7 +33,8 @@ from hiwallet.wallet_api.domain import (
     Tier,
     path_id,
 )
-from hiwallet.wallet_api.service import Answer, WalletService
+from hiwallet.wallet_api.idempotency import Answer
+from hiwallet.wallet_api.service import WalletService
 
 # ---------------------------------------------------------------------------------------------
 # Models: what goes in and comes out, as the OpenAPI document shows it

@@ -23,38 +23,12 @@ import asyncpg
 from hiwallet.ledger import Fees, Ledger, LedgerStore
 from hiwallet.wallet_api.accounts import Accounts
 from hiwallet.wallet_api.adapters import Q
-from hiwallet.wallet_api.idempotency import (
-    MAX_IDEMPOTENCY_KEY,
-    Answer,
-    check_idempotency_key,
-    request_hash,
-)
-from hiwallet.wallet_api.idempotency import lock_key as _lock_key
 from hiwallet.wallet_api.parties import PartyCache
-from hiwallet.wallet_api.promos import PROMO_MAX_DAYS, Promos
-from hiwallet.wallet_api.retry import RETRY_ATTEMPTS
+from hiwallet.wallet_api.promos import Promos
 from hiwallet.wallet_api.settings import WalletApiSettings
-from hiwallet.wallet_api.transfers import TRANSFER_ATTEMPTS, TransferItem, Transfers
-from hiwallet.wallet_api.views import JSON, account_view, transfer_view, wallet_ref
+from hiwallet.wallet_api.transfers import Transfers
 
-# Names other code imported from this module before it was split.
-__all__ = [
-    "JSON",
-    "MAX_IDEMPOTENCY_KEY",
-    "PROMO_MAX_DAYS",
-    "RETRY_ATTEMPTS",
-    "TRANSFER_ATTEMPTS",
-    "Answer",
-    "PartyCache",
-    "TransferItem",
-    "WalletService",
-    "_lock_key",
-    "account_view",
-    "check_idempotency_key",
-    "request_hash",
-    "transfer_view",
-    "wallet_ref",
-]
+__all__ = ["WalletService"]
 
 
 class WalletService:
