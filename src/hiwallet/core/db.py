@@ -37,6 +37,7 @@ DATABASES: dict[str, str] = {
     "wallet": "hiwallet_wallet",
     "identity": "hiwallet_identity",
     "staff_identity": "hiwallet_staff_identity",
+    "topup": "hiwallet_topup",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity
