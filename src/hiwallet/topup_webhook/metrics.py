@@ -34,5 +34,7 @@ class TopupMetrics:
             registry=registry,
         )
         self.inbox_purged = Counter(
-            "hiwallet_topup_inbox_purged_total", "Processed inbox rows deleted by the retention", registry=registry
+            "hiwallet_topup_inbox_purged_total",
+            "Processed inbox rows deleted by the retention",
+            registry=registry,
         )
