@@ -18,12 +18,16 @@ import httpx
 import orjson
 import pytest
 import stripe
+from fastapi import FastAPI, Request
 from standardwebhooks import Webhook
 
 from hiwallet.core import db
+from hiwallet.core.broker import Broker
+from hiwallet.core.settings import get_settings
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests import pgtemplate
+from tests.core import spine
 
 STRIPE_SECRET = "whsec_dev_stripe_fake_0123456789abcdef"
 STRIPE_SECRET_NEW = "whsec_rotated_stripe_secret_abcdef0123456789"
@@ -204,3 +208,61 @@ async def stored(conn: asyncpg.Connection) -> Stored:
 
 
 Sign = Callable[[bytes], dict[str, str]]
+
+
+# ---- the broker, under a unique prefix per test ----------------------------------------------
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    await b.start()
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+async def names(broker: Broker) -> AsyncIterator[spine.Names]:
+    """A unique exchange, partition queues and dead letters (the app declares them); deleted
+    afterwards."""
+    n = spine.Names()
+    yield n
+    await broker.delete(n.topology())
+
+
+# ---- the providers' listings (what stripe-fake and bank-fake answer) -------------------------
+
+
+class Listings:
+    """A tiny provider API: Stripe's event list (newest first, ``starting_after``) and the bank's
+    incoming wires (``cursor``), two items a page so that paging is exercised."""
+
+    PAGE = 2
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.wires: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        self.app = FastAPI()
+        self.app.get("/v1/events")(self.list_events)
+        self.app.get("/v1/incoming-wires")(self.list_wires)
+
+    async def list_events(self, request: Request) -> dict[str, Any]:
+        self.auth.append(request.headers.get("authorization", ""))
+        since = int(request.query_params["created[gte]"])
+        events = sorted((e for e in self.events if e["created"] >= since), key=lambda e: -e["created"])
+        after = request.query_params.get("starting_after")
+        if after:
+            events = events[[e["id"] for e in events].index(after) + 1 :]
+        page = events[: self.PAGE]
+        return {"object": "list", "data": page, "has_more": len(events) > self.PAGE, "url": "/v1/events"}
+
+    async def list_wires(self, request: Request) -> dict[str, Any]:
+        self.auth.append(request.headers.get("authorization", ""))
+        start = int(request.query_params.get("cursor") or 0)
+        page = self.wires[start : start + self.PAGE]
+        more = start + self.PAGE < len(self.wires)
+        return {"data": page, "next_cursor": str(start + self.PAGE) if more else None}
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://provider")

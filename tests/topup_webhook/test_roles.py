@@ -20,7 +20,7 @@ TOPUP_APP_FUNCTIONS = {"topup.ingest", "topup.purge_inbox"}
 
 INGEST = (
     "SELECT topup.ingest('stripe', $1, 'payment_intent.succeeded', 'webhook', '{}', $2, $3, $4, NULL,"
-    " 100, 'TRY', $5, NULL)"
+    " 100, 'TRY', $5, 'hwt.topups', NULL)"
 )
 
 
