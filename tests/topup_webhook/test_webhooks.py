@@ -85,7 +85,10 @@ async def test_a_stripe_event_is_verified_stored_and_its_payment_announced_once(
         "TopupRecorded",
     )
     assert message["sent_at"] is None
-    assert json.loads(message["headers"]) == {"x-request-id": response.headers["x-request-id"]}
+    assert json.loads(message["headers"]) == {
+        "x-request-id": response.headers["x-request-id"],
+        "x-hiwallet-correlation-id": payment_id,  # the relay makes it the correlation id
+    }
     announced = json.loads(message["body"])
     assert announced.pop("recorded_at").endswith("Z")
     assert announced == {
