@@ -343,7 +343,15 @@ async def test_a_notification_whose_payment_cannot_be_read_is_stored_and_credits
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[1, 2]", b'{"id": "evt_1"}', b'{"type": "x", "id": ""}', b'{"type": 7, "id": "e"}'],
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"id": "evt_1"}',
+        b'{"type": "x", "id": ""}',
+        b'{"type": 7, "id": "e"}',
+        # JSON, but not a text jsonb holds: refused by the database, not a 500
+        b'{"type": "x", "id": "evt_2", "data": {"object": {"note": "\\u0000"}}}',
+    ],
 )
 async def test_a_verified_body_that_is_not_a_notification_is_422_and_not_stored(
     client: httpx.AsyncClient, owner: asyncpg.Connection, body: bytes
