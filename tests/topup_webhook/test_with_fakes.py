@@ -4,6 +4,7 @@ payment, and the reconciliation finds what they dropped."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ async def test_what_the_fakes_dropped_the_reconciliation_records_once(
         },
     )
     assert intent.status_code == 200 and wire.status_code in (200, 201)
-    time.sleep(0.5)  # nothing arrives
+    await asyncio.sleep(0.5)  # nothing arrives
     assert (await stored(owner)).payments == []
 
     assert await reconcile_once(deployment.settings) == 2
