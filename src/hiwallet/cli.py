@@ -109,6 +109,7 @@ def up() -> None:
 
 
 def _register_subcommands() -> None:
+    from hiwallet.core.deadletters_cli import dead_letters_app
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.wallet_api.cli import business_app
@@ -117,6 +118,7 @@ def _register_subcommands() -> None:
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
+    app.add_typer(dead_letters_app, name="dead-letters")
     # wallet-consumer's commands (unattributed, attribute); others add theirs with register()
     app.add_typer(topups_app, name="topups")
 
