@@ -21,7 +21,7 @@ from hiwallet.core import db
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import derived_id, new_id
-from hiwallet.core.settings import get_settings
+from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer import CONSUMER_NAME, TopupHandler
 from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
@@ -159,8 +159,10 @@ async def settings(broker: Broker) -> AsyncIterator[WalletConsumerSettings]:
 
 
 @asynccontextmanager
-async def running(settings: WalletConsumerSettings, database: str) -> AsyncIterator[httpx.AsyncClient]:
-    app: FastAPI = create_wallet_consumer_app(settings, database=database)
+async def running(
+    settings: WalletConsumerSettings, database: str, core_settings: Settings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    app: FastAPI = create_wallet_consumer_app(settings, database=database, core_settings=core_settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://wallet-consumer") as client:

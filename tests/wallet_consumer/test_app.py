@@ -17,10 +17,12 @@ import pytest
 from hiwallet.core.broker import Broker, topups_topology
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
+from hiwallet.core.settings import Settings
 from hiwallet.ledger import Ledger, LedgerStore, cash_account
 from hiwallet.wallet_consumer.app import topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 from tests.core.spine import collect
+from tests.faultproxy import FaultProxy
 from tests.wallet_consumer.conftest import (
     TL,
     cash,
@@ -184,4 +186,35 @@ async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replay
         await broker.publish([outgoing(settings, body, message_id=letter.message_id)])
         await asyncio.sleep(0.5)
         assert await cash(ledger, wallet) == 33 * TL and await processed(pool) == 1
+    await verified(ledger)
+
+
+async def test_a_database_restart_pauses_the_consumer_and_dead_letters_nothing(
+    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+) -> None:
+    """PostgreSQL "restarts" under the consumer (every connection cut, new ones refused): the
+    top-ups wait, none is dead-lettered, and each is credited once when it is back."""
+    proxy = FaultProxy()
+    await proxy.start()
+    wallets = [(await ledger.open_wallet(f"w{i}")).wallet_id for i in range(3)]
+    bodies = [topup_body(w, (i + 1) * TL) for i, w in enumerate(wallets)]
+    through_proxy = Settings(database_url=f"postgresql://127.0.0.1:{proxy.port}")
+    try:
+        async with running(settings, wallet_db, core_settings=through_proxy) as client:
+            await broker.publish([outgoing(settings, bodies[0])])
+            await until(lambda: _equals(processed(pool), 1))
+            async with proxy.down():
+                await broker.publish([outgoing(settings, b) for b in bodies[1:]])
+                await asyncio.sleep(2.0)
+                assert (await client.get("/ready")).status_code == 503
+                assert await processed(pool) == 1
+            await until(lambda: _equals(processed(pool), 3))
+            assert (await client.get("/ready")).status_code == 200
+            metrics = (await client.get("/metrics")).text
+            assert re.search(r"hiwallet_consumer_pauses_total [1-9]", metrics), metrics
+        assert await list_dead_letters(broker, settings.dead_letter_queue) == []
+        for i, w in enumerate(wallets):
+            assert await cash(ledger, w) == (i + 1) * TL
+    finally:
+        await proxy.close()
     await verified(ledger)
