@@ -70,7 +70,9 @@ def schema_dump() -> None:
 
 @app.command()
 def run(
-    name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api.")],
+    name: Annotated[
+        str, typer.Argument(help="The deployable to run: identity, wallet-api, wallet-consumer.")
+    ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
@@ -89,6 +91,11 @@ def run(
 
         run_wallet_api(port, host, workers)
         return
+    if name == "wallet-consumer":
+        from hiwallet.wallet_consumer.app import run_wallet_consumer
+
+        run_wallet_consumer(port, host)
+        return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 
 
@@ -106,11 +113,14 @@ def _register_subcommands() -> None:
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.wallet_api.cli import business_app
+    from hiwallet.wallet_consumer.cli import topups_app
 
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
     app.add_typer(dead_letters_app, name="dead-letters")
+    # wallet-consumer's commands (unattributed, attribute); others add theirs with register()
+    app.add_typer(topups_app, name="topups")
 
 
 _register_subcommands()
