@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import orjson
+import pytest
 
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
@@ -115,6 +119,29 @@ async def _until_count(database: str, sql: str, expected: int, timeout_s: float 
 
 EFFECTS = "SELECT count(*) FROM spine.effects"
 PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
+
+
+async def _until_depth(broker: Broker, queue: str, expected: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (depth := await spine.queue_depth(broker, queue)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{queue}: {depth} messages, expected {expected}")
+        await asyncio.sleep(0.05)
+
+
+async def _cli(*args: str) -> str:
+    """`hiwallet dead-letters ...` in its own process, as an operator runs it."""
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "hiwallet"),
+        "dead-letters",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()[-2000:]
+    return out.decode()
 
 
 def _metric(consumer: Consumer, name: str, **labels: str) -> float:
@@ -266,8 +293,9 @@ async def test_backends_terminated_mid_message_retry_it(
     assert await spine.queue_depth(broker, names.dlq) == 0
 
 
+@pytest.mark.parametrize("via_cli", [False, True], ids=["module", "cli"])
 async def test_unprocessable_is_dead_lettered_listed_and_replayed(
-    spine_db: str, broker: Broker, names: spine.Names
+    spine_db: str, broker: Broker, names: spine.Names, via_cli: bool
 ) -> None:
     handler = Effects()
     broken = {"yes": True}
@@ -300,12 +328,21 @@ async def test_unprocessable_is_dead_lettered_listed_and_replayed(
                 assert letter.original_routing_key == "0421:w:poison"
                 assert letter.attempts == "3"
                 assert letter.type == "TopupRecorded"
-            assert await spine.queue_depth(broker, names.dlq) == 1
+            await _until_depth(broker, names.dlq, 1)  # given back (asynchronously, in a quorum queue)
+
+            # The operator's command shows it too, and leaves it.
+            listed = await _cli("list", "--queue", names.dlq)
+            assert poison.message_id in listed and "no clearing account for XYZ" in listed
+            await _until_depth(broker, names.dlq, 1)
 
             broken["yes"] = False  # the cause fixed
             assert await replay_dead_letters(broker, names.dlq, message_id="not-there") == []
-            (replayed,) = await replay_dead_letters(broker, names.dlq, message_id=poison.message_id)
-            assert replayed.replayed
+            if via_cli:
+                replayed = await _cli("replay", "--queue", names.dlq, "--id", poison.message_id)
+                assert poison.message_id in replayed
+            else:
+                (letter,) = await replay_dead_letters(broker, names.dlq, message_id=poison.message_id)
+                assert letter.replayed
             await _until_count(spine_db, PROCESSED, 1)
         assert await spine.queue_depth(broker, names.dlq) == 0
         assert await _count(spine_db, EFFECTS) == 1
