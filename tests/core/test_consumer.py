@@ -20,6 +20,7 @@ from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.ids import new_id
+from hiwallet.core.settings import get_settings
 from tests.core import spine
 from tests.faultproxy import FaultProxy
 
@@ -397,3 +398,55 @@ async def test_stop_finishes_the_message_in_hand(spine_db: str, broker: Broker, 
     assert await _count(spine_db, PROCESSED) == 1
     # Acked before the channels closed: nothing left in the queues.
     assert sum([await spine.queue_depth(broker, q) for q in names.queues]) == 0
+
+
+class ServiceUnavailable(Exception):
+    """A service's own "unavailable" (as the ledger's LedgerUnavailable)."""
+
+
+async def test_a_registered_transient_error_pauses_and_retries(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+
+    def unavailable_twice(message: IncomingMessage) -> None:
+        if len(handler.calls) <= 2:
+            raise ServiceUnavailable("the ledger is unavailable")
+
+    handler.fail = unavailable_twice
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(
+            broker, pool, names, handler, max_attempts=1, transient_errors=(ServiceUnavailable,)
+        )
+        async with _consuming(consumer):
+            await broker.publish([_message(names)])
+            await _until_count(spine_db, PROCESSED, 1)
+    assert len(handler.calls) == 3  # max_attempts=1, yet retried: no attempt counted
+    assert await spine.queue_depth(broker, names.dlq) == 0
+
+
+async def test_the_consumer_waits_for_rabbitmq_at_start(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    proxy = FaultProxy(upstream_port=5672)
+    await proxy.start()
+    url = get_settings().amqp_url
+    for host in ("localhost:5672", "127.0.0.1:5672"):
+        url = url.replace(host, f"127.0.0.1:{proxy.port}")
+    late = Broker(url, client_name="consumer-via-proxy", connect_timeout_s=1, reconnect_interval_s=0.2)
+    handler = Effects()
+    try:
+        async with _pool(spine_db) as pool:
+            consumer = _consumer(late, pool, names, handler)
+            async with proxy.down():
+                task = asyncio.create_task(consumer.run())
+                await asyncio.sleep(1.0)
+                assert not consumer.started
+            await asyncio.wait_for(consumer.wait_started(), 15)
+            await broker.publish([_message(names)])
+            await _until_count(spine_db, PROCESSED, 1)
+            await consumer.stop()
+            await asyncio.wait_for(task, 15)
+    finally:
+        await late.close()
+        await proxy.close()
