@@ -226,6 +226,13 @@ RECONNECT_DELAY_S = 0.5
 
 
 class Relay:
+    """Publishes one outbox's committed rows; one leader at a time per ``lock_key``.
+
+    ``connect`` opens a dedicated connection (never a pooled one: the lock and the LISTEN are
+    session state, and the pools here skip the reset query), used for the lock, LISTEN and
+    every claim and mark. ``channel`` is the outbox trigger's NOTIFY channel. Run it as a task
+    (``run``); cancel the task to stop it."""
+
     def __init__(
         self,
         *,
@@ -354,6 +361,7 @@ class Relay:
     async def _batch(self, conn: asyncpg.Connection) -> int:
         started = time.monotonic()
         async with conn.transaction():
+            # FOR UPDATE SKIP LOCKED, ORDER BY id, LIMIT batch: sql/outbox.sql says why.
             rows = await conn.fetch(self._claim, self.batch_size)
             if not rows:
                 return 0
