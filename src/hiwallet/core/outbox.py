@@ -30,7 +30,14 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from hiwallet.core.broker import REQUEST_ID_HEADER, Broker, BrokerError, BrokerUnavailable, OutgoingMessage
+from hiwallet.core.broker import (
+    REQUEST_ID_HEADER,
+    Broker,
+    BrokerError,
+    BrokerUnavailable,
+    OutgoingMessage,
+    PublishRefused,
+)
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import load_queries
@@ -344,7 +351,8 @@ class Relay:
                 continue
             except BrokerError as exc:
                 # Refused (unroutable, nacked): a defect of the topology or the message, which
-                # no retry cures at once; the rows stay unsent, in order, until it is fixed.
+                # no retry cures at once; the refused rows stay unsent until it is fixed (the
+                # confirmed ones of their batch are marked, _batch).
                 backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
                 log.error("relay: publish refused, rows stay unsent", error=str(exc), retry_in_s=backoff_s)
                 await asyncio.sleep(backoff_s)
@@ -371,15 +379,28 @@ class Relay:
             # fails) between the two; this one at worst publishes it twice, which consumers
             # absorb (the same message_id). A publish error rolls the claim back: the rows stay
             # unsent and are published again.
-            await self._broker.publish(messages)
+            refused: PublishRefused | None = None
+            try:
+                await self._broker.publish(messages)
+            except PublishRefused as exc:
+                if not exc.message_ids:
+                    raise  # which ones is unknown: all stay unsent
+                # The others were confirmed: marking them keeps one refused row (a defect,
+                # retried after a back-off) from republishing its whole batch every time.
+                refused = exc
             if self._fault is not None:
                 await self._fault.after_publish([m.message_id for m in messages])
-            await conn.execute(self._mark, [row["id"] for row in rows])
+            kept = frozenset(refused.message_ids if refused is not None else ())
+            sent = [row["id"] for row, m in zip(rows, messages, strict=True) if m.message_id not in kept]
+            if sent:
+                await conn.execute(self._mark, sent)
         # Committed: only now are they "sent". If the commit itself fails, they are published
         # again by the next pass (or the next leader).
-        if self._on_published is not None:
-            self._on_published(len(rows))
-        log.debug("relay published", rows=len(rows), ms=round((time.monotonic() - started) * 1000, 2))
+        if self._on_published is not None and sent:
+            self._on_published(len(sent))
+        log.debug("relay published", rows=len(sent), ms=round((time.monotonic() - started) * 1000, 2))
+        if refused is not None:
+            raise refused
         return len(rows)
 
 
