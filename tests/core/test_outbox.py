@@ -264,3 +264,12 @@ async def test_a_refused_row_stays_unsent_and_its_batch_is_not_repeated(
         got = await spine.collect(broker, names.queues, 10, timeout_s=1)
     assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in good)  # once each
     assert (await _lag(spine_db))[0] == 1
+
+
+async def test_a_relay_without_its_table_keeps_trying(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    relay = _relay(spine_db, broker, table="spine.outbox_missing", backoff_cap_s=0.2, poll_interval_s=0.1)
+    async with _running(relay) as task:
+        await asyncio.sleep(1.0)
+        assert not task.done()  # a defect is logged and retried, the task does not end

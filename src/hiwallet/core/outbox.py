@@ -271,6 +271,7 @@ class Relay:
         self._on_published = on_published
         self._fault = fault
         self._leader = False
+        self._worked = False  # a pass completed in the current session (resets the back-off)
         self._claim = _query("claim", table)
         self._mark = _query("mark_sent", table)
 
@@ -282,17 +283,22 @@ class Relay:
     async def run(self) -> None:
         """Forever (until cancelled): connect, wait for the lock (standby), then lead until the
         connection is lost; then connect again. Cancel the task to stop: the connection is
-        closed, which releases the lock at once."""
+        closed, which releases the lock at once.
+
+        It never gives up: a database that is away is waited for, and an error no retry is
+        known to cure (a missing table or grant, a defect) is logged at error level and tried
+        again after a capped back-off, for the lag gauge and the log to show, rather than the
+        task ending silently inside the service while the outbox fills."""
+        failures = 0
         while True:
             try:
                 conn = await self._connect()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                log.warning("relay cannot connect to the database", error=type(exc).__name__)
-                await asyncio.sleep(RECONNECT_DELAY_S)
+                failures += 1
+                self._log_failure("relay cannot connect to the database", exc)
+                await asyncio.sleep(self._retry_delay_s(failures))
                 continue
             try:
                 await self._session(conn)
@@ -301,16 +307,26 @@ class Relay:
             except RelayStopped:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
-                    log.exception("relay failed", table=self.table)
-                    raise
-                log.warning("relay lost its database connection", table=self.table, error=type(exc).__name__)
+                failures += 1
+                self._log_failure("relay lost its database session", exc)
             finally:
+                if self._worked:
+                    failures = 0  # it did its work: the next session starts afresh
+                    self._worked = False
                 if self._leader:
                     log.info("relay no longer leads", table=self.table)
                 self._leader = False
                 await _close(conn)
-            await asyncio.sleep(RECONNECT_DELAY_S)
+            await asyncio.sleep(self._retry_delay_s(failures))
+
+    def _retry_delay_s(self, failures: int) -> float:
+        return min(self.backoff_cap_s, RECONNECT_DELAY_S * 2.0 ** max(0, failures - 1))
+
+    def _log_failure(self, event: str, exc: BaseException) -> None:
+        if is_transient(exc):
+            log.warning(event, table=self.table, error=type(exc).__name__)
+        else:
+            log.error(event, table=self.table, error=type(exc).__name__, exc_info=exc)
 
     async def _session(self, conn: asyncpg.Connection) -> None:
         # A session-level lock, not a transaction-level one: it must outlive each batch's
@@ -341,6 +357,7 @@ class Relay:
             wake.clear()  # before the pass: a commit during it wakes the next one
             try:
                 await self._drain(conn)
+                self._worked = True
                 backoff_s = 0.0
             except BrokerUnavailable as exc:
                 backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
