@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 import pytest
 
-from hiwallet.core.broker import Broker, OutgoingMessage
+from hiwallet.core.broker import Broker, BrokerError, OutgoingMessage
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.ids import new_id
@@ -470,3 +470,8 @@ async def test_single_active_consumer_a_second_one_stands_by(
             await broker.publish([_message(names, key=f"v{i}") for i in range(4)])
             await _until_count(spine_db, PROCESSED, 10)
         assert len(second.calls) == 4  # the broker switched to b when a went away
+
+
+async def test_dead_letters_of_a_missing_queue_is_a_broker_error(broker: Broker) -> None:
+    with pytest.raises(BrokerError, match="no queue"):
+        await list_dead_letters(broker, "hwtest.no-such-queue")
