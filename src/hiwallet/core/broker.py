@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
@@ -34,6 +35,7 @@ from aiormq.abc import DeliveredMessage
 from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
+    "BROKER_FAILURES",
     "DEAD_LETTER_EXCHANGE",
     "REQUEST_ID_HEADER",
     "TOPUPS_DEAD_LETTER_KEY",
@@ -76,7 +78,14 @@ class BrokerUnavailable(BrokerError):
 
 
 class PublishRefused(BrokerError):
-    """The broker nacked a message or could not route it (mandatory): a defect, not "retry"."""
+    """The broker nacked a message or could not route it (mandatory): a defect, not "retry".
+
+    ``message_ids`` names the refused messages of the batch when every other one was confirmed
+    (the caller may count those as sent); empty when that is not known."""
+
+    def __init__(self, message: str, message_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message_ids: tuple[str, ...] = tuple(message_ids)
 
 
 @dataclass(frozen=True)
@@ -182,8 +191,9 @@ def topups_topology(partitions: int = 4) -> Topology:
     )
 
 
-# What a lost connection or channel looks like from aio-pika and aiormq.
-_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+# What a lost connection or channel looks like from aio-pika and aiormq (for modules that use an
+# aio-pika channel from consumer_channel directly: translate these as BrokerUnavailable).
+BROKER_FAILURES: tuple[type[BaseException], ...] = (
     aiormq.exceptions.AMQPConnectionError,
     aiormq.exceptions.ChannelInvalidStateError,
     aiormq.exceptions.ChannelClosed,
@@ -248,7 +258,7 @@ class Broker:
                     )
                 except asyncio.CancelledError:
                     raise
-                except _UNAVAILABLE_ERRORS as exc:
+                except BROKER_FAILURES as exc:
                     raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
             if self._publish_channel is None:
                 try:
@@ -260,7 +270,7 @@ class Broker:
                         )
                 except asyncio.CancelledError:
                     raise
-                except _UNAVAILABLE_ERRORS as exc:
+                except BROKER_FAILURES as exc:
                     raise BrokerUnavailable(f"cannot open a channel: {type(exc).__name__}") from exc
             return self._publish_channel
 
@@ -310,7 +320,7 @@ class Broker:
             raise
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise BrokerError(f"the topology differs from what exists: {exc}") from exc
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"cannot declare the topology: {type(exc).__name__}") from exc
         log.info("broker topology declared", exchanges=len(topology.exchanges), queues=len(topology.queues))
 
@@ -347,7 +357,7 @@ class Broker:
                 await channel.set_qos(prefetch_count=prefetch)
         except asyncio.CancelledError:
             raise
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"cannot open a consumer channel: {type(exc).__name__}") from exc
         return channel
 
@@ -379,11 +389,24 @@ class Broker:
             ) from exc
         except asyncio.CancelledError:
             raise
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
-        for result in results:
-            if isinstance(result, BaseException):
+        # The first unavailability wins (nothing is known to be confirmed then); refusals alone
+        # name their messages: every other message of the batch was confirmed.
+        refused: list[str] = []
+        first_refusal: PublishRefused | None = None
+        for message, result in zip(messages, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            try:
                 self._raise_translated(result)
+            except PublishRefused as exc:
+                refused.append(message.message_id)
+                first_refusal = first_refusal or exc
+        if first_refusal is not None:
+            raise PublishRefused(
+                f"{len(refused)} of {len(messages)} refused: {first_refusal}", refused
+            ) from (first_refusal.__cause__ or first_refusal)
         log.debug(
             "published", messages=len(messages), confirm_ms=round((time.monotonic() - started) * 1000, 2)
         )
@@ -400,7 +423,7 @@ class Broker:
             raise PublishRefused(f"no such exchange: {exc}") from exc
         if isinstance(exc, asyncio.CancelledError):
             raise exc
-        if isinstance(exc, _UNAVAILABLE_ERRORS):
+        if isinstance(exc, BROKER_FAILURES):
             raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
         raise exc
 
@@ -411,7 +434,7 @@ class Broker:
             message_id=message.message_id,
             correlation_id=message.correlation_id,
             message_type=message.type,
-            timestamp=None,
+            timestamp=datetime.now(UTC),
             headers=_properties_headers(message),
             app_id=self.client_name,
         )
