@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -405,6 +406,16 @@ async def seed(
 def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url: str, bank_url: str) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
+    wire = json.dumps(
+        {
+            "sender_name": "Demo",
+            "sender_iban": "TR330006100519786457841326",
+            "amount_minor": 20000,
+            "currency": "TRY",
+            "reference": f"HiWallet {customer['id']}",
+        },
+        separators=(",", ":"),
+    )
     console.print(f"""
 [bold]HiWallet is running.[/bold] Ctrl-C stops everything.
 
@@ -427,7 +438,7 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url:
   curl -s -u sk_test_hiwallet_dev: -d wallet={customer["id"]} -d amount=5000 -d currency=try \\
     {stripe_url}/v1/topups
   curl -s -H "Authorization: Bearer bank_dev_key" -H 'Content-Type: application/json' \\
-    -d '{{"sender_name":"Demo","sender_iban":"TR330006100519786457841326","amount_minor":20000,"currency":"TRY","reference":"HiWallet {customer["id"]}"}}' \\
+    -d '{wire}' \\
     {bank_url}/v1/topups
 """)
 
