@@ -70,7 +70,7 @@ def schema_dump() -> None:
 
 @app.command()
 def run(
-    name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api.")],
+    name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api, topup-webhook.")],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
@@ -88,6 +88,11 @@ def run(
         from hiwallet.wallet_api.app import run_wallet_api
 
         run_wallet_api(port, host, workers)
+        return
+    if name == "topup-webhook":
+        from hiwallet.topup_webhook.app import run_topup_webhook
+
+        run_topup_webhook(port, host)
         return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 

@@ -1,0 +1,69 @@
+"""topup-webhook settings: ``HIWALLET_TOPUP_*`` environment variables with local defaults (the
+secrets and keys below are the fakes' development defaults; production sets its own)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Two secrets at once: the one being retired and its successor, while the provider signs with
+# both (rotation). More would only widen what a leaked old secret can still sign.
+MAX_SECRETS = 2
+
+
+class TopupWebhookSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_TOPUP_", extra="ignore")
+
+    port: int = 8020
+    # The database name; None means hiwallet_topup. Tests use clones.
+    database: str | None = None
+    db_pool_max_size: int = 10
+
+    # Signing secrets per provider, as the provider shows them (Stripe's whsec_<text>, used as
+    # its bytes; Standard Webhooks' whsec_<base64>, used decoded). A JSON list in the environment.
+    stripe_secrets: list[str] = ["whsec_dev_stripe_fake_0123456789abcdef"]
+    bank_secrets: list[str] = ["whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="]
+    # How far a signature's timestamp may be from now: older for both schemes, newer too for
+    # Standard Webhooks (Stripe's own library accepts a timestamp from the future; so do we).
+    tolerance_s: int = 300
+    max_body_bytes: int = 65_536
+
+    # The relay (core/outbox.py) and the periodic jobs (core/jobs.py), inside this process.
+    relay_batch: int = 200
+    relay_poll_s: float = 1.0
+    reconcile_interval_s: float = 900.0
+    # How far back each reconciliation round asks the providers.
+    reconcile_window_s: int = 86_400
+    # A listing is read in pages; at most this many per provider and round (a runaway listing
+    # stops here, logged; the next round starts again).
+    reconcile_max_pages: int = 100
+    retention_days: int = 30
+    retention_interval_s: float = 3_600.0
+    retention_batch: int = 1_000
+    # The rounds of one retention run; the rest waits for the next run.
+    retention_max_batches: int = 100
+    metrics_interval_s: float = 15.0
+
+    # The providers' APIs (their listings, for the reconciliation).
+    stripe_url: str = "http://127.0.0.1:8096"
+    bank_url: str = "http://127.0.0.1:8094"
+    stripe_api_key: str = "sk_test_hiwallet_dev"
+    bank_api_key: str = "bank_dev_key"
+    provider_timeout_s: float = 10.0
+
+    @field_validator("stripe_secrets", "bank_secrets")
+    @classmethod
+    def _one_or_two_secrets(cls, secrets: list[str]) -> list[str]:
+        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.strip() for s in secrets):
+            raise ValueError(f"between 1 and {MAX_SECRETS} non-empty signing secrets")
+        return secrets
+
+    def secrets_of(self, provider: str) -> list[str]:
+        return self.stripe_secrets if provider == "stripe" else self.bank_secrets
+
+
+@lru_cache(maxsize=1)
+def get_topup_webhook_settings() -> TopupWebhookSettings:
+    return TopupWebhookSettings()

@@ -1,0 +1,27 @@
+-- topup-webhook's named queries (core/queries.load_queries). Everything that writes goes
+-- through the functions of migrations/topup/0001_topup.sql (grants.sql: the application role
+-- writes no table of this schema itself, but for the relay's outbox columns).
+
+-- name: ingest
+-- One notification: inbox, payment, outbox, in one statement (its own transaction).
+SELECT topup.ingest($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13)
+
+-- name: recorded_payments
+-- Which of these payments at a provider are recorded (the reconciliation leaves those alone).
+SELECT provider_payment_id FROM topup.payments
+ WHERE provider = $1 AND provider_payment_id = ANY ($2::text[])
+
+-- name: purge_inbox
+SELECT topup.purge_inbox(make_interval(days => $1), $2)
+
+-- name: inbox_rows
+-- Exact while the table is small, the planner's estimate once it is not (a count of millions
+-- of rows every few seconds would be the database's busiest query).
+SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM topup.inbox)
+            ELSE c.reltuples::bigint END
+  FROM pg_class c WHERE c.oid = 'topup.inbox'::regclass
+
+-- name: payment
+SELECT id, provider, provider_payment_id, wallet, reference, amount_minor, currency, reported_by,
+       routes, created_at
+  FROM topup.payments WHERE id = $1
