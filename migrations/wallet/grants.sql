@@ -33,6 +33,17 @@ GRANT INSERT, UPDATE (tier, updated_at) ON wallet.accounts TO :"app_role";
 GRANT INSERT ON wallet.members, wallet.identity_accounts, wallet.wallets TO :"app_role";
 GRANT INSERT, DELETE ON wallet.idempotency_keys TO :"app_role";
 
+-- 3b. wallet-consumer's records (src/hiwallet/wallet_consumer): each message it handled, in
+--     the transaction of its effect (core.consumer: inserted, then its outcome stored), and the
+--     top-ups it could not attribute, later attributed once by an operator (the columns of the
+--     attribution only; a trigger refuses changing them once set). Nothing deleted, no
+--     top-up's amount, payment or reason rewritten. (processed_events is in public, where
+--     core's Consumer finds it: SELECT for its ON CONFLICT and for reports.)
+GRANT SELECT, INSERT, UPDATE (outcome) ON public.processed_events TO :"app_role";
+GRANT SELECT ON public.processed_events TO :"readonly_role";
+GRANT INSERT, UPDATE (attributed_wallet, attributed_by, attributed_at) ON wallet.unattributed_topups
+    TO :"app_role";
+
 -- 4. The ledger is written only by its functions, which check what they write: the service
 --    may call them and nothing else that writes. SECURITY DEFINER: they run as the owner,
 --    whatever the caller may do itself. The search path is pinned so that nothing the caller

@@ -926,6 +926,18 @@ BEGIN
     RETURN answers;
 END $$;
 
+-- Name: unattributed_topups_attributed_once(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.unattributed_topups_attributed_once() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.attributed_wallet IS NOT NULL THEN
+        RAISE EXCEPTION 'top-up % was attributed already', OLD.payment_id USING ERRCODE = 'HW013';
+    END IF;
+    RETURN NEW;
+END $$;
+
 -- Name: accounts; Type: TABLE; Schema: ledger; Owner: -
 
 CREATE TABLE ledger.accounts (
@@ -1039,6 +1051,15 @@ CREATE TABLE ledger.transactions (
     CONSTRAINT transactions_ref_length CHECK (((length(ref) >= 1) AND (length(ref) <= 200)))
 );
 
+-- Name: processed_events; Type: TABLE; Schema: public; Owner: -
+
+CREATE TABLE public.processed_events (
+    consumer text NOT NULL,
+    message_id text NOT NULL,
+    processed_at timestamp with time zone DEFAULT now() NOT NULL,
+    outcome jsonb DEFAULT '{}'::jsonb NOT NULL
+);
+
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
 
 CREATE TABLE public.schema_migrations (
@@ -1114,6 +1135,27 @@ CREATE TABLE wallet.members (
     created_at timestamp with time zone NOT NULL
 );
 
+-- Name: unattributed_topups; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.unattributed_topups (
+    payment_id text NOT NULL,
+    provider text NOT NULL,
+    provider_payment_id text NOT NULL,
+    reference text,
+    amount_minor bigint NOT NULL,
+    currency character(3) NOT NULL,
+    reason text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attributed_wallet text,
+    attributed_by text,
+    attributed_at timestamp with time zone,
+    CONSTRAINT unattributed_topups_amount_positive CHECK ((amount_minor > 0)),
+    CONSTRAINT unattributed_topups_attribution_whole CHECK ((((attributed_wallet IS NULL) = (attributed_by IS NULL)) AND ((attributed_wallet IS NULL) = (attributed_at IS NULL)))),
+    CONSTRAINT unattributed_topups_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT unattributed_topups_reason_known CHECK ((reason = ANY (ARRAY['no-reference'::text, 'malformed-reference'::text, 'unknown-wallet'::text, 'closed-wallet'::text, 'currency-mismatch'::text]))),
+    CONSTRAINT unattributed_topups_reference_length CHECK (((reference IS NULL) OR (length(reference) <= 500)))
+);
+
 -- Name: wallets; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.wallets (
@@ -1123,6 +1165,7 @@ CREATE TABLE wallet.wallets (
     currency character(3) NOT NULL,
     number text NOT NULL,
     created_at timestamp with time zone NOT NULL,
+    closed_at timestamp with time zone,
     CONSTRAINT wallets_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
     CONSTRAINT wallets_number_format CHECK (((number ~ '^[0-9]{16}$'::text) AND (substr(number, 1, 4) = lpad((bucket)::text, 4, '0'::text))))
 );
@@ -1157,6 +1200,11 @@ ALTER TABLE ONLY ledger.promo_spends
 ALTER TABLE ONLY ledger.transactions
     ADD CONSTRAINT transactions_pkey PRIMARY KEY (bucket, id);
 
+-- Name: processed_events processed_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.processed_events
+    ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, message_id);
+
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 
 ALTER TABLE ONLY public.schema_migrations
@@ -1186,6 +1234,11 @@ ALTER TABLE ONLY wallet.limit_usage
 
 ALTER TABLE ONLY wallet.members
     ADD CONSTRAINT members_pkey PRIMARY KEY (bucket, account_id, issuer, subject);
+
+-- Name: unattributed_topups unattributed_topups_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.unattributed_topups
+    ADD CONSTRAINT unattributed_topups_pkey PRIMARY KEY (payment_id);
 
 -- Name: wallets wallets_number_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1226,6 +1279,10 @@ CREATE INDEX idempotency_keys_created ON wallet.idempotency_keys USING btree (cr
 
 CREATE UNIQUE INDEX identity_accounts_one_personal ON wallet.identity_accounts USING btree (issuer, subject) WHERE (kind = 'personal'::text);
 
+-- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX unattributed_topups_open ON wallet.unattributed_topups USING btree (created_at) WHERE (attributed_wallet IS NULL);
+
 -- Name: accounts accounts_never_deleted; Type: TRIGGER; Schema: ledger; Owner: -
 
 CREATE TRIGGER accounts_never_deleted BEFORE DELETE ON ledger.accounts FOR EACH ROW EXECUTE FUNCTION ledger.refuse_change();
@@ -1257,6 +1314,10 @@ CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transa
 -- Name: transactions transactions_no_truncate; Type: TRIGGER; Schema: ledger; Owner: -
 
 CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: unattributed_topups unattributed_topups_attributed_once; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER unattributed_topups_attributed_once BEFORE UPDATE ON wallet.unattributed_topups FOR EACH ROW EXECUTE FUNCTION wallet.unattributed_topups_attributed_once();
 
 -- Name: holds holds_account_fk; Type: FK CONSTRAINT; Schema: ledger; Owner: -
 
@@ -1364,6 +1425,10 @@ REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_reques
 REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
 
+-- Name: FUNCTION unattributed_topups_attributed_once(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.unattributed_topups_attributed_once() FROM PUBLIC;
+
 -- Name: TABLE accounts; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_app;
@@ -1393,6 +1458,15 @@ GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_readonly;
 
 GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_readonly;
+
+-- Name: TABLE processed_events; Type: ACL; Schema: public; Owner: -
+
+GRANT SELECT,INSERT ON TABLE public.processed_events TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE public.processed_events TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN processed_events.outcome; Type: ACL; Schema: public; Owner: -
+
+GRANT UPDATE(outcome) ON TABLE public.processed_events TO hiwallet_wallet_app;
 
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 
@@ -1430,6 +1504,23 @@ GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_readonly;
 
 GRANT SELECT,INSERT ON TABLE wallet.members TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.members TO hiwallet_wallet_readonly;
+
+-- Name: TABLE unattributed_topups; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN unattributed_topups.attributed_wallet; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(attributed_wallet) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+
+-- Name: COLUMN unattributed_topups.attributed_by; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(attributed_by) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+
+-- Name: COLUMN unattributed_topups.attributed_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(attributed_at) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
 
 -- Name: TABLE wallets; Type: ACL; Schema: wallet; Owner: -
 

@@ -38,8 +38,19 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.identity_accounts": {"INSERT"},
     "wallet.wallets": {"INSERT"},
     "wallet.idempotency_keys": {"INSERT", "DELETE"},
+    # wallet-consumer (migrations/wallet/0010): its inbox record, in public where core's
+    # Consumer finds it, and the top-ups it could not attribute
+    "public.processed_events": {"SELECT", "INSERT"},
+    "wallet.unattributed_topups": {"INSERT"},
 }
-WALLET_APP_COLUMNS = {("wallet.accounts", "tier", "UPDATE"), ("wallet.accounts", "updated_at", "UPDATE")}
+WALLET_APP_COLUMNS = {
+    ("wallet.accounts", "tier", "UPDATE"),
+    ("wallet.accounts", "updated_at", "UPDATE"),
+    ("public.processed_events", "outcome", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_at", "UPDATE"),
+}
 WALLET_APP_FUNCTIONS = {
     "ledger.post",
     "ledger.post_batch",
@@ -299,6 +310,14 @@ WALLET_REFUSED = [
     "DELETE FROM wallet.members",
     "DELETE FROM wallet.wallets",
     "UPDATE wallet.wallets SET number = number",
+    "UPDATE wallet.wallets SET closed_at = now()",
+    "DELETE FROM public.processed_events",
+    "UPDATE public.processed_events SET message_id = 'x'",
+    "TRUNCATE public.processed_events",
+    "DELETE FROM wallet.unattributed_topups",
+    "UPDATE wallet.unattributed_topups SET amount_minor = amount_minor + 1",
+    "UPDATE wallet.unattributed_topups SET reason = 'no-reference'",
+    "TRUNCATE wallet.unattributed_topups",
     "SELECT * FROM public.schema_migrations",
     "DELETE FROM public.schema_migrations",
     f"ALTER ROLE {APP} SUPERUSER",
