@@ -369,7 +369,7 @@ class Sampler:
         started = time.monotonic()
         try:
             while not self.stop.is_set():
-                unsent = await conn.fetchval("SELECT count(*) FROM outbox WHERE sent_at IS NULL")
+                unsent = await conn.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL")
                 depth = 0
                 for name in PARTITIONS:
                     queue = await channel.declare_queue(name, passive=True)
@@ -432,7 +432,7 @@ async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
         conn = await asyncpg.connect(db.owner_dsn(topup_db))
         try:
             deadline = time.monotonic() + DRAIN_TIMEOUT_S
-            while await conn.fetchval("SELECT count(*) FROM outbox WHERE sent_at IS NULL"):
+            while await conn.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL"):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the relay did not send (a)'s messages")
                 await asyncio.sleep(0.5)

@@ -70,7 +70,12 @@ def schema_dump() -> None:
 
 @app.command()
 def run(
-    name: Annotated[str, typer.Argument(help="The deployable to run: identity, wallet-api, topup-webhook.")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="The deployable to run: identity, wallet-api, topup-webhook, stripe-fake, bank-fake."
+        ),
+    ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
@@ -93,6 +98,18 @@ def run(
         from hiwallet.topup_webhook.app import run_topup_webhook
 
         run_topup_webhook(port, host)
+        return
+    if name == "stripe-fake":
+        from hiwallet.fakes.stripe import run_stripe_fake
+
+        configure_logging("stripe-fake")
+        run_stripe_fake(port, host)
+        return
+    if name == "bank-fake":
+        from hiwallet.fakes.bank import run_bank_fake
+
+        configure_logging("bank-fake")
+        run_bank_fake(port, host)
         return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 

@@ -226,6 +226,8 @@ class Process:
     env: dict[str, str]
     log_dir: Path
     args: tuple[str, ...] = ()
+    # The fakes answer /health only (they have nothing to be ready for).
+    ready_path: str = "/ready"
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     peak_rss_mb: float = 0.0
@@ -274,7 +276,7 @@ class Process:
     async def ready(self) -> bool:
         try:
             async with httpx.AsyncClient(timeout=2) as http:
-                return (await http.get(f"{self.url}/ready")).status_code == 200
+                return (await http.get(f"{self.url}{self.ready_path}")).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -515,3 +517,12 @@ def env_of(base: Mapping[str, str], **values: Any) -> dict[str, str]:
 
 
 Check = Callable[[], Awaitable[bool]]
+
+
+async def post_stripe_event(url: str, event: dict[str, Any], secret: str = STRIPE_SECRET) -> int:
+    """Deliver ``event`` to topup-webhook at ``url`` as Stripe does (signed now); the status."""
+    body = json.dumps(event).encode()
+    headers = {"Content-Type": "application/json", "Stripe-Signature": stripe_signature(body, secret)}
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(f"{url}/v1/webhooks/topup/stripe", content=body, headers=headers)
+    return response.status_code

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,8 @@ class System:
             env["HIWALLET_DATABASE_URL"] = f"postgresql://127.0.0.1:{db_port}"
         return env
 
-    def _process(self, name: str, port: int, env: dict[str, str]) -> Process:
-        process = Process(name=name, port=port, env=env, log_dir=self.log_dir)
+    def _process(self, name: str, port: int, env: dict[str, str], ready_path: str = "/ready") -> Process:
+        process = Process(name=name, port=port, env=env, log_dir=self.log_dir, ready_path=ready_path)
         self.children.processes.append(process)
         return process
 
@@ -124,7 +125,7 @@ class System:
             **{k.upper(): v for k, v in settings.items()},
         }
         env = harness.env_of(os.environ, **{STRIPE_FAKE_ENV + k: v for k, v in values.items()})
-        return StripeFake(self._process("stripe-fake", port, env), harness.STRIPE_API_KEY)
+        return StripeFake(self._process("stripe-fake", port, env, "/health"), harness.STRIPE_API_KEY)
 
     def bank_fake(self, **settings: Any) -> BankFake:
         port = self.ports["bank-fake"]
@@ -134,7 +135,7 @@ class System:
             **{k.upper(): v for k, v in settings.items()},
         }
         env = harness.env_of(os.environ, **{BANK_FAKE_ENV + k: v for k, v in values.items()})
-        return BankFake(self._process("bank-fake", port, env), harness.BANK_API_KEY)
+        return BankFake(self._process("bank-fake", port, env, "/health"), harness.BANK_API_KEY)
 
     @staticmethod
     async def start(*processes: Process) -> None:
@@ -142,6 +143,28 @@ class System:
         for process in processes:
             process.start()
         await asyncio.gather(*(p.wait_ready() for p in processes))
+
+    async def cli(self, *args: str, timeout_s: float = 60.0) -> tuple[int, str]:
+        """``hiwallet <args>`` as an operator runs it against this system (the wallet-consumer's
+        database, this vhost): its exit status and output (rich folds long lines; callers search
+        the output with the line breaks taken out)."""
+        env = harness.env_of(
+            self.base_env(),
+            **{CONSUMER_ENV + "DATABASE": self.wallet_db, TOPUP_ENV + "DATABASE": self.topup_db},
+            COLUMNS="300",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "hiwallet.cli",
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(errors="replace")
 
     async def proxy(self, port: int) -> StallingProxy:
         proxy = StallingProxy("127.0.0.1", port)
@@ -217,7 +240,7 @@ class System:
         return await self.topup_fetch("SELECT * FROM topup.payments ORDER BY created_at")
 
     async def outbox_unsent(self) -> int:
-        rows = await self.topup_fetch("SELECT count(*) AS n FROM outbox WHERE sent_at IS NULL")
+        rows = await self.topup_fetch("SELECT count(*) AS n FROM topup.outbox WHERE sent_at IS NULL")
         return int(rows[0]["n"])
 
     async def wallet_fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:

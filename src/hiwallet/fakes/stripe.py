@@ -1,0 +1,414 @@
+"""stripe-fake: a card provider in Stripe's shape (port 8096), for development and tests.
+
+``POST /v1/topups`` takes a card payment (form-encoded as Stripe's API, or JSON; ``Authorization:
+Bearer sk_test_…``) and answers a succeeded PaymentIntent. Moments later it reports that one
+payment twice, as Stripe does when a Checkout Session is paid: ``checkout.session.completed``,
+then ``payment_intent.succeeded``, each a Stripe event object signed in a ``Stripe-Signature``
+header (``t=<unix>,v1=<hex>`` with one ``v1`` per configured secret: HMAC-SHA256 over
+``f"{t}.{body}"``). ``GET /v1/events`` and ``GET /v1/payment_intents/{id}`` are Stripe's.
+
+Nothing of HiWallet is imported (an import-linter contract): only its address, secrets and key
+change in production, by configuration. State is in memory (a restart forgets everything).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any
+
+import structlog
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from hiwallet.fakes.delivery import Deliverer, DeliverySettings, Notification, control_router, random_id
+
+__all__ = [
+    "StripeFake",
+    "StripeFakeSettings",
+    "create_stripe_fake_app",
+    "run_stripe_fake",
+    "stripe_signature",
+]
+
+log = structlog.get_logger("hiwallet.fakes.stripe")
+
+CHECKOUT_COMPLETED = "checkout.session.completed"
+PAYMENT_SUCCEEDED = "payment_intent.succeeded"
+
+
+class StripeFakeSettings(DeliverySettings):
+    """``STRIPE_FAKE_*``; lists as JSON (``STRIPE_FAKE_SIGNING_SECRETS='["whsec_a","whsec_b"]'``)."""
+
+    model_config = SettingsConfigDict(env_prefix="STRIPE_FAKE_", extra="ignore")
+
+    port: int = 8096
+    webhook_url: str = "http://127.0.0.1:8020/v1/webhooks/topup/stripe"
+    # Every secret signs every attempt (one v1= each): a rotation's overlap.
+    signing_secrets: list[str] = Field(
+        default=["whsec_dev_stripe_fake_0123456789abcdef"], min_length=1, max_length=5
+    )
+    api_key: str = "sk_test_hiwallet_dev"
+    # The api_version the events carry (the stripe client this repository pins).
+    api_version: str = "2026-10-28.endive"
+    max_body_bytes: int = 16_384
+
+    @field_validator("signing_secrets")
+    @classmethod
+    def _non_empty(cls, value: list[str]) -> list[str]:
+        if any(not s.strip() for s in value):
+            raise ValueError("an empty signing secret")
+        return value
+
+
+def stripe_signature(body: bytes, secrets: list[str], timestamp: int) -> str:
+    """The ``Stripe-Signature`` header: ``t=<unix>,v1=<hex>[,v1=<hex>…]``, one v1 per secret,
+    each HMAC-SHA256(secret, f"{t}.{body}") in hex, as Stripe signs."""
+    signed = str(timestamp).encode() + b"." + body
+    v1 = ",".join("v1=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest() for secret in secrets)
+    return f"t={timestamp},{v1}"
+
+
+class _TopupRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True)
+
+    wallet: str | None = Field(default=None, min_length=1, max_length=200)
+    # Stripe's ceiling on an amount: eight digits of minor units.
+    amount: int = Field(gt=0, le=99_999_999)
+    currency: str = Field(pattern=r"^[A-Za-z]{3}$")
+    description: str | None = Field(default=None, max_length=500)
+
+
+class _StripeError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type_: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = {"error": {"type": type_, "message": message, "code": code, "param": param}}
+
+
+class StripeFake:
+    """The fake's state: payment intents, checkout sessions, events (newest last), bounded."""
+
+    def __init__(self, settings: StripeFakeSettings) -> None:
+        self.settings = settings
+        self.deliverer = Deliverer(
+            name="stripe-fake",
+            signer=self._sign,
+            settings=settings,
+            user_agent="Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+        )
+        self.payment_intents: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.events: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._idempotent: OrderedDict[str, tuple[str, str]] = OrderedDict()  # key -> (fingerprint, pi)
+
+    def _sign(self, notification: Notification, timestamp: int) -> Mapping[str, str]:
+        return {
+            "Stripe-Signature": stripe_signature(notification.body, self.settings.signing_secrets, timestamp)
+        }
+
+    def _bound(self, store: OrderedDict[str, Any]) -> None:
+        while len(store) > self.settings.max_kept:
+            store.popitem(last=False)
+
+    def create_topup(self, request: _TopupRequest, idempotency_key: str | None) -> dict[str, Any]:
+        fingerprint = request.model_dump_json()
+        if idempotency_key is not None and idempotency_key in self._idempotent:
+            seen, pi_id = self._idempotent[idempotency_key]
+            if seen != fingerprint:
+                raise _StripeError(
+                    400,
+                    "Keys for idempotent requests can only be used with the same parameters "
+                    "they were first used with.",
+                    type_="idempotency_error",
+                )
+            if pi_id in self.payment_intents:
+                return self.payment_intents[pi_id]
+        now = int(time.time())
+        currency = request.currency.lower()
+        metadata = {"wallet": request.wallet} if request.wallet is not None else {}
+        pi_id = random_id("pi_")
+        intent: dict[str, Any] = {
+            "id": pi_id,
+            "object": "payment_intent",
+            "amount": request.amount,
+            "amount_capturable": 0,
+            "amount_received": request.amount,
+            "capture_method": "automatic",
+            "confirmation_method": "automatic",
+            "created": now,
+            "currency": currency,
+            "customer": None,
+            "description": request.description,
+            "latest_charge": random_id("ch_"),
+            "livemode": False,
+            "metadata": metadata,
+            "payment_method": random_id("pm_"),
+            "payment_method_types": ["card"],
+            "status": "succeeded",
+        }
+        session: dict[str, Any] = {
+            "id": random_id("cs_test_", 56),
+            "object": "checkout.session",
+            "amount_subtotal": request.amount,
+            "amount_total": request.amount,
+            "client_reference_id": request.wallet,
+            "created": now,
+            "currency": currency,
+            "customer": None,
+            "expires_at": now + 86_400,
+            "livemode": False,
+            "metadata": metadata,
+            "mode": "payment",
+            "payment_intent": pi_id,
+            "payment_method_types": ["card"],
+            "payment_status": "paid",
+            "status": "complete",
+            "success_url": None,
+        }
+        request_info = {"id": random_id("req_", 14), "idempotency_key": idempotency_key}
+        batch = []
+        for event_type, obj in ((CHECKOUT_COMPLETED, session), (PAYMENT_SUCCEEDED, intent)):
+            event_id = random_id("evt_")
+            event: dict[str, Any] = {
+                "id": event_id,
+                "object": "event",
+                "api_version": self.settings.api_version,
+                "created": now,
+                "data": {"object": obj},
+                "livemode": False,
+                "pending_webhooks": 1,
+                "request": request_info,
+                "type": event_type,
+            }
+            self.events[event_id] = event
+            # Stripe's bodies are pretty-printed, two spaces: a receiver must verify the raw bytes.
+            body = json.dumps(event, indent=2).encode()
+            batch.append(Notification(event_id, event_type, self.settings.webhook_url, body))
+        self.payment_intents[pi_id] = intent
+        if idempotency_key is not None:
+            self._idempotent[idempotency_key] = (fingerprint, pi_id)
+            self._bound(self._idempotent)
+        self._bound(self.payment_intents)
+        self._bound(self.events)
+        log.info(
+            "payment accepted",
+            payment_intent=pi_id,
+            amount=request.amount,
+            currency=currency,
+            events=[n.event_id for n in batch],
+        )
+        self.deliverer.submit(batch)
+        return intent
+
+    def list_events(self, query: Mapping[str, str]) -> dict[str, Any]:
+        limit = _int_param(query, "limit", 10)
+        if not 1 <= limit <= 100:
+            raise _StripeError(
+                400, "limit must be between 1 and 100", param="limit", code="parameter_invalid_integer"
+            )
+        bounds = {op: _int_param(query, f"created[{op}]", None) for op in ("gt", "gte", "lt", "lte")}
+        exact = _int_param(query, "created", None)
+        type_filter = query.get("type")
+        newest_first = list(reversed(self.events.values()))
+        starting_after = query.get("starting_after")
+        ending_before = query.get("ending_before")
+        if starting_after is not None:
+            newest_first = _after(newest_first, starting_after, "starting_after")
+        elif ending_before is not None:
+            older_first = _after(list(reversed(newest_first)), ending_before, "ending_before")
+            newest_first = list(reversed(older_first))
+
+        def wanted(event: dict[str, Any]) -> bool:
+            created = int(event["created"])
+            if exact is not None and created != exact:
+                return False
+            if (bounds["gt"] is not None and created <= bounds["gt"]) or (
+                bounds["gte"] is not None and created < bounds["gte"]
+            ):
+                return False
+            if (bounds["lt"] is not None and created >= bounds["lt"]) or (
+                bounds["lte"] is not None and created > bounds["lte"]
+            ):
+                return False
+            if type_filter is None:
+                return True
+            if type_filter.endswith("*"):
+                return str(event["type"]).startswith(type_filter[:-1])
+            return bool(event["type"] == type_filter)
+
+        matching = [e for e in newest_first if wanted(e)]
+        if ending_before is not None and starting_after is None:
+            page = matching[-limit:]
+            has_more = len(matching) > limit
+        else:
+            page = matching[:limit]
+            has_more = len(matching) > limit
+        return {"object": "list", "data": page, "has_more": has_more, "url": "/v1/events"}
+
+
+def _after(events: list[dict[str, Any]], event_id: str, param: str) -> list[dict[str, Any]]:
+    for index, event in enumerate(events):
+        if event["id"] == event_id:
+            return events[index + 1 :]
+    raise _StripeError(404, f"No such event: '{event_id}'", code="resource_missing", param=param)
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int | None) -> Any:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise _StripeError(
+            400, f"Invalid integer: {name}", code="parameter_invalid_integer", param=name
+        ) from exc
+
+
+def _authorized(request: Request, api_key: str) -> bool:
+    header = request.headers.get("authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return hmac.compare_digest(credentials.strip().encode(), api_key.encode())
+    if scheme.lower() == "basic":  # Stripe also takes the key as the basic-auth user name
+        try:
+            user = base64.b64decode(credentials.strip(), validate=True).decode().partition(":")[0]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return hmac.compare_digest(user.encode(), api_key.encode())
+    return False
+
+
+async def _read_topup(request: Request, max_body_bytes: int) -> _TopupRequest:
+    body = await request.body()
+    if len(body) > max_body_bytes:
+        raise _StripeError(413, "Request body too large.")
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    fields: dict[str, Any]
+    if content_type == "application/json":
+        try:
+            parsed = json.loads(body)
+        except ValueError as exc:
+            raise _StripeError(400, "Invalid JSON body.") from exc
+        if not isinstance(parsed, dict):
+            raise _StripeError(400, "Invalid JSON body.")
+        fields = dict(parsed)
+        metadata = fields.get("metadata")
+        if isinstance(metadata, dict) and "wallet" not in fields and "wallet" in metadata:
+            fields["wallet"] = metadata["wallet"]
+    else:  # application/x-www-form-urlencoded, as Stripe's clients send
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        if "wallet" not in fields and "metadata[wallet]" in fields:
+            fields["wallet"] = fields["metadata[wallet]"]
+    try:
+        return _TopupRequest.model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        param = ".".join(str(p) for p in error["loc"]) or None
+        code = "parameter_missing" if error["type"] == "missing" else "parameter_invalid"
+        raise _StripeError(400, f"{error['msg']}: {param}", code=code, param=param) from exc
+
+
+def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAPI:
+    """The app; ``app.state.fake`` is its :class:`StripeFake` (tests read it)."""
+    settings = settings or get_stripe_fake_settings()
+    fake = StripeFake(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await fake.deliverer.start()
+        log.info(
+            "stripe-fake started", webhook_url=settings.webhook_url, secrets=len(settings.signing_secrets)
+        )
+        try:
+            yield
+        finally:
+            await fake.deliverer.close()
+
+    app = FastAPI(title="stripe-fake", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.fake = fake
+    app.include_router(control_router(lambda: fake.deliverer))
+
+    @app.exception_handler(_StripeError)
+    async def stripe_error(_: Request, exc: _StripeError) -> JSONResponse:
+        return JSONResponse(exc.body, status_code=exc.status)
+
+    def require_key(request: Request) -> None:
+        if not _authorized(request, settings.api_key):
+            raise _StripeError(401, "Invalid API Key provided.")
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/topups")
+    async def create_topup(request: Request) -> dict[str, Any]:
+        require_key(request)
+        topup = await _read_topup(request, settings.max_body_bytes)
+        key = request.headers.get("idempotency-key")
+        if key is not None and len(key) > 255:
+            raise _StripeError(400, "Idempotency-Key is too long.", type_="idempotency_error")
+        return fake.create_topup(topup, key)
+
+    @app.get("/v1/payment_intents/{intent_id}")
+    async def get_payment_intent(intent_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        intent = fake.payment_intents.get(intent_id)
+        if intent is None:
+            raise _StripeError(
+                404, f"No such payment_intent: '{intent_id}'", code="resource_missing", param="id"
+            )
+        return intent
+
+    @app.get("/v1/events")
+    async def list_events(request: Request) -> dict[str, Any]:
+        require_key(request)
+        return fake.list_events(request.query_params)
+
+    @app.get("/v1/events/{event_id}")
+    async def get_event(event_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        event = fake.events.get(event_id)
+        if event is None:
+            raise _StripeError(404, f"No such event: '{event_id}'", code="resource_missing", param="id")
+        return event
+
+    return app
+
+
+@lru_cache(maxsize=1)
+def get_stripe_fake_settings() -> StripeFakeSettings:
+    return StripeFakeSettings()
+
+
+def run_stripe_fake(port: int | None, host: str) -> None:
+    """Serve stripe-fake (the process entry point; the caller has set up logging)."""
+    settings = get_stripe_fake_settings()
+    uvicorn.run(
+        create_stripe_fake_app(settings),
+        host=host,
+        port=port or settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
