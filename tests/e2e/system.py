@@ -20,6 +20,8 @@ import asyncpg
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerStore, cash_account, init_connection
+from hiwallet.wallet_api import domain
+from hiwallet.wallet_api.accounts import Accounts
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
 from tests.e2e import harness
@@ -180,6 +182,25 @@ class System:
         account = await self.service.open_business("E2E Kahve", operator="operator:e2e")
         wallet_id: str = account["wallets"][0]["id"]
         return wallet_id
+
+    async def open_wallet_without_card_clearing(self, currency: str) -> str:
+        """A business wallet in ``currency`` opened while only the bank's clearing accounts exist
+        in that currency (a currency the card provider was never set up for): a card top-up to it
+        cannot be posted until the card provider's accounts are opened."""
+        assert self.service is not None and self.pool is not None
+        settings = get_settings()
+        bank_only = LedgerStore(self.pool, providers=["bank"])
+        accounts = Accounts(self.pool, Ledger(bank_only, Fees.from_settings(settings)), WalletApiSettings())
+        business = await self.service.open_business("E2E Euro", operator="operator:e2e")
+        bucket = domain.bucket_in(business["id"])
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await accounts._add_wallet(conn, bucket, business["id"], currency, owner=business["id"])
+        return row.id
+
+    async def open_card_clearing(self, currency: str) -> None:
+        """The cause of the above fixed: every provider's clearing accounts in ``currency``."""
+        assert self.pool is not None
+        await LedgerStore(self.pool).ensure_system_accounts(currency)
 
     async def owner(self, database: str) -> asyncpg.Connection:
         return await asyncpg.connect(db.owner_dsn(database))
