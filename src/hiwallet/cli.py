@@ -124,6 +124,7 @@ def up() -> None:
 
 
 def _register_subcommands() -> None:
+    from hiwallet.core.deadletters_cli import dead_letters_app
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.wallet_api.cli import business_app
@@ -131,6 +132,7 @@ def _register_subcommands() -> None:
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
+    app.add_typer(dead_letters_app, name="dead-letters")
 
 
 _register_subcommands()

@@ -1,0 +1,424 @@
+"""RabbitMQ, through aio-pika: the topology, publishing with confirms, channels for consumers.
+
+Every aio-pika / aiormq error is translated here (``raise ... from exc``) into one of two
+answers a caller can act on:
+
+- :class:`BrokerUnavailable`: the connection or channel is lost, or a confirm did not arrive in
+  time. A retry cures it; for the outbox relay it means "keep the rows unsent and back off".
+- :class:`PublishRefused`: the broker nacked a message, or could not route it (every publish
+  is *mandatory*: a message no queue would receive is returned, not silently dropped). A
+  defect (a missing binding, a wrong exchange), never "retry later".
+
+One robust connection per :class:`Broker` (aio-pika reconnects it and restores its channels
+and consumers); publishing shares one channel in confirm mode, and each consumer gets its own
+channel (:meth:`Broker.consumer_channel`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aio_pika
+import aio_pika.abc
+import aiormq
+import aiormq.exceptions
+import pamqp.exceptions
+import structlog
+from aiormq.abc import DeliveredMessage
+
+from hiwallet.core.logging import REQUEST_ID
+
+__all__ = [
+    "DEAD_LETTER_EXCHANGE",
+    "REQUEST_ID_HEADER",
+    "TOPUPS_DEAD_LETTER_KEY",
+    "TOPUPS_DEAD_LETTER_QUEUE",
+    "TOPUPS_EXCHANGE",
+    "Broker",
+    "BrokerError",
+    "BrokerUnavailable",
+    "ExchangeSpec",
+    "OutgoingMessage",
+    "PublishRefused",
+    "QueueSpec",
+    "Topology",
+    "dead_letter_topology",
+    "partition_queues",
+    "partitioned_topology",
+    "topups_topology",
+]
+
+log = structlog.get_logger(__name__)
+
+TOPUPS_EXCHANGE = "hiwallet.topups"
+DEAD_LETTER_EXCHANGE = "hiwallet.dead-letters"
+TOPUPS_DEAD_LETTER_KEY = "hiwallet.topups"
+TOPUPS_DEAD_LETTER_QUEUE = "hiwallet.topups.dead"
+# The header that carries the HTTP request id from the edge to every message it caused.
+REQUEST_ID_HEADER = "x-request-id"
+# How often a message may be delivered before the queue itself dead-letters it (a consumer that
+# crashes on it every time: kill -9, OOM). Our consumer dead-letters a poison message long before.
+DELIVERY_LIMIT = 10
+
+
+class BrokerError(Exception):
+    """Base of the broker's errors."""
+
+
+class BrokerUnavailable(BrokerError):
+    """The connection or channel is lost, or a confirm did not arrive in time: a retry cures it.
+    A message whose confirm timed out may still have been delivered (at least once)."""
+
+
+class PublishRefused(BrokerError):
+    """The broker nacked a message or could not route it (mandatory): a defect, not "retry"."""
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    message_id: str
+    exchange: str
+    routing_key: str
+    type: str
+    body: bytes  # JSON
+    # Carried as AMQP headers; "x-request-id" is taken from the current request if absent.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ExchangeSpec:
+    name: str
+    type: str  # "direct", "topic", "x-consistent-hash", ...
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    arguments: Mapping[str, Any]
+    bindings: tuple[tuple[str, str], ...]  # (exchange, routing key); a weight for consistent-hash
+
+
+@dataclass(frozen=True)
+class Topology:
+    exchanges: tuple[ExchangeSpec, ...]
+    queues: tuple[QueueSpec, ...]
+
+    def __add__(self, other: Topology) -> Topology:
+        return Topology(self.exchanges + other.exchanges, self.queues + other.queues)
+
+
+def partition_queues(exchange: str, partitions: int) -> list[str]:
+    """The partition queues of a consistent-hash exchange: ``<exchange>.p0`` ... ``p<n-1>``."""
+    return [f"{exchange}.p{i}" for i in range(partitions)]
+
+
+def dead_letter_topology(dead_letter_exchange: str, dead_queue: str, dead_key: str) -> Topology:
+    """The dead-letter exchange (direct) and one dead-letter queue bound with ``dead_key``.
+
+    The queue is quorum but *not* single-active-consumer: RabbitMQ 3.10 refuses basic.get on
+    a quorum queue with SAC, and `hiwallet dead-letters list` reads it while the consumers run.
+    It has no delivery limit either: listing returns each message to the queue, which counts
+    as a delivery, and a dead letter must never be dropped for being looked at."""
+    return Topology(
+        exchanges=(ExchangeSpec(dead_letter_exchange, "direct"),),
+        queues=(
+            QueueSpec(
+                dead_queue,
+                {"x-queue-type": "quorum"},
+                ((dead_letter_exchange, dead_key),),
+            ),
+        ),
+    )
+
+
+def partitioned_topology(
+    exchange: str,
+    *,
+    partitions: int,
+    dead_letter_exchange: str,
+    dead_letter_key: str,
+    dead_letter_queue: str,
+    delivery_limit: int = DELIVERY_LIMIT,
+) -> Topology:
+    """A consistent-hash exchange over ``partitions`` quorum queues, each with a single active
+    consumer (one key's messages are handled in order, by one consumer at a time), a delivery
+    limit, and the dead-letter exchange and queue. The tests pass their own names."""
+    if not 1 <= partitions <= 64:
+        raise ValueError(f"partitions must be 1..64, not {partitions}")
+    queue_arguments = {
+        "x-queue-type": "quorum",
+        "x-single-active-consumer": True,
+        "x-delivery-limit": delivery_limit,
+        "x-dead-letter-exchange": dead_letter_exchange,
+        "x-dead-letter-routing-key": dead_letter_key,
+    }
+    partitioned = Topology(
+        exchanges=(ExchangeSpec(exchange, "x-consistent-hash"),),
+        queues=tuple(
+            # Weight "1" each: the hash ring splits the keys evenly.
+            QueueSpec(name, dict(queue_arguments), ((exchange, "1"),))
+            for name in partition_queues(exchange, partitions)
+        ),
+    )
+    return partitioned + dead_letter_topology(dead_letter_exchange, dead_letter_queue, dead_letter_key)
+
+
+def topups_topology(partitions: int = 4) -> Topology:
+    """``hiwallet.topups`` (x-consistent-hash) over ``hiwallet.topups.p0`` ... ``p3``, and the
+    dead letters: ``hiwallet.dead-letters`` (direct) -> ``hiwallet.topups.dead``."""
+    return partitioned_topology(
+        TOPUPS_EXCHANGE,
+        partitions=partitions,
+        dead_letter_exchange=DEAD_LETTER_EXCHANGE,
+        dead_letter_key=TOPUPS_DEAD_LETTER_KEY,
+        dead_letter_queue=TOPUPS_DEAD_LETTER_QUEUE,
+    )
+
+
+# What a lost connection or channel looks like from aio-pika and aiormq.
+_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    aiormq.exceptions.AMQPConnectionError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    aiormq.exceptions.ChannelClosed,
+    aiormq.exceptions.AMQPError,
+    pamqp.exceptions.PAMQPException,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+    RuntimeError,  # aio-pika's "channel/connection closed" states
+)
+
+
+def _properties_headers(message: OutgoingMessage) -> dict[str, Any]:
+    headers: dict[str, Any] = dict(message.headers)
+    if REQUEST_ID_HEADER not in headers:
+        request_id = REQUEST_ID.get()
+        if isinstance(request_id, str):
+            headers[REQUEST_ID_HEADER] = request_id
+    return headers
+
+
+class Broker:
+    def __init__(
+        self,
+        url: str,
+        *,
+        client_name: str,
+        connect_timeout_s: float = 5.0,
+        confirm_timeout_s: float = 10.0,
+    ) -> None:
+        if connect_timeout_s <= 0 or confirm_timeout_s <= 0:
+            raise ValueError("the broker's timeouts must be positive")
+        self._url = url
+        self.client_name = client_name
+        self.connect_timeout_s = connect_timeout_s
+        self.confirm_timeout_s = confirm_timeout_s
+        self._connection: aio_pika.abc.AbstractRobustConnection | None = None
+        self._publish_channel: aio_pika.abc.AbstractChannel | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def start(self) -> None:
+        """Connect (bounded by connect_timeout_s) and open the publishing channel. Raises
+        BrokerUnavailable if RabbitMQ cannot be reached; publish() tries again later."""
+        self._closed = False
+        await self._ensure()
+
+    async def _ensure(self) -> aio_pika.abc.AbstractChannel:
+        if self._closed:
+            raise BrokerUnavailable("the broker connection is closed")
+        async with self._lock:
+            if self._connection is None:
+                try:
+                    self._connection = await aio_pika.connect_robust(
+                        self._url,
+                        timeout=self.connect_timeout_s,
+                        client_properties={"connection_name": self.client_name},
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except _UNAVAILABLE_ERRORS as exc:
+                    raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
+            if self._publish_channel is None:
+                try:
+                    async with asyncio.timeout(self.connect_timeout_s):
+                        # on_return_raises: an unroutable mandatory message fails its publish
+                        # (PublishError) instead of going to a callback nobody watches.
+                        self._publish_channel = await self._connection.channel(
+                            publisher_confirms=True, on_return_raises=True
+                        )
+                except asyncio.CancelledError:
+                    raise
+                except _UNAVAILABLE_ERRORS as exc:
+                    raise BrokerUnavailable(f"cannot open a channel: {type(exc).__name__}") from exc
+            return self._publish_channel
+
+    @property
+    def connected(self) -> bool:
+        connection = self._connection
+        return connection is not None and not connection.is_closed and connection.connected.is_set()
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._lock:
+            connection, self._connection, self._publish_channel = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.close(), self.connect_timeout_s)
+
+    async def check(self) -> None:
+        """/ready: connected, and the publishing channel open. Raises BrokerUnavailable."""
+        channel = await self._ensure()
+        if not self.connected or channel.is_closed:
+            raise BrokerUnavailable("not connected to RabbitMQ")
+
+    async def declare(self, topology: Topology) -> None:
+        """Declare exchanges, queues and bindings (idempotent). A queue that exists with other
+        arguments is refused by RabbitMQ (PRECONDITION_FAILED): PublishRefused-like, a defect,
+        raised as BrokerError."""
+        connection = await self._connection_or_raise()
+        try:
+            async with asyncio.timeout(self.confirm_timeout_s * 3):
+                channel = await connection.channel(publisher_confirms=False)
+                try:
+                    exchanges: dict[str, aio_pika.abc.AbstractExchange] = {}
+                    for spec in topology.exchanges:
+                        exchanges[spec.name] = await channel.declare_exchange(
+                            spec.name, spec.type, durable=True, arguments=dict(spec.arguments)
+                        )
+                    for queue_spec in topology.queues:
+                        queue = await channel.declare_queue(
+                            queue_spec.name, durable=True, arguments=dict(queue_spec.arguments)
+                        )
+                        for exchange, key in queue_spec.bindings:
+                            await queue.bind(exchanges.get(exchange, exchange), routing_key=key)
+                finally:
+                    with contextlib.suppress(Exception):
+                        await channel.close()
+        except asyncio.CancelledError:
+            raise
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            raise BrokerError(f"the topology differs from what exists: {exc}") from exc
+        except _UNAVAILABLE_ERRORS as exc:
+            raise BrokerUnavailable(f"cannot declare the topology: {type(exc).__name__}") from exc
+        log.info("broker topology declared", exchanges=len(topology.exchanges), queues=len(topology.queues))
+
+    async def delete(self, topology: Topology) -> None:
+        """Delete the queues and exchanges of ``topology`` (tests, and nothing else)."""
+        connection = await self._connection_or_raise()
+        channel = await connection.channel(publisher_confirms=False)
+        try:
+            underlay = await channel.get_underlay_channel()
+            for queue_spec in topology.queues:
+                await underlay.queue_delete(queue_spec.name)
+            for spec in topology.exchanges:
+                await underlay.exchange_delete(spec.name)
+        finally:
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+    async def _connection_or_raise(self) -> aio_pika.abc.AbstractRobustConnection:
+        await self._ensure()
+        connection = self._connection
+        if connection is None or not self.connected:
+            raise BrokerUnavailable("not connected to RabbitMQ")
+        return connection
+
+    async def consumer_channel(self, prefetch: int = 1) -> aio_pika.abc.AbstractChannel:
+        """A channel of its own for a consumer, with ``prefetch`` unacknowledged messages at
+        most (robust: restored, with its consumers, after a reconnect)."""
+        if not 1 <= prefetch <= 65_535:
+            raise ValueError(f"prefetch must be 1..65535, not {prefetch}")
+        connection = await self._connection_or_raise()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+                await channel.set_qos(prefetch_count=prefetch)
+        except asyncio.CancelledError:
+            raise
+        except _UNAVAILABLE_ERRORS as exc:
+            raise BrokerUnavailable(f"cannot open a consumer channel: {type(exc).__name__}") from exc
+        return channel
+
+    async def publish(self, messages: Sequence[OutgoingMessage]) -> None:
+        """Publish ``messages`` (persistent, mandatory) and wait until the broker confirmed
+        every one: returns only then. Raises PublishRefused if any was nacked or unroutable,
+        BrokerUnavailable if the connection failed or a confirm did not arrive within
+        confirm_timeout_s. After an error, any of the messages may or may not have been
+        delivered: the caller publishes them all again (consumers deduplicate by message_id)."""
+        if not messages:
+            return
+        channel = await self._ensure()
+        if not self.connected or channel.is_closed:
+            # A robust connection that is reconnecting would make the publish wait for it;
+            # answer at once instead, and let the caller back off.
+            raise BrokerUnavailable("not connected to RabbitMQ")
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.confirm_timeout_s):
+                underlay = await channel.get_underlay_channel()
+                # All at once, then wait for all confirms: one round trip for the batch, not one
+                # per message. gather() leaves none of them running on the first failure.
+                results = await asyncio.gather(
+                    *(self._publish_one(underlay, m) for m in messages), return_exceptions=True
+                )
+        except TimeoutError as exc:
+            raise BrokerUnavailable(
+                f"no confirm within {self.confirm_timeout_s} s for {len(messages)} messages"
+            ) from exc
+        except asyncio.CancelledError:
+            raise
+        except _UNAVAILABLE_ERRORS as exc:
+            raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
+        for result in results:
+            if isinstance(result, BaseException):
+                self._raise_translated(result)
+        log.debug(
+            "published", messages=len(messages), confirm_ms=round((time.monotonic() - started) * 1000, 2)
+        )
+
+    @staticmethod
+    def _raise_translated(exc: BaseException) -> None:
+        if isinstance(exc, PublishRefused | BrokerUnavailable):
+            raise exc
+        if isinstance(exc, aiormq.exceptions.PublishError):
+            raise PublishRefused("a message was returned unroutable (mandatory)") from exc
+        if isinstance(exc, aiormq.exceptions.DeliveryError):
+            raise PublishRefused("the broker nacked a message") from exc
+        if isinstance(exc, aiormq.exceptions.ChannelNotFoundEntity):
+            raise PublishRefused(f"no such exchange: {exc}") from exc
+        if isinstance(exc, asyncio.CancelledError):
+            raise exc
+        if isinstance(exc, _UNAVAILABLE_ERRORS):
+            raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
+        raise exc
+
+    async def _publish_one(self, underlay: aiormq.abc.AbstractChannel, message: OutgoingMessage) -> None:
+        properties = aiormq.spec.Basic.Properties(
+            content_type="application/json",
+            delivery_mode=2,  # persistent
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+            message_type=message.type,
+            timestamp=None,
+            headers=_properties_headers(message),
+            app_id=self.client_name,
+        )
+        result = await underlay.basic_publish(
+            message.body,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            properties=properties,
+            mandatory=True,
+        )
+        if isinstance(result, DeliveredMessage):  # returned (if on_return_raises were off)
+            raise PublishRefused(f"unroutable: exchange {message.exchange!r}")
+        if result is not None and not isinstance(result, aiormq.spec.Basic.Ack):
+            raise PublishRefused(f"not acknowledged: {type(result).__name__}")

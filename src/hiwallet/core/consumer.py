@@ -1,0 +1,517 @@
+"""The inbox side: consuming messages exactly once in effect.
+
+RabbitMQ delivers at least once (the outbox relay may publish a message twice; a consumer killed
+before its ack gets it again). The consumer makes the effect happen once: each message's effect
+and a ``processed_events`` row for its message_id commit in ONE database transaction, and the
+message is acked only after that commit. A repeat finds the row and is acked without calling
+the handler; a crash between the commit and the ack is such a repeat.
+
+What goes wrong, and what happens then:
+
+- A transient error (the database is down or restarting, :func:`core.db.is_transient`, or what
+  the service counts as transient): not the message's fault. The message stays unacked (prefetch
+  1: nothing else is delivered on that queue meanwhile), every queue of this consumer stops
+  taking messages, and the database is probed with a capped back-off until it answers; then the
+  same message is tried again. No attempt is counted: a PostgreSQL restart dead-letters nothing.
+- :class:`Unprocessable` (the handler's "this can never be handled") or any other error: tried
+  again a few times in-process with a short back-off (an unknown error may be a race that
+  passes), then published to the dead-letter exchange with its reason (confirmed), then acked.
+  ``hiwallet dead-letters replay`` puts it back once its cause is fixed.
+- A message that kills the process every time: the queue's own ``x-delivery-limit``
+  dead-letters it (core/broker.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aio_pika.abc
+import asyncpg
+import orjson
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from hiwallet.core import db
+from hiwallet.core.broker import REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
+from hiwallet.core.logging import REQUEST_ID
+from hiwallet.core.outbox import checked_identifier
+from hiwallet.core.queries import load_queries
+
+__all__ = [
+    "DEAD_ATTEMPTS_HEADER",
+    "DEAD_AT_HEADER",
+    "DEAD_CONSUMER_HEADER",
+    "DEAD_HEADERS",
+    "DEAD_ORIGINAL_EXCHANGE_HEADER",
+    "DEAD_ORIGINAL_QUEUE_HEADER",
+    "DEAD_ORIGINAL_ROUTING_KEY_HEADER",
+    "DEAD_REASON_HEADER",
+    "PROCESSED_EVENTS_SQL",
+    "Consumer",
+    "ConsumerMetrics",
+    "Handler",
+    "IncomingMessage",
+    "Unprocessable",
+    "processed_events_sql",
+]
+
+log = structlog.get_logger(__name__)
+
+_QUERIES = load_queries(Path(__file__).parent / "sql" / "consumer.sql")
+
+DEAD_REASON_HEADER = "x-hiwallet-dead-reason"
+DEAD_ORIGINAL_EXCHANGE_HEADER = "x-hiwallet-original-exchange"
+DEAD_ORIGINAL_ROUTING_KEY_HEADER = "x-hiwallet-original-routing-key"
+DEAD_ATTEMPTS_HEADER = "x-hiwallet-attempts"
+DEAD_ORIGINAL_QUEUE_HEADER = "x-hiwallet-original-queue"
+DEAD_CONSUMER_HEADER = "x-hiwallet-consumer"
+DEAD_AT_HEADER = "x-hiwallet-dead-at"
+DEAD_HEADERS = frozenset(
+    {
+        DEAD_REASON_HEADER,
+        DEAD_ORIGINAL_EXCHANGE_HEADER,
+        DEAD_ORIGINAL_ROUTING_KEY_HEADER,
+        DEAD_ATTEMPTS_HEADER,
+        DEAD_ORIGINAL_QUEUE_HEADER,
+        DEAD_CONSUMER_HEADER,
+        DEAD_AT_HEADER,
+    }
+)
+# A reason is for an operator's eye: bounded, one line.
+REASON_MAX_CHARS = 500
+
+# In-process attempts of a failing message: a short back-off, doubling.
+ATTEMPT_BACKOFF_FIRST_S = 0.05
+ATTEMPT_BACKOFF_CAP_S = 1.0
+# The database probe while paused: doubling from the first to the cap.
+PROBE_BACKOFF_FIRST_S = 0.1
+PROBE_BACKOFF_CAP_S = 5.0
+PROBE_TIMEOUT_S = 2.0
+# A message that could not be dead-lettered (the broker is unavailable) goes back to its queue
+# after this long, rather than at once in a tight loop.
+REQUEUE_DELAY_S = 1.0
+
+
+def processed_events_sql(table: str = "processed_events") -> str:
+    """The DDL of ``table`` (e.g. ``wallet.processed_events``). A database whose services
+    consume copies it into a migration."""
+    table = checked_identifier(table)
+    bare = table.rpartition(".")[2]
+    return f"""\
+-- What each consumer has processed (core/consumer.py): written in the same transaction as the
+-- message's effect, so a redelivered message is recognised and acked without a second effect.
+CREATE TABLE {table} (
+    consumer     text        NOT NULL,
+    message_id   text        NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(),
+    outcome      jsonb       NOT NULL DEFAULT '{{}}',
+    CONSTRAINT {bare}_pkey PRIMARY KEY (consumer, message_id)
+);
+"""
+
+
+PROCESSED_EVENTS_SQL = processed_events_sql()
+
+
+class Unprocessable(Exception):
+    """The handler's answer "this message can never be handled" (malformed, refers to nothing):
+    after the bounded attempts it is dead-lettered with ``reason``. Never personal data in it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class IncomingMessage:
+    message_id: str
+    type: str
+    routing_key: str
+    body: dict[str, Any]  # the parsed JSON object
+    headers: Mapping[str, Any]
+    redelivered: bool
+    delivery_count: int  # x-delivery-count: earlier deliveries of this message (quorum queues)
+    correlation_id: str | None = None
+    queue: str = ""
+    exchange: str = ""
+
+
+# The handler's effect runs on ``conn`` inside the transaction that also records the message;
+# what it returns is stored as the outcome (JSON).
+Handler = Callable[[asyncpg.Connection, IncomingMessage], Awaitable[Mapping[str, Any]]]
+
+
+class ConsumerMetrics:
+    """The consumer's metrics, in the service's registry. No label holds an id."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.messages = Counter(
+            "hiwallet_consumer_messages",
+            "Messages consumed, by queue and outcome (processed, duplicate, dead_lettered, requeued)",
+            ["queue", "outcome"],
+            registry=self.registry,
+        )
+        self.redeliveries = Counter(
+            "hiwallet_consumer_redeliveries",
+            "Messages received that the broker had delivered before",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.dead_letters = Counter(
+            "hiwallet_dead_letters",
+            "Messages sent to the dead-letter exchange, by reason (unprocessable, error, malformed)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.pauses = Counter(
+            "hiwallet_consumer_pauses",
+            "Times the consumer stopped taking messages because the database was unavailable",
+            registry=self.registry,
+        )
+
+
+class _Malformed(Exception):
+    """The delivery itself is unusable (no message id, not a JSON object): no handler can help."""
+
+
+@dataclass
+class _Queue:
+    name: str
+    channel: aio_pika.abc.AbstractChannel
+    queue: aio_pika.abc.AbstractQueue
+    tag: str = ""
+
+
+@dataclass
+class _Failure:
+    kind: str  # "unprocessable" | "error"
+    reason: str
+    attempts: int = 0
+    last: BaseException | None = field(default=None, repr=False)
+
+
+class Consumer:
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        pool: asyncpg.Pool,
+        queues: Sequence[str],
+        consumer_name: str,
+        handler: Handler,
+        dead_letter_exchange: str,
+        dead_letter_key: str,
+        max_attempts: int = 5,
+        is_transient: Callable[[BaseException], bool] = db.is_transient,
+        metrics: ConsumerMetrics | None = None,
+        table: str = "processed_events",
+        prefetch: int = 1,
+    ) -> None:
+        if not queues:
+            raise ValueError("a consumer needs at least one queue")
+        if not 1 <= max_attempts <= 100:
+            raise ValueError(f"max_attempts must be 1..100, not {max_attempts}")
+        self._broker = broker
+        self._pool = pool
+        self.queues = list(queues)
+        self.consumer_name = consumer_name
+        self._handler = handler
+        self.dead_letter_exchange = dead_letter_exchange
+        self.dead_letter_key = dead_letter_key
+        self.max_attempts = max_attempts
+        self._is_transient = is_transient
+        self.metrics = metrics or ConsumerMetrics()
+        self.table = checked_identifier(table)
+        self.prefetch = prefetch
+        self._claim = _QUERIES["claim_event"].format(table=self.table)
+        self._store = _QUERIES["store_outcome"].format(table=self.table)
+        self._consuming: list[_Queue] = []
+        self._in_hand = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stop = asyncio.Event()
+        self._started = asyncio.Event()
+        # Set while the database answers; cleared by a transient error until a probe succeeds.
+        self._database_up = asyncio.Event()
+        self._database_up.set()
+        self._probe_lock = asyncio.Lock()
+        self._tag_suffix = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+
+    @property
+    def paused(self) -> bool:
+        """Whether the consumer waits for the database (takes no message meanwhile)."""
+        return not self._database_up.is_set()
+
+    async def wait_started(self) -> None:
+        await self._started.wait()
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop` (or cancellation, which stops the same way): one channel
+        per queue (prefetch 1: the queue's order is the handling order), a consumer tag naming
+        this consumer and process. On a single-active-consumer queue only one of the consumers
+        gets messages; the others are standbys the broker switches to when it goes away."""
+        try:
+            for name in self.queues:
+                channel = await self._broker.consumer_channel(self.prefetch)
+                queue = await channel.get_queue(name, ensure=False)
+                entry = _Queue(name, channel, queue)
+                self._consuming.append(entry)
+                entry.tag = await queue.consume(
+                    self._on_message_of(name),
+                    no_ack=False,
+                    consumer_tag=f"{self.consumer_name}.{name}.{self._tag_suffix}",
+                )
+            log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
+            self._started.set()
+            await self._stop.wait()
+        finally:
+            await asyncio.shield(self._shutdown())
+
+    async def stop(self) -> None:
+        """Take no new message, finish the one in hand, close the channels."""
+        self._stop.set()
+
+    async def _shutdown(self, finish_timeout_s: float = 30.0) -> None:
+        for entry in self._consuming:
+            if entry.tag:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(entry.queue.cancel(entry.tag), 5.0)
+        # The message in hand is finished (or, if it waits for the database, given back).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), finish_timeout_s)
+        for entry in self._consuming:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(entry.channel.close(), 5.0)
+        self._consuming.clear()
+        log.info("consumer stopped", consumer=self.consumer_name)
+
+    def _on_message_of(self, queue: str) -> Callable[[aio_pika.abc.AbstractIncomingMessage], Awaitable[None]]:
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            self._in_hand += 1
+            self._idle.clear()
+            try:
+                await self._handle(queue, message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Nothing may escape into aio-pika's task (it would only be logged there); the
+                # message stays unacked and comes back when the channel closes.
+                log.exception("consumer: unexpected failure around a message", queue=queue)
+            finally:
+                self._in_hand -= 1
+                if self._in_hand == 0:
+                    self._idle.set()
+
+        return on_message
+
+    async def _handle(self, queue: str, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        if message.redelivered:
+            self.metrics.redeliveries.labels(queue).inc()
+        request_id = (message.headers or {}).get(REQUEST_ID_HEADER)
+        token = REQUEST_ID.set(request_id if isinstance(request_id, str) else Ellipsis)
+        try:
+            try:
+                incoming = _incoming(queue, message)
+            except _Malformed as exc:
+                await self._dead_letter(queue, message, _Failure("malformed", str(exc), attempts=1))
+                return
+            failure: _Failure | None = None
+            attempt = 0
+            while True:
+                if self._stop.is_set() and not self._database_up.is_set():
+                    return  # stopping while paused: the message goes back with the channel
+                await self._database_up.wait()
+                try:
+                    outcome = await self._process(incoming)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if self._is_transient(exc):
+                        # Not the message's fault: no attempt counted, wait for the database.
+                        log.warning(
+                            "consumer paused: database unavailable",
+                            queue=queue,
+                            error=type(exc).__name__,
+                            **db_fields(exc),
+                        )
+                        await self._probe_until_up()
+                        if self._stop.is_set():
+                            return
+                        continue
+                    attempt += 1
+                    failure = _failure_of(exc, attempt)
+                    log.warning(
+                        "consumer: message failed",
+                        queue=queue,
+                        message_id=incoming.message_id,
+                        type=incoming.type,
+                        attempt=attempt,
+                        kind=failure.kind,
+                        error=type(exc).__name__,
+                    )
+                    if attempt >= self.max_attempts:
+                        break
+                    await asyncio.sleep(
+                        min(ATTEMPT_BACKOFF_CAP_S, ATTEMPT_BACKOFF_FIRST_S * 2 ** (attempt - 1))
+                    )
+                    continue
+                await self._ack(queue, message, outcome)
+                return
+            await self._dead_letter(queue, message, failure)
+        finally:
+            REQUEST_ID.reset(token)
+
+    async def _process(self, incoming: IncomingMessage) -> str:
+        async with self._pool.acquire() as conn, conn.transaction():
+            is_new = await conn.fetchval(self._claim, self.consumer_name, incoming.message_id)
+            if not is_new:
+                return "duplicate"
+            outcome = await self._handler(conn, incoming)
+            await conn.execute(
+                self._store,
+                self.consumer_name,
+                incoming.message_id,
+                orjson.dumps(dict(outcome or {}), default=str).decode(),
+            )
+        return "processed"
+
+    async def _ack(self, queue: str, message: aio_pika.abc.AbstractIncomingMessage, outcome: str) -> None:
+        try:
+            await message.ack()
+        except Exception as exc:
+            # Committed but not acked (the channel is gone): the message comes back and is
+            # acked then as a repeat.
+            log.warning(
+                "consumer: ack failed; the message will come back as a repeat", error=type(exc).__name__
+            )
+            return
+        self.metrics.messages.labels(queue, outcome).inc()
+        log.debug("consumer: message done", queue=queue, outcome=outcome)
+
+    async def _probe_until_up(self) -> None:
+        """Pause every queue of this consumer, probe the database until it answers."""
+        self._database_up.clear()
+        async with self._probe_lock:
+            if self._database_up.is_set():
+                return  # another queue's probe saw it come back
+            self.metrics.pauses.inc()
+            backoff_s = PROBE_BACKOFF_FIRST_S
+            started = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    async with asyncio.timeout(PROBE_TIMEOUT_S), self._pool.acquire() as conn:
+                        await conn.fetchval(_QUERIES["probe"])
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.debug("consumer: database still unavailable", error=type(exc).__name__)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), backoff_s)
+                    backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
+                    continue
+                log.info("consumer resumed: database answers", paused_s=round(time.monotonic() - started, 3))
+                break
+            self._database_up.set()
+
+    async def _dead_letter(
+        self, queue: str, message: aio_pika.abc.AbstractIncomingMessage, failure: _Failure | None
+    ) -> None:
+        failure = failure or _Failure("error", "unknown", attempts=self.max_attempts)
+        headers = {
+            k: v for k, v in (message.headers or {}).items() if isinstance(v, str) and k not in DEAD_HEADERS
+        }
+        headers.update(
+            {
+                DEAD_REASON_HEADER: failure.reason[:REASON_MAX_CHARS],
+                DEAD_ORIGINAL_EXCHANGE_HEADER: message.exchange or "",
+                DEAD_ORIGINAL_ROUTING_KEY_HEADER: message.routing_key or "",
+                DEAD_ORIGINAL_QUEUE_HEADER: queue,
+                DEAD_ATTEMPTS_HEADER: str(failure.attempts),
+                DEAD_CONSUMER_HEADER: self.consumer_name,
+                DEAD_AT_HEADER: datetime.now(UTC).isoformat(),
+            }
+        )
+        dead = OutgoingMessage(
+            message_id=message.message_id or f"unidentified-{uuid.uuid4()}",
+            exchange=self.dead_letter_exchange,
+            routing_key=self.dead_letter_key,
+            type=message.type or "",
+            body=message.body,
+            headers=headers,
+            correlation_id=message.correlation_id,
+        )
+        try:
+            # Confirmed before the ack: a dead letter is never lost between the two queues (at
+            # worst it is in both, and the dead-letter queue holds it twice).
+            await self._broker.publish([dead])
+        except BrokerError as exc:
+            log.error(
+                "consumer: could not dead-letter a message; it goes back to its queue",
+                queue=queue,
+                error=str(exc),
+            )
+            await asyncio.sleep(REQUEUE_DELAY_S)
+            with contextlib.suppress(Exception):
+                await message.reject(requeue=True)
+            self.metrics.messages.labels(queue, "requeued").inc()
+            return
+        self.metrics.dead_letters.labels(failure.kind).inc()
+        log.error(
+            "consumer: message dead-lettered",
+            queue=queue,
+            message_id=message.message_id,
+            type=message.type,
+            kind=failure.kind,
+            reason=failure.reason[:REASON_MAX_CHARS],
+            attempts=failure.attempts,
+        )
+        await self._ack(queue, message, "dead_lettered")
+
+
+def db_fields(exc: BaseException) -> dict[str, Any]:
+    state = getattr(exc, "sqlstate", None)
+    return {"sqlstate": state} if isinstance(state, str) else {}
+
+
+def _failure_of(exc: BaseException, attempts: int) -> _Failure:
+    if isinstance(exc, Unprocessable):
+        return _Failure("unprocessable", exc.reason, attempts, exc)
+    # An unknown error's message may quote data (a database error quotes values): the reason
+    # names its type only; the log line of each attempt has the rest (without locals).
+    return _Failure("error", f"error: {type(exc).__module__}.{type(exc).__qualname__}", attempts, exc)
+
+
+def _incoming(queue: str, message: aio_pika.abc.AbstractIncomingMessage) -> IncomingMessage:
+    if not message.message_id:
+        raise _Malformed("malformed: the message has no message_id")
+    try:
+        body = orjson.loads(message.body)
+    except orjson.JSONDecodeError as exc:
+        raise _Malformed("malformed: the body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise _Malformed("malformed: the body is not a JSON object")
+    headers = dict(message.headers or {})
+    count = headers.get("x-delivery-count", 0)
+    return IncomingMessage(
+        message_id=message.message_id,
+        type=message.type or "",
+        routing_key=message.routing_key or "",
+        body=body,
+        headers=headers,
+        redelivered=bool(message.redelivered),
+        delivery_count=count if isinstance(count, int) else 0,
+        correlation_id=message.correlation_id,
+        queue=queue,
+        exchange=message.exchange or "",
+    )

@@ -1,0 +1,78 @@
+"""``hiwallet dead-letters list|replay``: the dead-letter queue for an operator. Commands only
+translate; the work is in core/deadletters.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hiwallet.core.broker import TOPUPS_DEAD_LETTER_QUEUE, Broker, BrokerError
+from hiwallet.core.deadletters import DeadLetter, list_dead_letters, replay_dead_letters
+from hiwallet.core.settings import get_settings
+
+__all__ = ["dead_letters_app"]
+
+dead_letters_app = typer.Typer(no_args_is_help=True, help="Show and replay dead-lettered messages.")
+console = Console()
+T = TypeVar("T")
+
+QueueOption = Annotated[str, typer.Option("--queue", help="The dead-letter queue.")]
+LimitOption = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")]
+
+
+def _run(work: Callable[[Broker], Awaitable[T]]) -> T:
+    async def main() -> T:
+        broker = Broker(get_settings().amqp_url, client_name="hiwallet-cli dead-letters")
+        try:
+            await broker.start()
+            return await work(broker)
+        finally:
+            await broker.close()
+
+    try:
+        return asyncio.run(main())
+    except BrokerError as exc:
+        console.print(f"[red]broker[/red]: {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _table(letters: list[DeadLetter], *, replay: bool = False) -> Table:
+    table = Table()
+    columns = ["message id", "type", "reason", "origin (exchange / key)", "attempts", "dead at", "bytes"]
+    for column in [*columns, "replayed"] if replay else columns:
+        table.add_column(column, overflow="fold")
+    for d in letters:
+        row = [d.message_id, d.type, d.reason, f"{d.original_exchange} / {d.original_routing_key}",
+               d.attempts, d.dead_at, str(d.body_bytes)]  # fmt: skip
+        table.add_row(*row, *(["yes" if d.replayed else "[red]no: origin unknown[/red]"] if replay else []))
+    return table
+
+
+@dead_letters_app.command("list")
+def list_(queue: QueueOption = TOPUPS_DEAD_LETTER_QUEUE, limit: LimitOption = 100) -> None:
+    """List dead letters (the first LIMIT); every one stays in the queue."""
+    letters = _run(lambda broker: list_dead_letters(broker, queue, limit=limit))
+    if not letters:
+        console.print(f"no dead letters in [bold]{queue}[/bold]")
+        return
+    console.print(_table(letters))
+
+
+@dead_letters_app.command("replay")
+def replay(
+    queue: QueueOption = TOPUPS_DEAD_LETTER_QUEUE,
+    limit: LimitOption = 100,
+    message_id: Annotated[str | None, typer.Option("--id", help="Only this message id.")] = None,
+) -> None:
+    """Publish dead letters again to their original exchange and routing key (confirmed), then
+    remove them from the dead-letter queue."""
+    letters = _run(lambda broker: replay_dead_letters(broker, queue, limit=limit, message_id=message_id))
+    if not letters:
+        console.print("nothing replayed" + (f": no dead letter {message_id}" if message_id else ""))
+        raise typer.Exit(1 if message_id else 0)
+    console.print(_table(letters, replay=True))

@@ -1,0 +1,388 @@
+"""The transactional outbox and its relay.
+
+A service that must tell the others about a change writes the message into its own database,
+in the same transaction as the change (:func:`enqueue`): both happen or neither does. The
+:class:`Relay` then publishes what is committed to RabbitMQ, with publisher confirms, and
+marks each row sent only after the broker confirmed it. Delivery is therefore *at least once*:
+a relay that stops between the confirm and the mark publishes the rows again when it (or
+another) resumes, with the same message_id, and consumers deduplicate by it (core/consumer.py).
+
+One relay at a time, per outbox: the leader holds a session-level PostgreSQL advisory lock on
+its own dedicated connection, and does all its work (LISTEN, claim, mark) on that connection.
+The lock lives exactly as long as the session: a leader whose connection dies has lost the lock
+and can no longer claim or mark anything, and a standby (polling pg_try_advisory_lock every
+takeover_poll_s) takes over. One leader keeps the messages in id order on the broker (the
+consumer side relies on a key's messages arriving in order) and spares the database competing
+claimers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import asyncpg
+import orjson
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from hiwallet.core.broker import REQUEST_ID_HEADER, Broker, BrokerError, BrokerUnavailable, OutgoingMessage
+from hiwallet.core.db import is_connection_error, is_transient
+from hiwallet.core.logging import REQUEST_ID
+from hiwallet.core.queries import load_queries
+
+__all__ = [
+    "CORRELATION_ID_KEY",
+    "OUTBOX_TABLE_SQL",
+    "OutboxMetrics",
+    "Relay",
+    "RelayFault",
+    "RelayStopped",
+    "enqueue",
+    "outbox_lag",
+    "outbox_table_sql",
+    "purge_sent",
+]
+
+log = structlog.get_logger(__name__)
+
+_QUERIES = load_queries(Path(__file__).parent / "sql" / "outbox.sql")
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?")
+# The outbox has no column for the AMQP correlation id: it travels in the headers document under
+# this key, and the relay moves it back to the message's property (not sent as a header).
+CORRELATION_ID_KEY = "x-hiwallet-correlation-id"
+
+
+def checked_identifier(name: str) -> str:
+    """``name`` if it is a plain (optionally schema-qualified) lower-case identifier: table and
+    channel names are put into SQL text, never taken from input."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"{name!r} is not a plain lower-case identifier (schema.table)")
+    return name
+
+
+def _query(name: str, table: str) -> str:
+    return _QUERIES[name].format(table=checked_identifier(table))
+
+
+def outbox_table_sql(table: str = "outbox", channel: str = "outbox") -> str:
+    """The outbox's DDL for ``table`` (e.g. ``topup.outbox``), whose inserts notify ``channel``
+    (e.g. ``topup_outbox``). Each database that publishes copies it into a migration."""
+    table = checked_identifier(table)
+    channel = checked_identifier(channel)
+    schema, _, bare = table.rpartition(".")
+    function = f"{schema}.{bare}_notify" if schema else f"{bare}_notify"
+    return f"""\
+-- The transactional outbox (core/outbox.py): messages written in the same transaction as the
+-- change they announce, published by the relay, marked sent after the broker's confirm.
+CREATE TABLE {table} (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id   text        NOT NULL CONSTRAINT {bare}_message_id_unique UNIQUE,
+    exchange     text        NOT NULL,
+    routing_key  text        NOT NULL,
+    message_type text        NOT NULL,
+    headers      jsonb       NOT NULL DEFAULT '{{}}',
+    body         jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    sent_at      timestamptz
+);
+-- The relay's claim and the lag gauge read only the unsent rows: a small index, however many
+-- sent rows wait for the purge.
+CREATE INDEX {bare}_unsent ON {table} (id) WHERE sent_at IS NULL;
+
+-- A hint to the relay that rows are due, so a message leaves within milliseconds instead of at
+-- the next poll. Sent at commit (NOTIFY is transactional: a rolled-back insert wakes nobody),
+-- once per statement, carrying nothing: the relay reads the rows themselves. Only a hint: a
+-- relay that is not listening at that moment (reconnecting, standby) finds the rows by its
+-- poll.
+CREATE FUNCTION {function}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{channel}', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER {bare}_notify AFTER INSERT ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION {function}();
+"""
+
+
+# The documented shape (the contract's names): table ``outbox``, channel ``outbox``. A
+# database's migration uses outbox_table_sql("<schema>.outbox", "<schema>_outbox").
+OUTBOX_TABLE_SQL = outbox_table_sql()
+
+
+def _json_text(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: str) -> None:
+    """Write ``message`` into the outbox, inside the caller's transaction (the caller commits
+    it together with the change it announces). The current request id, if any, goes with it."""
+    try:
+        body = orjson.loads(message.body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError("an outbox message's body must be JSON") from exc
+    headers = dict(message.headers)
+    request_id = REQUEST_ID.get()
+    if REQUEST_ID_HEADER not in headers and isinstance(request_id, str):
+        headers[REQUEST_ID_HEADER] = request_id
+    if message.correlation_id is not None:
+        headers[CORRELATION_ID_KEY] = message.correlation_id
+    await conn.execute(
+        _query("enqueue", table),
+        message.message_id,
+        message.exchange,
+        message.routing_key,
+        message.type,
+        _json_text(headers),
+        _json_text(body),
+    )
+
+
+async def outbox_lag(conn: asyncpg.Connection, table: str) -> tuple[int, float]:
+    """(unsent rows, age of the oldest unsent in seconds; 0 when none)."""
+    row = await conn.fetchrow(_query("lag", table))
+    if row is None:  # an aggregate always answers one row
+        return 0, 0.0
+    return int(row["unsent"]), float(row["oldest_age_s"])
+
+
+async def purge_sent(conn: asyncpg.Connection, table: str, older_than_s: float, batch: int) -> int:
+    """Delete one batch (at most ``batch`` rows, oldest first) of rows sent more than
+    ``older_than_s`` ago; returns how many. A retention job calls it until it returns less than
+    ``batch``."""
+    if batch < 1 or older_than_s < 0:
+        raise ValueError("purge_sent needs batch >= 1 and older_than_s >= 0")
+    status = await conn.execute(_query("purge_sent", table), float(older_than_s), batch)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class OutboxMetrics:
+    """The relay's and the outbox's metrics, in the service's registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.published = Counter(
+            "hiwallet_relay_published", "Outbox messages published and confirmed", registry=self.registry
+        )
+        self.unsent = Gauge("hiwallet_outbox_unsent", "Outbox rows not yet published", registry=self.registry)
+        self.oldest_age = Gauge(
+            "hiwallet_outbox_oldest_age_seconds",
+            "Age of the oldest unsent outbox row",
+            registry=self.registry,
+        )
+
+    def on_published(self, count: int) -> None:
+        self.published.inc(count)
+
+    async def refresh(self, conn: asyncpg.Connection, table: str) -> None:
+        unsent, oldest_age_s = await outbox_lag(conn, table)
+        self.unsent.set(unsent)
+        self.oldest_age.set(oldest_age_s)
+
+
+class RelayStopped(Exception):
+    """Raised by a :class:`RelayFault` to stop the relay between publishing and marking (tests)."""
+
+
+class RelayFault:
+    """Test hook: the relay awaits :meth:`after_publish` once a batch is confirmed, before it
+    marks the rows sent. This one stops the relay there (``RelayStopped`` out of ``run``), as a
+    process killed at that moment would: the rows stay unsent, the messages are out."""
+
+    def __init__(self) -> None:
+        self.published: list[str] = []  # the message ids published before the stop
+
+    async def after_publish(self, message_ids: Sequence[str]) -> None:
+        self.published.extend(message_ids)
+        raise RelayStopped(f"stopped after publishing {len(message_ids)} messages, before marking them")
+
+
+def _message(row: asyncpg.Record) -> OutgoingMessage:
+    headers = orjson.loads(row["headers"])
+    correlation_id = headers.pop(CORRELATION_ID_KEY, None)
+    return OutgoingMessage(
+        message_id=row["message_id"],
+        exchange=row["exchange"],
+        routing_key=row["routing_key"],
+        type=row["message_type"],
+        body=row["body"].encode(),
+        headers={str(k): str(v) for k, v in headers.items()},
+        correlation_id=None if correlation_id is None else str(correlation_id),
+    )
+
+
+# The relay's back-off when the broker is unavailable (or refuses): doubling from the first to
+# the cap, reset by a successful publish. Rows wait, unsent, in the meantime.
+BACKOFF_FIRST_S = 0.1
+BACKOFF_CAP_S = 5.0
+# After losing its database connection, before connecting again.
+RECONNECT_DELAY_S = 0.5
+
+
+class Relay:
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        broker: Broker,
+        table: str,
+        channel: str,
+        lock_key: int,
+        batch_size: int = 200,
+        poll_interval_s: float = 1.0,
+        takeover_poll_s: float = 1.0,
+        on_published: Callable[[int], None] | None = None,
+        fault: RelayFault | None = None,
+        backoff_cap_s: float = BACKOFF_CAP_S,
+    ) -> None:
+        if not 1 <= batch_size <= 10_000:
+            raise ValueError(f"batch_size must be 1..10000, not {batch_size}")
+        if poll_interval_s <= 0 or takeover_poll_s <= 0 or backoff_cap_s <= 0:
+            raise ValueError("the relay's intervals must be positive")
+        self._connect = connect
+        self._broker = broker
+        self.table = checked_identifier(table)
+        self.channel = checked_identifier(channel)
+        self.lock_key = lock_key
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self.takeover_poll_s = takeover_poll_s
+        self.backoff_cap_s = backoff_cap_s
+        self._on_published = on_published
+        self._fault = fault
+        self._leader = False
+        self._claim = _query("claim", table)
+        self._mark = _query("mark_sent", table)
+
+    @property
+    def leader(self) -> bool:
+        """Whether this relay holds the lock (and works) now."""
+        return self._leader
+
+    async def run(self) -> None:
+        """Forever (until cancelled): connect, wait for the lock (standby), then lead until the
+        connection is lost; then connect again. Cancel the task to stop: the connection is
+        closed, which releases the lock at once."""
+        while True:
+            try:
+                conn = await self._connect()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning("relay cannot connect to the database", error=type(exc).__name__)
+                await asyncio.sleep(RECONNECT_DELAY_S)
+                continue
+            try:
+                await self._session(conn)
+            except asyncio.CancelledError:
+                raise
+            except RelayStopped:
+                raise
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("relay failed", table=self.table)
+                    raise
+                log.warning("relay lost its database connection", table=self.table, error=type(exc).__name__)
+            finally:
+                if self._leader:
+                    log.info("relay no longer leads", table=self.table)
+                self._leader = False
+                await _close(conn)
+            await asyncio.sleep(RECONNECT_DELAY_S)
+
+    async def _session(self, conn: asyncpg.Connection) -> None:
+        # A session-level lock, not a transaction-level one: it must outlive each batch's
+        # transaction, and it must end with the session (a dead leader's lock frees itself).
+        while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.lock_key):  # noqa: ASYNC110
+            # Standby: another relay leads. Polled (no event tells us when a session ends).
+            await asyncio.sleep(self.takeover_poll_s)
+        self._leader = True
+        log.info("relay leads", table=self.table, lock_key=self.lock_key)
+        wake = asyncio.Event()
+        lost = asyncio.Event()
+
+        def hint(*_: object) -> None:
+            wake.set()
+
+        def terminated(*_: object) -> None:
+            lost.set()
+            wake.set()
+
+        conn.add_termination_listener(terminated)
+        # LISTEN after taking the lock, on the same connection: rows committed before it are
+        # found by the first pass below; rows committed after it notify. The notification is
+        # only a hint (it carries nothing and may be missed while reconnecting); the poll every
+        # poll_interval_s is what guarantees that nothing committed stays behind.
+        await conn.add_listener(self.channel, hint)
+        backoff_s = 0.0
+        while not lost.is_set():
+            wake.clear()  # before the pass: a commit during it wakes the next one
+            try:
+                await self._drain(conn)
+                backoff_s = 0.0
+            except BrokerUnavailable as exc:
+                backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
+                log.warning(
+                    "relay: broker unavailable, rows stay unsent", error=str(exc), retry_in_s=backoff_s
+                )
+                await asyncio.sleep(backoff_s)
+                continue
+            except BrokerError as exc:
+                # Refused (unroutable, nacked): a defect of the topology or the message, which
+                # no retry cures at once; the rows stay unsent, in order, until it is fixed.
+                backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
+                log.error("relay: publish refused, rows stay unsent", error=str(exc), retry_in_s=backoff_s)
+                await asyncio.sleep(backoff_s)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.poll_interval_s)
+        raise ConnectionError("the relay's database connection was lost")
+
+    async def _drain(self, conn: asyncpg.Connection) -> None:
+        """Batches until one comes back short: everything due now is sent."""
+        while await self._batch(conn) >= self.batch_size:
+            pass
+
+    async def _batch(self, conn: asyncpg.Connection) -> int:
+        started = time.monotonic()
+        async with conn.transaction():
+            rows = await conn.fetch(self._claim, self.batch_size)
+            if not rows:
+                return 0
+            messages = [_message(row) for row in rows]
+            # Publish first, mark after: a row is marked sent only once the broker confirmed
+            # it. The other order would lose a message whenever the relay stops (or the broker
+            # fails) between the two; this one at worst publishes it twice, which consumers
+            # absorb (the same message_id). A publish error rolls the claim back: the rows stay
+            # unsent and are published again.
+            await self._broker.publish(messages)
+            if self._fault is not None:
+                await self._fault.after_publish([m.message_id for m in messages])
+            await conn.execute(self._mark, [row["id"] for row in rows])
+        # Committed: only now are they "sent". If the commit itself fails, they are published
+        # again by the next pass (or the next leader).
+        if self._on_published is not None:
+            self._on_published(len(rows))
+        log.debug("relay published", rows=len(rows), ms=round((time.monotonic() - started) * 1000, 2))
+        return len(rows)
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    if conn.is_closed():
+        return
+    try:
+        await asyncio.wait_for(conn.close(), 2.0)
+    except Exception as exc:
+        # A connection that cannot close politely is dropped; its session (and lock) ends with
+        # the socket.
+        if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
+            log.warning("relay connection close failed", error=type(exc).__name__)
+        conn.terminate()
