@@ -73,7 +73,8 @@ def run(
     name: Annotated[
         str,
         typer.Argument(
-            help="The deployable to run: identity, wallet-api, topup-webhook, stripe-fake, bank-fake."
+            help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
+            "stripe-fake, bank-fake."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -111,6 +112,11 @@ def run(
         configure_logging("bank-fake")
         run_bank_fake(port, host)
         return
+    if name == "wallet-consumer":
+        from hiwallet.wallet_consumer.app import run_wallet_consumer
+
+        run_wallet_consumer(port, host)
+        return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 
 
@@ -128,11 +134,14 @@ def _register_subcommands() -> None:
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.wallet_api.cli import business_app
+    from hiwallet.wallet_consumer.cli import topups_app
 
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
     app.add_typer(dead_letters_app, name="dead-letters")
+    # wallet-consumer's commands (unattributed, attribute); others add theirs with register()
+    app.add_typer(topups_app, name="topups")
 
 
 _register_subcommands()

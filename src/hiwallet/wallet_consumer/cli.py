@@ -1,0 +1,127 @@
+"""``hiwallet topups unattributed`` and ``hiwallet topups attribute``: the top-ups wallet-consumer
+could not attribute, and an operator's attribution of one. Commands only translate; the work is
+in :mod:`hiwallet.wallet_consumer.attribution`.
+
+Other packages add their own ``topups`` commands (topup-webhook: ``reconcile``): the commands
+here are added to any Typer by :func:`register` (``hiwallet.cli`` mounts one ``topups``
+sub-app holding them all); :data:`topups_app` holds these alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, TypeVar
+
+import asyncpg
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
+from hiwallet.wallet_consumer.attribution import AlreadyAttributed, AttributionRefused, attribute
+from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
+from hiwallet.wallet_consumer.topups import UnattributedTopup, list_unattributed
+
+console = Console(emoji=False, soft_wrap=True)  # wallet ids hold ":w:"; no emoji
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def _ledger() -> AsyncIterator[tuple[asyncpg.Pool, Ledger]]:
+    """The wallet database as its application role, as wallet-consumer connects."""
+    settings = get_settings()
+    database = get_wallet_consumer_settings().database or db.DATABASES["wallet"]
+    pool = await db.create_pool(
+        database, role=db.app_role("wallet"), settings=settings, max_size=2, init=init_connection
+    )
+    try:
+        # one posting at a time, in the command's own transaction: no coalescing
+        yield pool, Ledger(LedgerStore(pool, coalesce_writers=0), Fees.from_settings(settings))
+    finally:
+        await pool.close()
+
+
+def _run(work: Callable[[asyncpg.Pool, Ledger], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with _ledger() as (pool, ledger):
+            return await work(pool, ledger)
+
+    try:
+        return asyncio.run(main())
+    except AlreadyAttributed as exc:
+        console.print(f"[yellow]already attributed[/yellow]: {exc}")
+        raise typer.Exit(1) from exc
+    except AttributionRefused as exc:
+        console.print(f"[red]refused[/red] ({exc.code}): {exc}")
+        raise typer.Exit(1) from exc
+    except LedgerError as exc:
+        console.print(f"[red]refused by the ledger[/red] ({exc.code}): {exc}")
+        raise typer.Exit(1) from exc
+
+
+def _table(topups: list[UnattributedTopup], *, attributed: bool) -> Table:
+    table = Table(title="unattributed top-ups")
+    columns = ["payment", "provider", "at provider", "amount (minor)", "currency", "reason", "reference"]
+    columns += ["received"] + (["attributed to", "by", "at"] if attributed else [])
+    for column in columns:
+        table.add_column(column, overflow="fold")  # ids must be readable to be copied
+    for t in topups:
+        row = [
+            t.payment_id,
+            t.provider,
+            t.provider_payment_id,
+            str(t.amount_minor),
+            t.currency,
+            t.reason,
+            t.reference or "",
+            t.created_at.isoformat(timespec="seconds"),
+        ]
+        if attributed:
+            row += [
+                t.attributed_wallet or "",
+                t.attributed_by or "",
+                t.attributed_at.isoformat(timespec="seconds") if t.attributed_at else "",
+            ]
+        table.add_row(*row)
+    return table
+
+
+def unattributed(
+    include_attributed: Annotated[
+        bool, typer.Option("--all", help="The attributed ones too (newest first).")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many rows.")] = 100,
+) -> None:
+    """The top-ups that could not be credited to a wallet (oldest first), and why."""
+    topups = _run(lambda pool, _: list_unattributed(pool, include_attributed=include_attributed, limit=limit))
+    if not topups:
+        console.print("no unattributed top-ups")
+        return
+    console.print(_table(topups, attributed=include_attributed))
+
+
+def attribute_command(
+    payment_id: Annotated[str, typer.Argument(help="The payment's id (the first column of the list).")],
+    wallet: Annotated[str, typer.Option("--wallet", help="The wallet to credit.")],
+    operator: Annotated[str, typer.Option("--operator", help="Who attributes it (recorded).")],
+) -> None:
+    """Credit an unattributed top-up to a wallet, once, and mark it attributed."""
+    done = _run(lambda _, ledger: attribute(ledger, payment_id, wallet, operator=operator))
+    console.print(
+        f"attributed [bold]{done.topup.payment_id}[/bold]: {done.topup.amount_minor} "
+        f"{done.topup.currency} credited to {done.wallet} (transaction {done.transaction_id})"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add wallet-consumer's ``topups`` commands to ``app``."""
+    app.command("unattributed")(unattributed)
+    app.command("attribute")(attribute_command)
+
+
+topups_app = typer.Typer(no_args_is_help=True, help="Top-ups: the unattributed ones (operator commands).")
+register(topups_app)

@@ -1,0 +1,70 @@
+-- wallet-consumer's named queries. wallet.unattributed_topups is not distributed (no wallet,
+-- no bucket: src/hiwallet/ledger/citus_tables.json); every read of a distributed table names
+-- its bucket.
+
+-- name: wallet_state
+-- What a top-up needs to know of a wallet: that the ledger has its cash account, its currency,
+-- and whether wallet-api's record of it says closed (a wallet opened by the ledger alone has no
+-- record: open). Read only; the ledger's own check runs again when the top-up posts.
+SELECT a.currency, w.closed_at
+  FROM ledger.accounts a
+  LEFT JOIN wallet.wallets w ON w.bucket = $1 AND w.id = $2
+ WHERE a.bucket = $1 AND a.id = $3
+
+-- name: insert_unattributed
+-- One row per payment: a repeat (another message of the same payment) keeps the first.
+INSERT INTO wallet.unattributed_topups
+       (payment_id, provider, provider_payment_id, reference, amount_minor, currency, reason, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp())
+ON CONFLICT (payment_id) DO NOTHING
+
+-- name: unattributed_of_payment
+SELECT payment_id, provider, provider_payment_id, reference, amount_minor, currency, reason,
+       created_at, attributed_wallet, attributed_by, attributed_at
+  FROM wallet.unattributed_topups
+ WHERE payment_id = $1
+
+-- name: lock_unattributed
+-- The operator's attribution holds the row until it commits: two operators at once, one credit.
+SELECT payment_id, provider, provider_payment_id, reference, amount_minor, currency, reason,
+       created_at, attributed_wallet, attributed_by, attributed_at
+  FROM wallet.unattributed_topups
+ WHERE payment_id = $1
+   FOR UPDATE
+
+-- name: mark_attributed
+UPDATE wallet.unattributed_topups
+   SET attributed_wallet = $2, attributed_by = $3, attributed_at = clock_timestamp()
+ WHERE payment_id = $1 AND attributed_wallet IS NULL
+
+-- name: list_open
+-- The open ones, oldest first (the partial index unattributed_topups_open).
+SELECT payment_id, provider, provider_payment_id, reference, amount_minor, currency, reason,
+       created_at, attributed_wallet, attributed_by, attributed_at
+  FROM wallet.unattributed_topups
+ WHERE attributed_wallet IS NULL
+ ORDER BY created_at, payment_id
+ LIMIT $1
+
+-- name: list_all
+-- The attributed ones too, newest first.
+SELECT payment_id, provider, provider_payment_id, reference, amount_minor, currency, reason,
+       created_at, attributed_wallet, attributed_by, attributed_at
+  FROM wallet.unattributed_topups
+ ORDER BY created_at DESC, payment_id
+ LIMIT $1
+
+-- name: count_unattributed
+SELECT count(*) FROM wallet.unattributed_topups WHERE attributed_wallet IS NULL
+
+-- name: credited_under_key
+-- citus: multi-shard read (rare: only for a top-up that is not credited by its message)
+-- A ledger transaction under the payment's key in any bucket (a transaction's id is its home
+-- bucket and its key: ledger/rules.py transaction_id): the payment was credited to a wallet
+-- already. One index probe per bucket.
+SELECT t.id, t.type, t.ref, t.metadata
+  FROM generate_series(0, $2::int - 1) AS b
+  JOIN ledger.transactions t
+    ON t.bucket = b AND t.id = lpad(b::text, 4, '0') || ':' || $1
+ ORDER BY t.posted_at
+ LIMIT 1

@@ -1,0 +1,122 @@
+"""wallet-consumer tests: a fresh hiwallet_wallet per test (the root ``wallet_db``), the ledger
+and the handler as the application role, real PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from hiwallet.core import db
+from hiwallet.core.consumer import IncomingMessage
+from hiwallet.core.ids import derived_id, new_id
+from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore, init_connection
+from hiwallet.wallet_consumer import CONSUMER_NAME, TopupHandler
+
+TL = 100
+FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL))
+
+
+@pytest.fixture
+async def pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=6, init=init_connection
+    )
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def owner(wallet_db: str) -> AsyncIterator[asyncpg.Connection]:
+    """The owner's connection: what no service may do (close a wallet: no operation exists)."""
+    conn = await asyncpg.connect(db.owner_dsn(wallet_db))
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+def ledger(pool: asyncpg.Pool) -> Ledger:
+    return Ledger(LedgerStore(pool), FEES)
+
+
+@pytest.fixture
+def handler(ledger: Ledger) -> TopupHandler:
+    return TopupHandler(ledger)
+
+
+def topup_body(
+    wallet: str | None,
+    amount: int = 250 * TL,
+    *,
+    provider: str = "stripe",
+    provider_payment_id: str | None = None,
+    currency: str = "TRY",
+    reference: str | None = None,
+    route: str = "webhook",
+) -> dict[str, Any]:
+    """A TopupRecorded body as topup-webhook publishes it (CONTRACT-10)."""
+    provider_payment_id = provider_payment_id or f"pi_{new_id().replace('-', '')[:24]}"
+    return {
+        "payment_id": derived_id("topup", provider, provider_payment_id),
+        "provider": provider,
+        "provider_payment_id": provider_payment_id,
+        "wallet": wallet,
+        "reference": reference,
+        "amount_minor": amount,
+        "currency": currency,
+        "recorded_at": datetime.now(UTC).isoformat(),
+        "route": route,
+    }
+
+
+def message(body: Any, *, message_id: str | None = None, type_: str = "TopupRecorded") -> IncomingMessage:
+    # the body as it comes off the wire: JSON bytes parsed
+    parsed = orjson.loads(orjson.dumps(body)) if not isinstance(body, bytes) else body
+    key = body.get("wallet") or body.get("payment_id") if isinstance(body, dict) else "x"
+    return IncomingMessage(
+        message_id=message_id or new_id(),
+        type=type_,
+        routing_key=str(key),
+        body=parsed,
+        headers={},
+        redelivered=False,
+        delivery_count=0,
+    )
+
+
+async def consume(
+    pool: asyncpg.Pool, handler: TopupHandler, msg: IncomingMessage
+) -> Mapping[str, Any] | None:
+    """What core.consumer.Consumer does with one message, without the broker: in one
+    transaction, record it in processed_events; if it is new, handle it and store the outcome.
+    None for a repeat (acked, nothing done)."""
+    async with pool.acquire() as conn, conn.transaction():
+        new = await conn.fetchval(
+            "INSERT INTO processed_events (consumer, message_id) VALUES ($1, $2)"
+            " ON CONFLICT DO NOTHING RETURNING true",
+            CONSUMER_NAME,
+            msg.message_id,
+        )
+        if not new:
+            return None
+        outcome = await handler(conn, msg)
+        await conn.execute(
+            "UPDATE processed_events SET outcome = $3 WHERE consumer = $1 AND message_id = $2",
+            CONSUMER_NAME,
+            msg.message_id,
+            dict(outcome),
+        )
+        return outcome
+
+
+async def cash(ledger: Ledger, wallet: str) -> int:
+    return (await ledger.wallet_balance(wallet)).cash
+
+
+async def verified(ledger: Ledger) -> None:
+    report = await ledger.store.verify()
+    assert report.ok, report.problems
