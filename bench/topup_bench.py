@@ -426,6 +426,9 @@ async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
         result["cpu_s_server"] = round(pids_cpu_s([webhook.proc.pid]) - before, 1)
         report["topup_webhook_c16"] = result
         print(f"  {result}", flush=True)
+        if args.only == "a":
+            report["rss_mb"] = {webhook.name: round(webhook.sample(), 1)}
+            return
 
         # The relay sends what (a) stored; no consumer ran, so the queues hold it: drop it, so
         # that (b) measures its own messages only.
@@ -579,7 +582,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "note": "one machine shared by the load client, the services, PostgreSQL and RabbitMQ",
     }
     await bare(args, report)
-    if args.only != "bare":
+    if args.only != "bare":  # "a": both shapes of (a), nothing more
         await services(args, report)
     report["ratios"] = ratios(report)
     return report
@@ -594,7 +597,9 @@ def cli() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="webhooks per second in (b) (default 1000)")
     parser.add_argument("--latency-duration", type=float, default=30, help="seconds of (b) (default 30)")
     parser.add_argument("--fake-payments", type=int, default=50, help="payments through each fake in (c)")
-    parser.add_argument("--only", choices=["bare"], help="only the bare shape of (a)")
+    parser.add_argument(
+        "--only", choices=["bare", "a"], help="only the bare shape of (a), or only (a) (both shapes)"
+    )
     args = parser.parse_args()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
