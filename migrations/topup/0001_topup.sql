@@ -122,12 +122,13 @@ CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON topup.outbox
 -- ('recorded'), or, when the payment was recorded before, the notification's id and route
 -- appended to it and nothing announced ('reported'; 'mismatch' when it names another amount or
 -- currency than the record, which stays as it is). 'stored': a notification that reports no
--- payment. The message is built here from the row it announces, so its amount, wallet and
--- exchange are the record's, whatever the caller passes.
+-- payment. The message is built here from the row it announces, so its type, amount, wallet
+-- and routing key are the record's, whatever the caller passes; the exchange is the service's
+-- setting (hiwallet.topups; the tests' own names).
 CREATE FUNCTION topup.ingest(
     p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb,
     p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text,
-    p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text
+    p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text
 ) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_inbox bigint;
@@ -153,9 +154,10 @@ BEGIN
     IF v_payment.id IS NOT NULL THEN
         INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
         VALUES (
-            p_message_id, 'hiwallet.topups', coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
-            CASE WHEN p_request_id IS NULL THEN '{}'::jsonb
-                 ELSE jsonb_build_object('x-request-id', p_request_id) END,
+            p_message_id, p_exchange, coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
+            -- the correlation id travels in the headers document (core.outbox.CORRELATION_ID_KEY)
+            jsonb_strip_nulls(jsonb_build_object('x-hiwallet-correlation-id', v_payment.id,
+                                                 'x-request-id', p_request_id)),
             jsonb_build_object(
                 'payment_id', v_payment.id,
                 'provider', v_payment.provider,

@@ -1,6 +1,7 @@
 """The topup-webhook app: the shared HTTP factory, the pool (as the top-up database's application
-role), the webhook routes, and what runs beside them in this one process (the metrics refresh;
-the outbox relay and the periodic jobs, once core has them)."""
+role), the webhook routes, and what runs beside them in this one process: the outbox relay to
+``hiwallet.topups`` (its topology declared at start), the reconciliation and retention jobs, and
+the refresh of the gauges."""
 
 from __future__ import annotations
 
@@ -13,10 +14,15 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.broker import Broker, BrokerError, BrokerUnavailable, Topology, topups_topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.outbox import OutboxMetrics, Relay
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.topup_webhook.metrics import TopupMetrics
+from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
+from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE, Retention
 from hiwallet.topup_webhook.routes import lean_router
 from hiwallet.topup_webhook.service import TopupService, verifiers_for
 from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
@@ -25,6 +31,18 @@ from hiwallet.topup_webhook.store import TopupStore
 log = structlog.get_logger(__name__)
 
 SERVICE = "topup-webhook"
+# Advisory lock keys in hiwallet_topup (locks are per database): one relay, one round of each
+# job at a time, across every instance.
+RELAY_LOCK_KEY = 0x6877_7472  # "hwtr"
+RECONCILE_LOCK_KEY = 0x6877_7463  # "hwtc"
+RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
+# A background task that stopped on an error it did not expect starts again after this.
+RESTART_DELAY_S = 1.0
+DECLARE_RETRY_MAX_S = 10.0
+
+
+def database_of(settings: TopupWebhookSettings) -> str:
+    return settings.database or db.DATABASES["topup"]
 
 
 async def create_topup_pool(
@@ -33,17 +51,88 @@ async def create_topup_pool(
     # As the top-up database's application role whatever the database's name (tests use
     # clones): db.create_pool refuses the owner or a superuser.
     return await db.create_pool(
-        settings.database or db.DATABASES["topup"],
+        database_of(settings),
         role=db.app_role("topup"),
         settings=core,
         max_size=max_size or settings.db_pool_max_size,
     )
 
 
+def dedicated_connection(
+    settings: TopupWebhookSettings, core: Settings
+) -> Callable[[], Awaitable[asyncpg.Connection]]:
+    """A connection of its own, as the application role (the relay's session lock and LISTEN,
+    each job round's lock: never a pooled one)."""
+    dsn = db.service_dsn(database_of(settings), db.app_role("topup"), core)
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(
+            dsn,
+            timeout=core.db_command_timeout_s,
+            command_timeout=core.db_command_timeout_s,
+            server_settings=db.server_settings(core),
+        )
+
+    return connect
+
+
+def topup_jobs(
+    service: TopupService,
+    settings: TopupWebhookSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+    reconciler: Reconciler,
+) -> tuple[PeriodicJob, PeriodicJob]:
+    reconcile = PeriodicJob(
+        "topup-reconcile", settings.reconcile_interval_s, RECONCILE_LOCK_KEY, reconciler.run, connect
+    )
+    retention = Retention(
+        service.store,
+        settings.retention_days,
+        settings.retention_batch,
+        settings.retention_max_batches,
+        service.metrics,
+    )
+    purge = PeriodicJob(
+        "topup-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, retention.run, connect
+    )
+    return reconcile, purge
+
+
+async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
+    """``work`` for as long as the process runs: started again if it stops on an error."""
+    while True:
+        try:
+            await work()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task stopped; starting it again", task=name)
+        await asyncio.sleep(RESTART_DELAY_S)
+
+
+async def _declare(broker: Broker, topology: Topology) -> None:
+    """Connect and declare the topology, retrying while RabbitMQ is away (the relay keeps the
+    rows meanwhile; /ready says the broker is not there)."""
+    delay_s = 0.5
+    while True:
+        try:
+            await broker.start()
+            await broker.declare(topology)
+            log.info("topology declared", exchanges=[e.name for e in topology.exchanges])
+            return
+        except BrokerError as exc:
+            log.warning("cannot declare the topology yet", error=str(exc), retry_in_s=delay_s)
+        await asyncio.sleep(delay_s)
+        delay_s = min(DECLARE_RETRY_MAX_S, delay_s * 2)
+
+
 async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
     while True:
         try:
             await work()
+        except asyncio.CancelledError:
+            raise
         except Exception as exc:  # the next round tries again
             log.warning("background work failed", work=name, error=type(exc).__name__)
         await asyncio.sleep(interval_s)
@@ -54,9 +143,11 @@ def create_topup_webhook_app(
     *,
     core_settings: Settings | None = None,
     background: bool = True,
+    topology: Topology | None = None,
 ) -> FastAPI:
-    """``background=False``: the routes alone, without the relay and the jobs (tests that run
-    them by hand)."""
+    """``background=False``: the routes alone, without the broker, the relay and the jobs (tests
+    that run those by hand). ``topology``: what the relay declares (default
+    ``topups_topology()``; tests pass their own names, with ``settings.exchange`` among them)."""
     settings = settings or get_topup_webhook_settings()
     core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
@@ -65,21 +156,63 @@ def create_topup_webhook_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_topup_pool(settings, core)
-        store = TopupStore(pool)
+        store = TopupStore(pool, settings.exchange)
+        service = TopupService(store, verifiers, metrics)
         app.state.store = store
-        app.state.service = TopupService(store, verifiers, metrics)
+        app.state.service = service
+        clients = provider_clients(settings)
+        app.state.reconciler = Reconciler(
+            service, listings_for(clients, settings.reconcile_max_pages), settings.reconcile_window_s, metrics
+        )
 
         async def database_ready() -> None:
             await pool.fetchval("SELECT 1")
 
         checks["database"] = database_ready
-
-        async def refresh_metrics() -> None:
-            metrics.inbox_rows.set(await store.inbox_rows())
-
         tasks: list[asyncio.Task[None]] = []
+        broker: Broker | None = None
         if background:
-            tasks.append(asyncio.create_task(_every(settings.metrics_interval_s, "metrics", refresh_metrics)))
+            broker = Broker(core.amqp_url, client_name=SERVICE)
+            declared = asyncio.Event()
+
+            async def broker_ready() -> None:
+                if not declared.is_set():
+                    raise BrokerUnavailable("the topology is not declared yet")
+                await running_broker.check()
+
+            running_broker = broker
+            checks["broker"] = broker_ready
+            connect = dedicated_connection(settings, core)
+            relay = Relay(
+                connect=connect,
+                broker=broker,
+                table=OUTBOX_TABLE,
+                channel=OUTBOX_CHANNEL,
+                lock_key=RELAY_LOCK_KEY,
+                batch_size=settings.relay_batch,
+                poll_interval_s=settings.relay_poll_s,
+                on_published=outbox_metrics.on_published,
+            )
+            app.state.relay = relay
+            reconcile, purge = topup_jobs(service, settings, connect, app.state.reconciler)
+
+            async def refresh_gauges() -> None:
+                metrics.inbox_rows.set(await store.inbox_rows())
+                async with pool.acquire() as conn:
+                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+            async def declare_then_relay() -> None:
+                # Publishing before the exchange exists would only be refused (unroutable).
+                await _declare(running_broker, topology or topups_topology())
+                declared.set()
+                await _supervised("relay", relay.run)
+
+            tasks = [
+                asyncio.create_task(declare_then_relay()),
+                asyncio.create_task(_supervised("reconcile", reconcile.run_forever)),
+                asyncio.create_task(_supervised("retention", purge.run_forever)),
+                asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)),
+            ]
         try:
             yield
         finally:
@@ -88,6 +221,10 @@ def create_topup_webhook_app(
             for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
+            if broker is not None:
+                await broker.close()
+            for client in clients.values():
+                await client.aclose()
             await pool.close()
 
     app = create_app(
@@ -98,6 +235,7 @@ def create_topup_webhook_app(
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
     )
     metrics = TopupMetrics(app.state.metrics_registry)
+    outbox_metrics = OutboxMetrics(app.state.metrics_registry)
     app.state.topup_metrics = metrics
     app.include_router(lean_router)
     return app

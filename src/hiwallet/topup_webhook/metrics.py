@@ -1,5 +1,6 @@
 """topup-webhook's own metrics (CONTRACT-10, "Metrics"), in the app's registry beside the HTTP
-ones. No label holds an id or personal data: providers, outcomes."""
+ones (the outbox's and the relay's are core.outbox.OutboxMetrics, in the same registry). No
+label holds an id or personal data: providers, outcomes."""
 
 from __future__ import annotations
 
@@ -16,17 +17,6 @@ class TopupMetrics:
             registry=registry,
         )
         self.inbox_rows = Gauge("hiwallet_topup_inbox_rows", "Rows in topup.inbox", registry=registry)
-        self.outbox_unsent = Gauge(
-            "hiwallet_outbox_unsent", "Outbox rows not yet published", registry=registry
-        )
-        self.outbox_oldest_age = Gauge(
-            "hiwallet_outbox_oldest_age_seconds",
-            "Age of the oldest outbox row not yet published (0 when none)",
-            registry=registry,
-        )
-        self.published = Counter(
-            "hiwallet_relay_published_total", "Outbox messages published and confirmed", registry=registry
-        )
         self.reconciliation_found = Counter(
             "hiwallet_topup_reconciliation_found_total",
             "Payments the reconciliation recorded that no webhook had reported",
@@ -34,5 +24,7 @@ class TopupMetrics:
             registry=registry,
         )
         self.inbox_purged = Counter(
-            "hiwallet_topup_inbox_purged_total", "Processed inbox rows deleted by the retention", registry=registry
+            "hiwallet_topup_inbox_purged_total",
+            "Processed inbox rows deleted by the retention",
+            registry=registry,
         )

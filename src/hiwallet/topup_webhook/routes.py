@@ -14,7 +14,7 @@ from hiwallet.core.logging import REQUEST_ID
 from hiwallet.topup_webhook.providers import PROVIDERS
 from hiwallet.topup_webhook.service import TopupService
 
-_PROBLEM = {"content": {"application/problem+json": {}}}
+_PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
 _ANSWERS: dict[int | str, dict[str, Any]] = {
     202: {"description": "Verified and kept (or kept before: a repeat stores nothing new)"},
     400: {**_PROBLEM, "description": "Unsigned, forged, stale or altered: nothing is stored"},

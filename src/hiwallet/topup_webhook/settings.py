@@ -8,6 +8,8 @@ from functools import lru_cache
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.core.broker import TOPUPS_EXCHANGE
+
 # Two secrets at once: the one being retired and its successor, while the provider signs with
 # both (rotation). More would only widen what a leaked old secret can still sign.
 MAX_SECRETS = 2
@@ -30,6 +32,9 @@ class TopupWebhookSettings(BaseSettings):
     tolerance_s: int = 300
     max_body_bytes: int = 65_536
 
+    # Where TopupRecorded goes (the relay declares core.broker.topups_topology() at start; tests
+    # pass their own names).
+    exchange: str = TOPUPS_EXCHANGE
     # The relay (core/outbox.py) and the periodic jobs (core/jobs.py), inside this process.
     relay_batch: int = 200
     relay_poll_s: float = 1.0

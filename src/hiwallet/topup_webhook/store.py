@@ -32,8 +32,10 @@ class Outcome(enum.StrEnum):
 
 
 class TopupStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, exchange: str) -> None:
         self.pool = pool
+        # where the TopupRecorded messages go (settings.exchange: hiwallet.topups)
+        self.exchange = exchange
 
     async def ingest(self, notification: Notification, route: str, request_id: str | None) -> Outcome:
         p = notification.payment
@@ -52,6 +54,7 @@ class TopupStore:
                 None if p is None else p.amount_minor,
                 None if p is None else p.currency,
                 new_id(),  # the TopupRecorded's message id, used if the payment is new
+                self.exchange,
                 request_id,
             )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:

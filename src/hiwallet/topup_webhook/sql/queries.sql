@@ -4,7 +4,7 @@
 
 -- name: ingest
 -- One notification: inbox, payment, outbox, in one statement (its own transaction).
-SELECT topup.ingest($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13)
+SELECT topup.ingest($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 
 -- name: recorded_payments
 -- Which of these payments at a provider are recorded (the reconciliation leaves those alone).

@@ -1,0 +1,293 @@
+-- The live schema of this folder's databases, generated from a freshly migrated one by
+-- `hiwallet schema dump` (`make schema`): do not edit, regenerate after adding a migration.
+-- tests/core/test_schema.py checks that the migrations produce exactly this.
+
+-- Name: topup; Type: SCHEMA; Schema: -; Owner: -
+
+CREATE SCHEMA topup;
+
+-- Name: ingest(text, text, text, text, jsonb, text, text, text, text, bigint, text, text, text); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'topup', 'pg_temp'
+    AS $$
+DECLARE
+    v_inbox bigint;
+    v_payment topup.payments;
+BEGIN
+    INSERT INTO topup.inbox (provider, event_id, event_type, route, payload, payment_id, processed_at)
+    VALUES (p_provider, p_event_id, p_event_type, p_route, p_payload, p_payment_id, now())
+    ON CONFLICT ON CONSTRAINT inbox_event_seen DO NOTHING
+    RETURNING id INTO v_inbox;
+    IF v_inbox IS NULL THEN
+        RETURN 'duplicate';
+    END IF;
+    IF p_payment_id IS NULL THEN
+        RETURN 'stored';
+    END IF;
+
+    INSERT INTO topup.payments (id, provider, provider_payment_id, wallet, reference, amount_minor,
+                                currency, reported_by, routes)
+    VALUES (p_payment_id, p_provider, p_provider_payment_id, p_wallet, p_reference, p_amount_minor,
+            p_currency, ARRAY[p_event_id], ARRAY[p_route])
+    ON CONFLICT ON CONSTRAINT payments_pkey DO NOTHING
+    RETURNING * INTO v_payment;
+    IF v_payment.id IS NOT NULL THEN
+        INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
+        VALUES (
+            p_message_id, 'hiwallet.topups', coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
+            CASE WHEN p_request_id IS NULL THEN '{}'::jsonb
+                 ELSE jsonb_build_object('x-request-id', p_request_id) END,
+            jsonb_build_object(
+                'payment_id', v_payment.id,
+                'provider', v_payment.provider,
+                'provider_payment_id', v_payment.provider_payment_id,
+                'wallet', v_payment.wallet,
+                'reference', v_payment.reference,
+                'amount_minor', v_payment.amount_minor,
+                'currency', v_payment.currency,
+                'recorded_at', to_char(v_payment.created_at AT TIME ZONE 'UTC',
+                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                'route', p_route));
+        RETURN 'recorded';
+    END IF;
+
+    -- Recorded before (by another notification, route, or a concurrent one that committed
+    -- first: ON CONFLICT waited for it). Only the two lists grow.
+    UPDATE topup.payments
+       SET reported_by = CASE WHEN p_event_id = ANY (reported_by) THEN reported_by
+                              ELSE reported_by || p_event_id END,
+           routes = CASE WHEN p_route = ANY (routes) THEN routes ELSE routes || p_route END
+     WHERE id = p_payment_id
+    RETURNING * INTO v_payment;
+    IF v_payment.provider IS DISTINCT FROM p_provider
+       OR v_payment.provider_payment_id IS DISTINCT FROM p_provider_payment_id THEN
+        -- a derived id names one (provider, payment) only; anything else is a defect
+        RAISE EXCEPTION 'payment % is recorded for another provider payment', p_payment_id;
+    END IF;
+    IF v_payment.amount_minor <> p_amount_minor OR v_payment.currency <> p_currency THEN
+        RETURN 'mismatch';
+    END IF;
+    RETURN 'reported';
+END $$;
+
+-- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.outbox_keeps_unsent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.sent_at IS NULL THEN
+        RAISE EXCEPTION 'outbox message % has not been sent; it may not be deleted', OLD.message_id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN OLD;
+END $$;
+
+-- Name: outbox_notify(); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.outbox_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('topup_outbox', '');
+    RETURN NULL;
+END $$;
+
+-- Name: purge_inbox(interval, integer); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'topup', 'pg_temp'
+    AS $$
+    WITH gone AS (
+        DELETE FROM topup.inbox
+         WHERE id IN (SELECT id FROM topup.inbox
+                       WHERE processed_at IS NOT NULL
+                         AND received_at < now() - greatest(p_older_than, interval '1 day')
+                       ORDER BY id
+                       LIMIT least(greatest(p_batch, 0), 10000)
+                         FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+
+-- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- Name: inbox; Type: TABLE; Schema: topup; Owner: -
+
+CREATE TABLE topup.inbox (
+    id bigint NOT NULL,
+    provider text NOT NULL,
+    event_id text NOT NULL,
+    event_type text NOT NULL,
+    route text NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    payload jsonb NOT NULL,
+    payment_id text,
+    processed_at timestamp with time zone,
+    CONSTRAINT inbox_event_id_length CHECK (((length(event_id) >= 1) AND (length(event_id) <= 255))),
+    CONSTRAINT inbox_event_type_length CHECK (((length(event_type) >= 1) AND (length(event_type) <= 255))),
+    CONSTRAINT inbox_provider_known CHECK ((provider = ANY (ARRAY['stripe'::text, 'bank'::text]))),
+    CONSTRAINT inbox_route_known CHECK ((route = ANY (ARRAY['webhook'::text, 'reconciliation'::text])))
+);
+
+-- Name: inbox_id_seq; Type: SEQUENCE; Schema: topup; Owner: -
+
+ALTER TABLE topup.inbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME topup.inbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- Name: outbox; Type: TABLE; Schema: topup; Owner: -
+
+CREATE TABLE topup.outbox (
+    id bigint NOT NULL,
+    message_id text NOT NULL,
+    exchange text NOT NULL,
+    routing_key text NOT NULL,
+    message_type text NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    body jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone
+);
+
+-- Name: outbox_id_seq; Type: SEQUENCE; Schema: topup; Owner: -
+
+ALTER TABLE topup.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME topup.outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- Name: payments; Type: TABLE; Schema: topup; Owner: -
+
+CREATE TABLE topup.payments (
+    id text NOT NULL,
+    provider text NOT NULL,
+    provider_payment_id text NOT NULL,
+    wallet text,
+    reference text,
+    amount_minor bigint NOT NULL,
+    currency text NOT NULL,
+    reported_by text[] NOT NULL,
+    routes text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT payments_amount_positive CHECK ((amount_minor > 0)),
+    CONSTRAINT payments_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT payments_provider_known CHECK ((provider = ANY (ARRAY['stripe'::text, 'bank'::text]))),
+    CONSTRAINT payments_provider_payment_id_length CHECK (((length(provider_payment_id) >= 1) AND (length(provider_payment_id) <= 255))),
+    CONSTRAINT payments_reference_length CHECK (((reference IS NULL) OR (length(reference) <= 1024))),
+    CONSTRAINT payments_reported CHECK ((cardinality(reported_by) >= 1)),
+    CONSTRAINT payments_routes_known CHECK (((cardinality(routes) >= 1) AND (routes <@ ARRAY['webhook'::text, 'reconciliation'::text, 'operator'::text]))),
+    CONSTRAINT payments_wallet_length CHECK (((wallet IS NULL) OR ((length(wallet) >= 1) AND (length(wallet) <= 128))))
+);
+
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+-- Name: inbox inbox_event_seen; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.inbox
+    ADD CONSTRAINT inbox_event_seen UNIQUE (provider, event_id);
+
+-- Name: inbox inbox_pkey; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.inbox
+    ADD CONSTRAINT inbox_pkey PRIMARY KEY (id);
+
+-- Name: outbox outbox_message_id_unique; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.outbox
+    ADD CONSTRAINT outbox_message_id_unique UNIQUE (message_id);
+
+-- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+-- Name: payments payments_one_per_provider_payment; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.payments
+    ADD CONSTRAINT payments_one_per_provider_payment UNIQUE (provider, provider_payment_id);
+
+-- Name: payments payments_pkey; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.payments
+    ADD CONSTRAINT payments_pkey PRIMARY KEY (id);
+
+-- Name: outbox_unsent; Type: INDEX; Schema: topup; Owner: -
+
+CREATE INDEX outbox_unsent ON topup.outbox USING btree (id) WHERE (sent_at IS NULL);
+
+-- Name: outbox outbox_keeps_unsent; Type: TRIGGER; Schema: topup; Owner: -
+
+CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON topup.outbox FOR EACH ROW EXECUTE FUNCTION topup.outbox_keeps_unsent();
+
+-- Name: outbox outbox_notify; Type: TRIGGER; Schema: topup; Owner: -
+
+CREATE TRIGGER outbox_notify AFTER INSERT ON topup.outbox FOR EACH STATEMENT EXECUTE FUNCTION topup.outbox_notify();
+
+-- Name: SCHEMA topup; Type: ACL; Schema: -; Owner: -
+
+GRANT USAGE ON SCHEMA topup TO hiwallet_topup_app;
+GRANT USAGE ON SCHEMA topup TO hiwallet_topup_readonly;
+
+-- Name: FUNCTION ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) TO hiwallet_topup_app;
+
+-- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.outbox_keeps_unsent() FROM PUBLIC;
+
+-- Name: FUNCTION outbox_notify(); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.outbox_notify() FROM PUBLIC;
+
+-- Name: FUNCTION purge_inbox(p_older_than interval, p_batch integer); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) TO hiwallet_topup_app;
+
+-- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
+
+GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_topup_readonly;
+
+-- Name: TABLE inbox; Type: ACL; Schema: topup; Owner: -
+
+GRANT SELECT ON TABLE topup.inbox TO hiwallet_topup_app;
+GRANT SELECT ON TABLE topup.inbox TO hiwallet_topup_readonly;
+
+-- Name: TABLE outbox; Type: ACL; Schema: topup; Owner: -
+
+GRANT SELECT,DELETE ON TABLE topup.outbox TO hiwallet_topup_app;
+GRANT SELECT ON TABLE topup.outbox TO hiwallet_topup_readonly;
+
+-- Name: COLUMN outbox.sent_at; Type: ACL; Schema: topup; Owner: -
+
+GRANT UPDATE(sent_at) ON TABLE topup.outbox TO hiwallet_topup_app;
+
+-- Name: TABLE payments; Type: ACL; Schema: topup; Owner: -
+
+GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_app;
+GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_readonly;

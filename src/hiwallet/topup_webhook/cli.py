@@ -1,0 +1,69 @@
+"""``hiwallet topups ...``: operator commands on top-ups. ``reconcile`` runs one reconciliation
+round by hand, under the same lock as the service's rounds (never two at once).
+
+The sub-app is mounted by hiwallet/cli.py (the composition root); wallet-consumer's commands
+(``unattributed``, ``attribute``) are added to it there, so neither service imports the other."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+
+from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.settings import get_settings
+from hiwallet.topup_webhook.app import RECONCILE_LOCK_KEY, create_topup_pool, dedicated_connection
+from hiwallet.topup_webhook.metrics import TopupMetrics
+from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
+from hiwallet.topup_webhook.service import TopupService, verifiers_for
+from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
+from hiwallet.topup_webhook.store import TopupStore
+
+__all__ = ["reconcile_once", "topups_app"]
+
+topups_app = typer.Typer(no_args_is_help=True, help="Top-ups (operator commands).")
+console = Console(emoji=False, soft_wrap=True)
+
+
+async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
+    """One round; None when another instance holds the round's lock (it is running one)."""
+    core = get_settings()
+    pool = await create_topup_pool(settings, core, max_size=2)
+    clients = provider_clients(settings)
+    try:
+        metrics = TopupMetrics(CollectorRegistry())
+        service = TopupService(TopupStore(pool, settings.exchange), verifiers_for(settings), metrics)
+        reconciler = Reconciler(
+            service, listings_for(clients, settings.reconcile_max_pages), settings.reconcile_window_s, metrics
+        )
+        found: list[int] = []
+
+        async def round_() -> int:
+            found.append(await reconciler.run())
+            return found[-1]
+
+        job = PeriodicJob(
+            "topup-reconcile",
+            settings.reconcile_interval_s,
+            RECONCILE_LOCK_KEY,
+            round_,
+            dedicated_connection(settings, core),
+        )
+        return found[0] if await job.run_once() else None
+    finally:
+        for client in clients.values():
+            await client.aclose()
+        await pool.close()
+
+
+@topups_app.command("reconcile")
+def reconcile() -> None:
+    """Ask each provider for its payments of the last window and record those no webhook
+    reported (once: a payment recorded before is left alone)."""
+    found = asyncio.run(reconcile_once(get_topup_webhook_settings()))
+    if found is None:
+        console.print("[yellow]busy[/yellow]: a reconciliation round is running elsewhere; try again")
+        raise typer.Exit(1)
+    console.print(f"recorded [bold]{found}[/bold] payment(s) no webhook had reported")

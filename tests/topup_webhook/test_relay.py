@@ -1,0 +1,108 @@
+"""The relay inside topup-webhook: a recorded payment leaves for the exchange as one
+TopupRecorded (with confirms), within moments, and its outbox row is marked sent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+import httpx
+import orjson
+
+from hiwallet.core.broker import Broker
+from hiwallet.core.ids import derived_id
+from hiwallet.topup_webhook.app import create_topup_webhook_app
+from hiwallet.topup_webhook.settings import TopupWebhookSettings
+from tests.core import spine
+from tests.topup_webhook.conftest import (
+    BANK_PATH,
+    STRIPE_PATH,
+    bank_notification,
+    bank_signed,
+    stripe_events,
+    stripe_signed,
+    topup_settings,
+    wallet_id,
+    wire,
+)
+
+
+@asynccontextmanager
+async def with_relay(settings: TopupWebhookSettings, names: spine.Names) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_topup_webhook_app(settings, topology=names.topology())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://topup") as client:
+            yield client
+
+
+async def wait_sent(owner: asyncpg.Connection, count: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await owner.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NOT NULL") >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the relay did not mark the rows sent")
+
+
+async def test_each_recorded_payment_is_published_once_and_marked_sent(
+    topup_db: str, owner: asyncpg.Connection, broker: Broker, names: spine.Names
+) -> None:
+    settings = topup_settings(topup_db, exchange=names.exchange, relay_poll_s=5.0, metrics_interval_s=0.2)
+    wallet = wallet_id()
+    checkout, intent = stripe_events(wallet=wallet, amount=700)
+    w = wire(reference=None)
+    async with with_relay(settings, names) as client:
+        ready = await client.get("/ready")
+        deadline = time.monotonic() + 10
+        while ready.status_code != 200 and time.monotonic() < deadline:  # the topology is declared
+            await asyncio.sleep(0.1)
+            ready = await client.get("/ready")
+        assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+        started = time.monotonic()
+        for event in (checkout, intent, checkout):
+            body = orjson.dumps(event)
+            assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
+        body = bank_notification(w)
+        response = await client.post(BANK_PATH, content=body, headers=bank_signed(body))
+        assert response.status_code == 202
+        # the NOTIFY wakes the relay: far sooner than its 5 s poll
+        await wait_sent(owner, 2)
+        assert time.monotonic() - started < 4.0
+        got = await spine.collect(broker, names.queues, 3, timeout_s=2.0)
+        await asyncio.sleep(0.3)  # the gauges' refresh
+        metrics = (await client.get("/metrics")).text
+    assert len(got) == 2, [m.body for m in got]
+    by_payment = {m.correlation_id: m for m in got}
+    card = by_payment[derived_id("topup", "stripe", intent["data"]["object"]["id"])]  # type: ignore[index]
+    assert (card.type, card.content_type, card.delivery_mode) == ("TopupRecorded", "application/json", 2)
+    body_of_card = json.loads(card.body)
+    assert (body_of_card["wallet"], body_of_card["amount_minor"], body_of_card["route"]) == (wallet, 700, "webhook")
+    assert card.routing_key == wallet
+    wired = by_payment[derived_id("topup", "bank", w["id"])]
+    assert wired.routing_key == wired.correlation_id  # no wallet: routed by the payment id
+    assert wired.headers["x-request-id"] == response.headers["x-request-id"]
+    assert await owner.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL") == 0
+    assert "hiwallet_relay_published_total 2.0" in metrics
+    assert "hiwallet_outbox_unsent 0.0" in metrics
+    assert "hiwallet_topup_inbox_rows 3.0" in metrics  # the repeat stored nothing
+
+
+async def test_ready_says_so_when_the_broker_is_away(topup_db: str, names: spine.Names) -> None:
+    settings = topup_settings(topup_db, exchange=names.exchange)
+    from hiwallet.core.settings import Settings
+
+    away = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/")
+    app = create_topup_webhook_app(settings, core_settings=away, topology=names.topology())
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            response = await client.get("/ready")
+            assert response.status_code == 503
+            assert response.json()["checks"] == {"broker": "unavailable"}
+            # notifications are still kept: the outbox holds them until the broker is back
+            body = orjson.dumps(stripe_events(wallet=wallet_id())[0])
+            assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
