@@ -43,7 +43,9 @@ async def make_database() -> str:
 async def owner_connect(database: str, port: int | None = None) -> asyncpg.Connection:
     dsn = db.owner_dsn(database, get_settings())
     if port is not None:
-        dsn = dsn.replace("localhost:5432", f"127.0.0.1:{port}").replace("127.0.0.1:5432", f"127.0.0.1:{port}")
+        dsn = dsn.replace("localhost:5432", f"127.0.0.1:{port}").replace(
+            "127.0.0.1:5432", f"127.0.0.1:{port}"
+        )
     return await asyncpg.connect(dsn, timeout=5)
 
 

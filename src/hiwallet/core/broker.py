@@ -213,13 +213,16 @@ class Broker:
         client_name: str,
         connect_timeout_s: float = 5.0,
         confirm_timeout_s: float = 10.0,
+        reconnect_interval_s: float = 1.0,
     ) -> None:
-        if connect_timeout_s <= 0 or confirm_timeout_s <= 0:
+        if connect_timeout_s <= 0 or confirm_timeout_s <= 0 or reconnect_interval_s <= 0:
             raise ValueError("the broker's timeouts must be positive")
         self._url = url
         self.client_name = client_name
         self.connect_timeout_s = connect_timeout_s
         self.confirm_timeout_s = confirm_timeout_s
+        # How soon the robust connection tries again after losing RabbitMQ (aio-pika: 5 s).
+        self.reconnect_interval_s = reconnect_interval_s
         self._connection: aio_pika.abc.AbstractRobustConnection | None = None
         self._publish_channel: aio_pika.abc.AbstractChannel | None = None
         self._lock = asyncio.Lock()
@@ -241,6 +244,7 @@ class Broker:
                         self._url,
                         timeout=self.connect_timeout_s,
                         client_properties={"connection_name": self.client_name},
+                        reconnect_interval=self.reconnect_interval_s,
                     )
                 except asyncio.CancelledError:
                     raise

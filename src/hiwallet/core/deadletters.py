@@ -118,10 +118,12 @@ async def _read(
     try:
         queue = await channel.declare_queue(queue_name, passive=True)
         result = queue.declaration_result
-        expected = min(limit, result.message_count or 0) if result is not None else limit
+        # The count stops the read early once reached. It is only a hint: messages another
+        # reader just gave back (a channel closing) may not be counted yet, so a count of 0
+        # still waits IDLE_WAIT_S for a first message.
+        count = (result.message_count or 0) if result is not None else 0
+        expected = min(limit, count) if count else limit
         taken: list[aio_pika.abc.AbstractIncomingMessage] = []
-        if expected == 0:
-            return channel, taken
         async with queue.iterator(no_ack=False) as messages:
             while len(taken) < expected:
                 try:

@@ -1,0 +1,362 @@
+"""core.consumer and core.deadletters against the real PostgreSQL and RabbitMQ."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import orjson
+
+from hiwallet.core.broker import Broker, OutgoingMessage
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
+from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
+from hiwallet.core.ids import new_id
+from tests.core import spine
+from tests.faultproxy import FaultProxy
+
+CONSUMER = "test-consumer"
+
+
+def _message(
+    names: spine.Names, key: str = "0421:w:1", n: int = 1, message_id: str | None = None
+) -> OutgoingMessage:
+    return OutgoingMessage(
+        message_id=message_id or new_id(),
+        exchange=names.exchange,
+        routing_key=key,
+        type="TopupRecorded",
+        body=orjson.dumps({"n": n}),
+        headers={"x-request-id": "req-consumer"},
+    )
+
+
+class Effects:
+    """The handler of the tests: one row in spine.effects per message, in its transaction."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: Callable[[IncomingMessage], None] | None = None
+
+    async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        self.calls.append(message.message_id)
+        await conn.execute(
+            "INSERT INTO spine.effects (message_id, n) VALUES ($1, $2)", message.message_id, message.body["n"]
+        )
+        if self.fail is not None:
+            self.fail(message)
+        return {"n": message.body["n"], "request_id": message.headers.get("x-request-id")}
+
+
+@asynccontextmanager
+async def _pool(database: str, port: int = 5432) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(
+        spine.dsn_via(database, port),
+        min_size=1,
+        max_size=3,
+        command_timeout=5,
+        timeout=2,
+        server_settings={"application_name": "consumer-pool"},
+    )
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+
+
+@asynccontextmanager
+async def _consuming(consumer: Consumer) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(consumer.run())
+    await asyncio.wait_for(consumer.wait_started(), 10)
+    try:
+        yield task
+    finally:
+        await consumer.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 40)
+
+
+def _consumer(
+    broker: Broker, pool: asyncpg.Pool, names: spine.Names, handler: Effects, **kw: Any
+) -> Consumer:
+    return Consumer(
+        broker=broker,
+        pool=pool,
+        queues=names.queues,
+        consumer_name=CONSUMER,
+        handler=handler,
+        dead_letter_exchange=names.dlx,
+        dead_letter_key=names.dead_key,
+        table=spine.PROCESSED,
+        metrics=ConsumerMetrics(),
+        **kw,
+    )
+
+
+async def _count(database: str, sql: str) -> int:
+    conn = await spine.owner_connect(database)
+    try:
+        return int(await conn.fetchval(sql))
+    finally:
+        await conn.close()
+
+
+async def _until_count(database: str, sql: str, expected: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (got := await _count(database, sql)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sql}: {got}, expected {expected}")
+        await asyncio.sleep(0.05)
+
+
+EFFECTS = "SELECT count(*) FROM spine.effects"
+PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
+
+
+def _metric(consumer: Consumer, name: str, **labels: str) -> float:
+    value = consumer.metrics.registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+async def test_processed_once_in_one_transaction_and_a_repeat_is_acked(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+    messages = [_message(names, key=f"w{i}", n=i) for i in range(3)]
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, handler)
+        async with _consuming(consumer):
+            await broker.publish(messages)
+            await _until_count(spine_db, PROCESSED, 3)
+            # The relay's at-least-once: the same message again.
+            await broker.publish([messages[0]])
+            deadline = time.monotonic() + 10
+            while (
+                _metric(
+                    consumer,
+                    "hiwallet_consumer_messages_total",
+                    queue=_queue_of(consumer),
+                    outcome="duplicate",
+                )
+                < 1
+            ):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        conn = await spine.owner_connect(spine_db)
+        try:
+            rows = await conn.fetch(
+                f"SELECT message_id, outcome::text FROM {spine.PROCESSED} ORDER BY message_id"
+            )
+        finally:
+            await conn.close()
+    assert sorted(handler.calls) == sorted(m.message_id for m in messages)  # not called for the repeat
+    assert await _count(spine_db, EFFECTS) == 3
+    assert {orjson.loads(r["outcome"])["request_id"] for r in rows} == {"req-consumer"}
+
+
+def _queue_of(consumer: Consumer) -> str:
+    # Every key of these tests lands on some partition; the duplicate is counted on its own.
+    samples = consumer.metrics.registry.collect()
+    for metric in samples:
+        for sample in metric.samples:
+            if (
+                sample.name == "hiwallet_consumer_messages_total"
+                and sample.labels.get("outcome") == "duplicate"
+            ):
+                return sample.labels["queue"]
+    return "none"
+
+
+async def test_a_failed_attempt_leaves_nothing_behind(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+
+    def once(message: IncomingMessage) -> None:
+        if handler.calls.count(message.message_id) == 1:
+            raise RuntimeError("a race that passes")
+
+    handler.fail = once
+    message = _message(names)
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, handler)
+        async with _consuming(consumer):
+            await broker.publish([message])
+            await _until_count(spine_db, PROCESSED, 1)
+    # The first attempt's effect rolled back with its processed_events row: the second did it.
+    assert handler.calls == [message.message_id, message.message_id]
+    assert await _count(spine_db, EFFECTS) == 1
+    assert await spine.queue_depth(broker, names.dlq) == 0
+
+
+async def test_a_database_outage_pauses_without_dead_lettering(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    proxy = FaultProxy()
+    await proxy.start()
+    handler = Effects()
+    messages = [_message(names, key=f"w{i}", n=i) for i in range(4)]
+    try:
+        async with _pool(spine_db, proxy.port) as pool:
+            consumer = _consumer(broker, pool, names, handler, max_attempts=2)
+            async with _consuming(consumer):
+                await broker.publish(messages[:1])
+                await _until_count(spine_db, PROCESSED, 1)
+                async with proxy.down():  # PostgreSQL "restarts": connections cut, new ones refused
+                    await broker.publish(messages[1:])
+                    await asyncio.sleep(2.0)
+                    assert consumer.paused
+                    assert await _count(spine_db, PROCESSED) == 1
+                await _until_count(spine_db, PROCESSED, 4, timeout_s=20)
+                assert not consumer.paused
+        assert _metric(consumer, "hiwallet_consumer_pauses_total") >= 1
+        assert await spine.queue_depth(broker, names.dlq) == 0  # no good message dead-lettered
+        assert await _count(spine_db, EFFECTS) == 4
+    finally:
+        await proxy.close()
+
+
+async def test_backends_terminated_mid_message_retry_it(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+    inside = asyncio.Event()
+    release = asyncio.Event()
+    original = handler.__call__
+
+    async def slow(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        outcome = await original(conn, message)
+        if len(handler.calls) == 1:
+            inside.set()
+            await release.wait()
+        return outcome
+
+    message = _message(names)
+    async with _pool(spine_db) as pool:
+        consumer = Consumer(
+            broker=broker,
+            pool=pool,
+            queues=names.queues,
+            consumer_name=CONSUMER,
+            handler=slow,
+            dead_letter_exchange=names.dlx,
+            dead_letter_key=names.dead_key,
+            table=spine.PROCESSED,
+            max_attempts=1,
+        )
+        async with _consuming(consumer):
+            await broker.publish([message])
+            await asyncio.wait_for(inside.wait(), 10)
+            admin = await spine.owner_connect(spine_db)
+            try:  # as a shutting-down server does (57P01 admin_shutdown)
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'consumer-pool'"
+                )
+            finally:
+                await admin.close()
+            release.set()
+            await _until_count(spine_db, PROCESSED, 1)
+    assert handler.calls == [message.message_id, message.message_id]  # max_attempts=1, yet retried
+    assert await _count(spine_db, EFFECTS) == 1
+    assert await spine.queue_depth(broker, names.dlq) == 0
+
+
+async def test_unprocessable_is_dead_lettered_listed_and_replayed(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+    broken = {"yes": True}
+
+    def refuse(message: IncomingMessage) -> None:
+        if broken["yes"]:
+            raise Unprocessable("no clearing account for XYZ")
+
+    handler.fail = refuse
+    poison = _message(names, key="0421:w:poison", n=7)
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, handler, max_attempts=3)
+        async with _consuming(consumer):
+            await broker.publish([poison])
+            deadline = time.monotonic() + 15
+            while await spine.queue_depth(broker, names.dlq) < 1:
+                assert time.monotonic() < deadline, "not dead-lettered"
+                await asyncio.sleep(0.05)
+            assert handler.calls == [poison.message_id] * 3  # bounded attempts
+            assert await _count(spine_db, EFFECTS) == 0  # each attempt rolled back
+            assert await _count(spine_db, PROCESSED) == 0
+            assert _metric(consumer, "hiwallet_dead_letters_total", reason="unprocessable") == 1
+
+            # Listing twice loses nothing.
+            for _ in range(2):
+                (letter,) = await list_dead_letters(broker, names.dlq, limit=10)
+                assert letter.message_id == poison.message_id
+                assert letter.reason == "no clearing account for XYZ"
+                assert letter.original_exchange == names.exchange
+                assert letter.original_routing_key == "0421:w:poison"
+                assert letter.attempts == "3"
+                assert letter.type == "TopupRecorded"
+            assert await spine.queue_depth(broker, names.dlq) == 1
+
+            broken["yes"] = False  # the cause fixed
+            assert await replay_dead_letters(broker, names.dlq, message_id="not-there") == []
+            (replayed,) = await replay_dead_letters(broker, names.dlq, message_id=poison.message_id)
+            assert replayed.replayed
+            await _until_count(spine_db, PROCESSED, 1)
+        assert await spine.queue_depth(broker, names.dlq) == 0
+        assert await _count(spine_db, EFFECTS) == 1
+
+
+async def test_a_malformed_message_is_dead_lettered_at_once(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, handler)
+        async with _consuming(consumer):
+            bad = OutgoingMessage(new_id(), names.exchange, "w1", "TopupRecorded", b"not json")
+            await broker.publish([bad])
+            deadline = time.monotonic() + 10
+            while await spine.queue_depth(broker, names.dlq) < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+    (letter,) = await list_dead_letters(broker, names.dlq)
+    assert letter.message_id == bad.message_id
+    assert letter.reason.startswith("malformed")
+    assert handler.calls == []
+
+
+async def test_stop_finishes_the_message_in_hand(spine_db: str, broker: Broker, names: spine.Names) -> None:
+    handler = Effects()
+    inside = asyncio.Event()
+    original = handler.__call__
+
+    async def slow(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        inside.set()
+        await asyncio.sleep(0.5)
+        return await original(conn, message)
+
+    async with _pool(spine_db) as pool:
+        consumer = Consumer(
+            broker=broker,
+            pool=pool,
+            queues=names.queues,
+            consumer_name=CONSUMER,
+            handler=slow,
+            dead_letter_exchange=names.dlx,
+            dead_letter_key=names.dead_key,
+            table=spine.PROCESSED,
+        )
+        task = asyncio.create_task(consumer.run())
+        await consumer.wait_started()
+        await broker.publish([_message(names)])
+        await asyncio.wait_for(inside.wait(), 10)
+        await consumer.stop()
+        await asyncio.wait_for(task, 10)
+    assert await _count(spine_db, PROCESSED) == 1
+    # Acked before the channels closed: nothing left in the queues.
+    assert sum([await spine.queue_depth(broker, q) for q in names.queues]) == 0

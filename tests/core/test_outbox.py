@@ -1,0 +1,246 @@
+"""The outbox and its relay against the real PostgreSQL and RabbitMQ."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import asyncpg
+import orjson
+import pytest
+
+from hiwallet.core.broker import Broker, OutgoingMessage
+from hiwallet.core.ids import new_id
+from hiwallet.core.logging import REQUEST_ID
+from hiwallet.core.outbox import Relay, RelayFault, RelayStopped, enqueue, outbox_lag, purge_sent
+from hiwallet.core.settings import get_settings
+from tests.core import spine
+from tests.faultproxy import FaultProxy
+
+
+def _message(names: spine.Names, key: str = "0421:w:1") -> OutgoingMessage:
+    return OutgoingMessage(
+        message_id=new_id(),
+        exchange=names.exchange,
+        routing_key=key,
+        type="TopupRecorded",
+        body=orjson.dumps({"payment_id": new_id(), "amount_minor": 1000}),
+        correlation_id="pay-1",
+    )
+
+
+async def _enqueue(database: str, *messages: OutgoingMessage) -> None:
+    conn = await spine.owner_connect(database)
+    try:
+        async with conn.transaction():
+            for m in messages:
+                await enqueue(conn, m, table=spine.OUTBOX)
+    finally:
+        await conn.close()
+
+
+async def _lag(database: str) -> tuple[int, float]:
+    conn = await spine.owner_connect(database)
+    try:
+        return await outbox_lag(conn, spine.OUTBOX)
+    finally:
+        await conn.close()
+
+
+def _connector(database: str, name: str = "relay") -> Callable[[], Awaitable[asyncpg.Connection]]:
+    async def connect() -> asyncpg.Connection:
+        dsn = spine.dsn_via(database, 5432)
+        return await asyncpg.connect(dsn, timeout=5, server_settings={"application_name": name})
+
+    return connect
+
+
+@asynccontextmanager
+async def _running(relay: Relay) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(relay.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, RelayStopped):
+            await task
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def _relay(database: str, broker: Broker, **kwargs: object) -> Relay:
+    options: dict[str, object] = {
+        "connect": _connector(database),
+        "broker": broker,
+        "table": spine.OUTBOX,
+        "channel": spine.CHANNEL,
+        "lock_key": random.randrange(1, 2**62),
+        "poll_interval_s": 5.0,
+        "takeover_poll_s": 0.1,
+    }
+    options.update(kwargs)
+    return Relay(**options)  # type: ignore[arg-type]
+
+
+async def test_a_committed_row_leaves_within_milliseconds(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    published: list[int] = []
+    relay = _relay(spine_db, broker, on_published=published.append)
+    async with _running(relay):
+        await _until(lambda: relay.leader)
+        await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+        message = _message(names)
+        token = REQUEST_ID.set("req-outbox")
+        try:
+            await _enqueue(spine_db, message)
+        finally:
+            REQUEST_ID.reset(token)
+        committed = time.monotonic()
+        (got,) = await spine.collect(broker, names.queues, 1, timeout_s=10)
+        took_s = time.monotonic() - committed
+        await _until(lambda: sum(published) == 1)
+    # The notify, not the 5 s poll, woke the relay (a generous bound: a loaded machine).
+    assert took_s < 1.5, took_s
+    assert got.message_id == message.message_id
+    assert got.type == "TopupRecorded"
+    assert got.correlation_id == "pay-1"
+    assert (got.headers or {})["x-request-id"] == "req-outbox"
+    assert "x-hiwallet-correlation-id" not in (got.headers or {})
+    assert orjson.loads(got.body) == orjson.loads(message.body)
+    assert await _lag(spine_db) == (0, 0.0)
+
+
+async def test_rows_committed_before_the_relay_starts_are_sent_in_order(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    messages = [_message(names, key="same-wallet") for _ in range(25)]
+    await _enqueue(spine_db, *messages)
+    marked: list[int] = []
+    relay = _relay(spine_db, broker, batch_size=10, on_published=marked.append)
+    async with _running(relay):
+        got = await spine.collect(broker, names.queues, 25)
+        await _until(lambda: sum(marked) == 25)
+    assert marked == [10, 10, 5]
+    # One key, one partition queue: the outbox's order.
+    assert [m.message_id for m in got] == [m.message_id for m in messages]
+    assert (await _lag(spine_db))[0] == 0
+
+
+async def test_stopped_between_publish_and_mark_publishes_again(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    message = _message(names)
+    await _enqueue(spine_db, message)
+    fault = RelayFault()
+    with pytest.raises(RelayStopped):
+        await asyncio.wait_for(_relay(spine_db, broker, fault=fault).run(), 10)
+    assert fault.published == [message.message_id]
+    (first,) = await spine.collect(broker, names.queues, 1)
+    assert (await _lag(spine_db))[0] == 1  # out, but not marked
+
+    marked: list[int] = []
+    async with _running(_relay(spine_db, broker, on_published=marked.append)):
+        (second,) = await spine.collect(broker, names.queues, 1)
+        await _until(lambda: sum(marked) == 1)
+    # At least once: the same message again, for the consumer to recognise.
+    assert first.message_id == second.message_id == message.message_id
+    assert (await _lag(spine_db))[0] == 0
+
+
+async def test_broker_unreachable_rows_wait_then_catch_up(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    proxy = FaultProxy(upstream_port=5672)
+    await proxy.start()
+    url = get_settings().amqp_url.replace("localhost:5672", f"127.0.0.1:{proxy.port}")
+    url = url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+    flaky = Broker(
+        url, client_name="relay-via-proxy", connect_timeout_s=1, confirm_timeout_s=1, reconnect_interval_s=0.2
+    )
+    await flaky.start()
+    relay = _relay(spine_db, flaky, poll_interval_s=0.5, backoff_cap_s=0.5)
+    messages = [_message(names, key=f"w{i}") for i in range(5)]
+    try:
+        async with _running(relay):
+            await _until(lambda: relay.leader)
+            async with proxy.down():
+                await _enqueue(spine_db, *messages)
+                await asyncio.sleep(1.5)
+                unsent, oldest_s = await _lag(spine_db)
+                assert unsent == 5 and oldest_s > 1.0  # kept, not lost
+            got = await spine.collect(broker, names.queues, 5, timeout_s=20)
+            assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in messages)
+            await _until(lambda: flaky.connected)
+            for _ in range(100):
+                if (await _lag(spine_db))[0] == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert (await _lag(spine_db))[0] == 0
+    finally:
+        await flaky.close()
+        await proxy.close()
+
+
+async def test_two_relays_one_leads_the_other_takes_over(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    key = random.randrange(1, 2**62)
+    a = _relay(spine_db, broker, lock_key=key, connect=_connector(spine_db, "relay-a"), poll_interval_s=0.5)
+    b = _relay(spine_db, broker, lock_key=key, connect=_connector(spine_db, "relay-b"), poll_interval_s=0.5)
+    async with _running(a), _running(b):
+        await _until(lambda: a.leader or b.leader)
+        await asyncio.sleep(0.5)
+        assert a.leader != b.leader  # exactly one
+        leader, leader_name = (a, "relay-a") if a.leader else (b, "relay-b")
+        first = _message(names)
+        await _enqueue(spine_db, first)
+        assert [m.message_id for m in await spine.collect(broker, names.queues, 1)] == [first.message_id]
+
+        admin = await spine.owner_connect(spine_db)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                leader_name,
+            )
+        finally:
+            await admin.close()
+        assert killed == 1
+        other = b if leader is a else a
+        await _until(lambda: other.leader and not leader.leader, timeout_s=10)
+        second = _message(names)
+        await _enqueue(spine_db, second)
+        got = await spine.collect(broker, names.queues, 2, timeout_s=5)
+        # The new leader sent the new row; nothing twice (the first was marked before the kill).
+        assert [m.message_id for m in got] == [second.message_id]
+        await asyncio.sleep(0.5)
+        assert a.leader != b.leader  # the old leader came back as the standby
+
+
+async def test_lag_and_purge(spine_db: str, broker: Broker, names: spine.Names) -> None:
+    await _enqueue(spine_db, *[_message(names) for _ in range(7)])
+    unsent, oldest_s = await _lag(spine_db)
+    assert unsent == 7 and oldest_s >= 0
+    marked: list[int] = []
+    async with _running(_relay(spine_db, broker, on_published=marked.append)):
+        await spine.collect(broker, names.queues, 7)
+        await _until(lambda: sum(marked) == 7)
+    conn = await spine.owner_connect(spine_db)
+    try:
+        assert (await outbox_lag(conn, spine.OUTBOX))[0] == 0
+        assert await purge_sent(conn, spine.OUTBOX, older_than_s=3600, batch=5) == 0  # too recent
+        assert await purge_sent(conn, spine.OUTBOX, older_than_s=0, batch=5) == 5  # bounded
+        assert await purge_sent(conn, spine.OUTBOX, older_than_s=0, batch=5) == 2
+        assert await conn.fetchval(f"SELECT count(*) FROM {spine.OUTBOX}") == 0
+    finally:
+        await conn.close()
