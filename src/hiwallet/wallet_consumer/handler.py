@@ -54,6 +54,7 @@ from hiwallet.ledger import (
     cash_account,
     promo_account,
 )
+from hiwallet.wallet_consumer.metrics import TopupMetrics
 from hiwallet.wallet_consumer.topups import (
     MESSAGE_TYPE,
     TopupRecorded,
@@ -97,11 +98,15 @@ class TopupHandler:
     """``core.consumer.Handler`` of ``TopupRecorded``: ``await handler(conn, message)`` in the
     consumer's transaction, answering the outcome stored with the message."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, metrics: TopupMetrics | None = None) -> None:
         self.ledger = ledger
+        self.metrics = metrics
 
     async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
-        return await self.handle(conn, parse(message))
+        done = await self.handle(conn, parse(message))
+        if self.metrics is not None:
+            self.metrics.count(done["result"])
+        return done
 
     async def handle(self, conn: asyncpg.Connection, body: TopupRecorded) -> dict[str, Any]:
         # A payment that was unattributed is the operator's: credited only by its attribution

@@ -8,6 +8,13 @@ from functools import lru_cache
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.core.broker import (
+    DEAD_LETTER_EXCHANGE,
+    TOPUPS_DEAD_LETTER_KEY,
+    TOPUPS_DEAD_LETTER_QUEUE,
+    TOPUPS_EXCHANGE,
+)
+
 
 class WalletConsumerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_WALLET_CONSUMER_", extra="ignore")
@@ -16,23 +23,30 @@ class WalletConsumerSettings(BaseSettings):
     port: int = 9101
     # The database name; empty means hiwallet_wallet. Tests use clones.
     database: str = ""
-    # hiwallet.topups.p0 .. p{partitions-1} (core.broker.topups_topology)
+    # The topology it declares and consumes: core.broker.topups_topology() by default, i.e.
+    # <exchange>.p0 .. p{partitions-1}. Tests (and a process started by them) pass their own.
+    exchange: str = TOPUPS_EXCHANGE
     partitions: int = 4
+    dead_letter_exchange: str = DEAD_LETTER_EXCHANGE
+    dead_letter_key: str = TOPUPS_DEAD_LETTER_KEY
+    dead_letter_queue: str = TOPUPS_DEAD_LETTER_QUEUE
     # One message at a time per queue: with single active consumer, a wallet's messages are
     # handled in the order they were published to its partition.
     prefetch: int = 1
     # A message the handler cannot handle (Unprocessable, a defect) is tried this many times,
     # then dead-lettered with its reason. A database outage is not counted (the consumer pauses).
     max_attempts: int = 5
-    # One connection per queue being handled, one for the ledger's reads (a reused key), one
+    # A connection per partition being handled, one for the ledger's reads (a reused key), one
     # for /ready and the unattributed count.
     db_pool_max_size: int = 8
-    # How often the unattributed top-ups gauge is refreshed from the database.
+    # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
-    # How long a stop waits for the message in hand to finish before it gives up on it (it is
-    # then redelivered: the processed_events row makes that harmless).
-    stop_timeout_s: float = 10.0
-    # Process name the broker shows (RabbitMQ's connection_name).
+    # At start: how long the broker and the consumer may take to be up before the process fails.
+    start_timeout_s: float = 30.0
+    # At stop: how long the message in hand may take to finish (else it is given back and
+    # redelivered: its processed_events row makes that harmless).
+    stop_timeout_s: float = 15.0
+    # The connection's name in RabbitMQ.
     client_name: str = "wallet-consumer"
 
 

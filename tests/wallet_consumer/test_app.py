@@ -1,0 +1,217 @@
+"""wallet-consumer as it runs: core's Consumer on real RabbitMQ queues (unique names per test,
+deleted afterwards), the handler on a fresh wallet database. One wallet's messages are credited
+in the order they were published, across partitions; repeats change nothing; poison is
+dead-lettered with its reason; a redelivery after the consumer died before its ack changes
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aio_pika.abc
+import asyncpg
+import httpx
+import orjson
+import pytest
+from fastapi import FastAPI
+
+from hiwallet.core.broker import Broker, OutgoingMessage, topups_topology
+from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
+from hiwallet.core.ids import new_id
+from hiwallet.core.settings import get_settings
+from hiwallet.ledger import Ledger, cash_account
+from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
+from hiwallet.wallet_consumer.settings import WalletConsumerSettings
+from tests.core.spine import collect
+from tests.wallet_consumer.conftest import TL, cash, topup_body, verified
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    await b.start()
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+async def settings(broker: Broker) -> AsyncIterator[WalletConsumerSettings]:
+    """The consumer's settings over a unique exchange, partitions and dead letters; deleted
+    after the test (the real hiwallet.* names are never touched here)."""
+    prefix = f"hwtest.{uuid.uuid4().hex[:10]}"
+    s = WalletConsumerSettings(
+        exchange=f"{prefix}.topups",
+        partitions=4,
+        dead_letter_exchange=f"{prefix}.dead-letters",
+        dead_letter_key=f"{prefix}.topups",
+        dead_letter_queue=f"{prefix}.topups.dead",
+        max_attempts=2,
+        unattributed_refresh_s=0.1,
+    )
+    yield s
+    await broker.delete(topology_of(s))
+
+
+@asynccontextmanager
+async def running(settings: WalletConsumerSettings, database: str) -> AsyncIterator[httpx.AsyncClient]:
+    app: FastAPI = create_wallet_consumer_app(settings, database=database)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://wallet-consumer") as client:
+            yield client
+
+
+def outgoing(
+    settings: WalletConsumerSettings, body: Any, *, message_id: str | None = None
+) -> OutgoingMessage:
+    """As topup-webhook's relay publishes (CONTRACT-10): routing key = the wallet, or the
+    payment when there is none."""
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    key = (body.get("wallet") or body.get("payment_id")) if isinstance(body, dict) else "poison"
+    return OutgoingMessage(
+        message_id=message_id or new_id(),
+        exchange=settings.exchange,
+        routing_key=str(key),
+        type="TopupRecorded",
+        body=raw,
+        headers={"x-request-id": f"req-{uuid.uuid4().hex[:8]}"},
+        correlation_id=body.get("payment_id") if isinstance(body, dict) else None,
+    )
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)
+
+
+async def processed(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM processed_events"))
+
+
+def test_the_default_topology_is_the_contracts() -> None:
+    assert topology_of(WalletConsumerSettings()) == topups_topology()
+
+
+async def test_the_app_credits_each_wallets_topups_once_and_in_order(
+    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+) -> None:
+    wallets = [(await ledger.open_wallet(f"w{i}", bucket=100 + 37 * i)).wallet_id for i in range(4)]
+    per_wallet = 12
+    bodies = {
+        w: [
+            topup_body(w, (i + 1) * TL, provider_payment_id=f"pi_{w[-6:]}_{i:03d}") for i in range(per_wallet)
+        ]
+        for w in wallets
+    }
+    async with running(settings, wallet_db) as client:
+        ready = await client.get("/ready")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "consumer": "ok"}
+
+        messages = [outgoing(settings, bodies[w][i]) for i in range(per_wallet) for w in wallets]
+        await broker.publish(messages)
+        # repeats: the same message again (the relay published it twice), the same payment
+        # under another message id (another route), a poison message, a body that is no JSON
+        unattributed = topup_body(None, 7 * TL, reference="no wallet here")
+        await broker.publish(
+            [
+                messages[0],
+                outgoing(settings, bodies[wallets[1]][3]),
+                outgoing(settings, unattributed),
+                outgoing(settings, {**bodies[wallets[2]][0], "amount_minor": "a lot"}),
+                outgoing(settings, b"{not json"),
+            ]
+        )
+        expected = len(messages) + 2  # the new message id of a known payment, the unattributed
+        await until(lambda: _equals(processed(pool), expected))
+        dead = await collect(broker, [settings.dead_letter_queue], 2, timeout_s=20)
+        reasons = sorted(str(m.headers[DEAD_REASON_HEADER]) for m in dead)
+        assert reasons[0].startswith("malformed TopupRecorded (amount_minor: int_type)"), reasons
+        assert reasons[1] == "malformed: the body is not JSON", reasons
+
+        for w in wallets:
+            assert await cash(ledger, w) == sum(b["amount_minor"] for b in bodies[w])
+            lines = (await ledger.statement(cash_account(w), limit=100)).lines
+            # credited in the order published: the ledger's versions follow the refs
+            assert [line.ref for line in lines] == [b["provider_payment_id"] for b in bodies[w]]
+        assert (
+            await pool.fetchval(
+                "SELECT count(*) FROM wallet.unattributed_topups WHERE payment_id = $1",
+                unattributed["payment_id"],
+            )
+            == 1
+        )
+
+        async def gauge_seen() -> bool:
+            return "hiwallet_topups_unattributed 1.0" in (await client.get("/metrics")).text
+
+        await until(gauge_seen, 5)
+        metrics = (await client.get("/metrics")).text
+        assert 'outcome="duplicate"' in metrics and "hiwallet_consumer_messages_total" in metrics
+        assert 'hiwallet_dead_letters_total{reason="unprocessable"} 1.0' in metrics
+        assert 'hiwallet_dead_letters_total{reason="malformed"} 1.0' in metrics
+        assert 'hiwallet_topups_handled_total{result="replayed"} 1.0' in metrics
+        assert "0421:" not in metrics and wallets[0] not in metrics  # no id in a label
+    await verified(ledger)
+
+
+async def _equals(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
+
+
+async def test_a_redelivery_after_the_consumer_died_before_its_ack_changes_nothing(
+    wallet_db: str,
+    pool: asyncpg.Pool,
+    ledger: Ledger,
+    broker: Broker,
+    settings: WalletConsumerSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first consumer commits the credit and dies before its ack (its ack never happens, its
+    connection closes): the broker delivers the message again to the next one, which finds it
+    processed, acks it, and credits nothing."""
+    wallet = (await ledger.open_wallet("ayla", bucket=421)).wallet_id
+    body = topup_body(wallet, 40 * TL)
+    dying = {"on": True}
+    real_ack = Consumer._ack
+
+    async def ack_unless_dying(
+        self: Consumer, queue: str, message: aio_pika.abc.AbstractIncomingMessage, outcome: str
+    ) -> None:
+        if dying["on"]:
+            return  # committed, never acked
+        await real_ack(self, queue, message, outcome)
+
+    monkeypatch.setattr(Consumer, "_ack", ack_unless_dying)
+    async with running(settings, wallet_db):
+        await broker.publish([outgoing(settings, body)])
+        await until(lambda: _equals(processed(pool), 1))
+        assert await cash(ledger, wallet) == 40 * TL
+    dying["on"] = False  # the process is gone; the message was never acked
+
+    async with running(settings, wallet_db) as client:
+
+        async def repeat_acked() -> bool:
+            text = (await client.get("/metrics")).text
+            return (
+                re.search(r'hiwallet_consumer_messages_total\{outcome="duplicate",[^}]*\} 1\.0', text)
+                is not None
+            )
+
+        await until(repeat_acked)
+        metrics = (await client.get("/metrics")).text
+        assert re.search(r"hiwallet_consumer_redeliveries_total\{[^}]*\} 1\.0", metrics), metrics
+    assert await cash(ledger, wallet) == 40 * TL
+    assert await processed(pool) == 1
+    outcome = await pool.fetchval("SELECT outcome FROM processed_events")
+    assert outcome["result"] == "credited"
+    await verified(ledger)
