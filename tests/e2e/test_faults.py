@@ -199,7 +199,10 @@ async def test_postgresql_unreachable_under_the_consumer_dead_letters_no_good_me
         await system.credited(wallet, amounts, timeout_s=30)
     depths = await harness.queue_depths(system.vhost)
     assert depths[harness.DEAD_LETTER_QUEUE] == 0, depths
-    assert total(await consumer.metrics(), "hiwallet_dead_letters_total") == 0
+    samples = await consumer.metrics()
+    assert total(samples, "hiwallet_dead_letters_total") == 0
+    # It met the outage (and stopped taking messages), rather than never noticing it.
+    assert total(samples, "hiwallet_consumer_pauses_total") >= 1, samples
 
 
 async def test_topup_webhook_killed_right_after_answering_202(system: System) -> None:
