@@ -136,8 +136,10 @@ def signed_event(wallet: str, payment_intent: str, secret: bytes) -> tuple[dict[
 
 
 class Child:
-    def __init__(self, name: str, port: int, argv: list[str], env: dict[str, str]) -> None:
-        self.name, self.port = name, port
+    def __init__(
+        self, name: str, port: int, argv: list[str], env: dict[str, str], ready_path: str = "/ready"
+    ) -> None:
+        self.name, self.port, self.ready_path = name, port, ready_path
         with SERVICE_LOG.open("ab") as log:
             # Its own process group: whatever it starts goes with it.
             self.proc = subprocess.Popen(
@@ -156,7 +158,7 @@ class Child:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (log: {SERVICE_LOG})")
                 with suppress(httpx.HTTPError):
-                    if (await client.get(f"{self.url}/ready")).status_code == 200:
+                    if (await client.get(f"{self.url}{self.ready_path}")).status_code == 200:
                         return
                 await asyncio.sleep(0.1)
         raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S} s (log: {SERVICE_LOG})")
@@ -480,12 +482,14 @@ async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
             stripe_port,
             [sys.executable, "-m", "hiwallet.cli", "run", "stripe-fake", "--port", str(stripe_port)],
             {**os.environ, "STRIPE_FAKE_WEBHOOK_URL": f"{webhook.url}/v1/webhooks/topup/stripe"},
+            "/health",  # the fakes have nothing to be ready for
         )
         bank = Child(
             "bank-fake",
             bank_port,
             [sys.executable, "-m", "hiwallet.cli", "run", "bank-fake", "--port", str(bank_port)],
             {**os.environ, "BANK_FAKE_WEBHOOK_URL": f"{webhook.url}/v1/webhooks/topup/bank"},
+            "/health",
         )
         children += [stripe, bank]
         await asyncio.gather(stripe.ready(), bank.ready())
@@ -581,9 +585,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()},
         "note": "one machine shared by the load client, the services, PostgreSQL and RabbitMQ",
     }
-    await bare(args, report)
-    if args.only != "bare":  # "a": both shapes of (a), nothing more
-        await services(args, report)
+    try:
+        await bare(args, report)
+        if args.only != "bare":  # "a": both shapes of (a), nothing more
+            await services(args, report)
+    except Exception as exc:  # the figures measured so far are kept, with what stopped the run
+        report["failed"] = f"{type(exc).__name__}: {exc}"
     report["ratios"] = ratios(report)
     return report
 
@@ -607,6 +614,9 @@ def cli() -> None:
     path.write_text(json.dumps(report, indent=2))
     print(json.dumps(report["ratios"], indent=2))
     print(f"results: {path}")
+    if "failed" in report:
+        print(f"the run stopped early: {report['failed']}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
