@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -64,9 +65,19 @@ async def test_unroutable_is_refused(broker: Broker, names: spine.Names) -> None
     assert len(await spine.collect(broker, names.queues, 1)) == 1
 
 
-async def test_a_missing_exchange_is_refused(broker: Broker) -> None:
+async def test_a_missing_exchange_is_refused_and_the_broker_recovers(
+    broker: Broker, names: spine.Names
+) -> None:
     with pytest.raises(PublishRefused):
         await broker.publish([OutgoingMessage(new_id(), "hwtest.no-such-exchange", "k", "T", b"{}")])
+    # RabbitMQ closed the publishing channel (404); the robust channel is reopened.
+    for _ in range(50):
+        try:
+            await broker.publish([_message(names, "after")])
+            break
+        except BrokerUnavailable:
+            await asyncio.sleep(0.1)
+    assert len(await spine.collect(broker, names.queues, 1)) == 1
 
 
 def _closed_port() -> int:

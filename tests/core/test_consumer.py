@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import orjson
+import pytest
 
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.ids import new_id
+from hiwallet.core.settings import get_settings
 from tests.core import spine
 from tests.faultproxy import FaultProxy
 
@@ -115,6 +120,29 @@ async def _until_count(database: str, sql: str, expected: int, timeout_s: float 
 
 EFFECTS = "SELECT count(*) FROM spine.effects"
 PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
+
+
+async def _until_depth(broker: Broker, queue: str, expected: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (depth := await spine.queue_depth(broker, queue)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{queue}: {depth} messages, expected {expected}")
+        await asyncio.sleep(0.05)
+
+
+async def _cli(*args: str) -> str:
+    """`hiwallet dead-letters ...` in its own process, as an operator runs it."""
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "hiwallet"),
+        "dead-letters",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()[-2000:]
+    return out.decode()
 
 
 def _metric(consumer: Consumer, name: str, **labels: str) -> float:
@@ -266,8 +294,9 @@ async def test_backends_terminated_mid_message_retry_it(
     assert await spine.queue_depth(broker, names.dlq) == 0
 
 
+@pytest.mark.parametrize("via_cli", [False, True], ids=["module", "cli"])
 async def test_unprocessable_is_dead_lettered_listed_and_replayed(
-    spine_db: str, broker: Broker, names: spine.Names
+    spine_db: str, broker: Broker, names: spine.Names, via_cli: bool
 ) -> None:
     handler = Effects()
     broken = {"yes": True}
@@ -300,12 +329,21 @@ async def test_unprocessable_is_dead_lettered_listed_and_replayed(
                 assert letter.original_routing_key == "0421:w:poison"
                 assert letter.attempts == "3"
                 assert letter.type == "TopupRecorded"
-            assert await spine.queue_depth(broker, names.dlq) == 1
+            await _until_depth(broker, names.dlq, 1)  # given back (asynchronously, in a quorum queue)
+
+            # The operator's command shows it too, and leaves it.
+            listed = await _cli("list", "--queue", names.dlq)
+            assert poison.message_id in listed and "no clearing account for XYZ" in listed
+            await _until_depth(broker, names.dlq, 1)
 
             broken["yes"] = False  # the cause fixed
             assert await replay_dead_letters(broker, names.dlq, message_id="not-there") == []
-            (replayed,) = await replay_dead_letters(broker, names.dlq, message_id=poison.message_id)
-            assert replayed.replayed
+            if via_cli:
+                replayed = await _cli("replay", "--queue", names.dlq, "--id", poison.message_id)
+                assert poison.message_id in replayed
+            else:
+                (letter,) = await replay_dead_letters(broker, names.dlq, message_id=poison.message_id)
+                assert letter.replayed
             await _until_count(spine_db, PROCESSED, 1)
         assert await spine.queue_depth(broker, names.dlq) == 0
         assert await _count(spine_db, EFFECTS) == 1
@@ -360,3 +398,55 @@ async def test_stop_finishes_the_message_in_hand(spine_db: str, broker: Broker, 
     assert await _count(spine_db, PROCESSED) == 1
     # Acked before the channels closed: nothing left in the queues.
     assert sum([await spine.queue_depth(broker, q) for q in names.queues]) == 0
+
+
+class ServiceUnavailable(Exception):
+    """A service's own "unavailable" (as the ledger's LedgerUnavailable)."""
+
+
+async def test_a_registered_transient_error_pauses_and_retries(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    handler = Effects()
+
+    def unavailable_twice(message: IncomingMessage) -> None:
+        if len(handler.calls) <= 2:
+            raise ServiceUnavailable("the ledger is unavailable")
+
+    handler.fail = unavailable_twice
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(
+            broker, pool, names, handler, max_attempts=1, transient_errors=(ServiceUnavailable,)
+        )
+        async with _consuming(consumer):
+            await broker.publish([_message(names)])
+            await _until_count(spine_db, PROCESSED, 1)
+    assert len(handler.calls) == 3  # max_attempts=1, yet retried: no attempt counted
+    assert await spine.queue_depth(broker, names.dlq) == 0
+
+
+async def test_the_consumer_waits_for_rabbitmq_at_start(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    proxy = FaultProxy(upstream_port=5672)
+    await proxy.start()
+    url = get_settings().amqp_url
+    for host in ("localhost:5672", "127.0.0.1:5672"):
+        url = url.replace(host, f"127.0.0.1:{proxy.port}")
+    late = Broker(url, client_name="consumer-via-proxy", connect_timeout_s=1, reconnect_interval_s=0.2)
+    handler = Effects()
+    try:
+        async with _pool(spine_db) as pool:
+            consumer = _consumer(late, pool, names, handler)
+            async with proxy.down():
+                task = asyncio.create_task(consumer.run())
+                await asyncio.sleep(1.0)
+                assert not consumer.started
+            await asyncio.wait_for(consumer.wait_started(), 15)
+            await broker.publish([_message(names)])
+            await _until_count(spine_db, PROCESSED, 1)
+            await consumer.stop()
+            await asyncio.wait_for(task, 15)
+    finally:
+        await late.close()
+        await proxy.close()

@@ -71,7 +71,7 @@ async def test_first_round_one_interval_after_start_and_errors_do_not_stop_it(sp
             await task
     assert len(rounds) >= 3  # the failure did not stop the job
     assert rounds[0] >= 0.3  # not at start: one interval after it
-    assert job.rounds >= 2
+    assert job.rounds >= 1  # the third round set the event before it was counted
 
 
 async def test_a_round_is_bounded_and_releases_the_lock(spine_db: str) -> None:

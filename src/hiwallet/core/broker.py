@@ -21,6 +21,7 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import aio_pika
@@ -34,6 +35,7 @@ from aiormq.abc import DeliveredMessage
 from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
+    "BROKER_FAILURES",
     "DEAD_LETTER_EXCHANGE",
     "REQUEST_ID_HEADER",
     "TOPUPS_DEAD_LETTER_KEY",
@@ -182,8 +184,9 @@ def topups_topology(partitions: int = 4) -> Topology:
     )
 
 
-# What a lost connection or channel looks like from aio-pika and aiormq.
-_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+# What a lost connection or channel looks like from aio-pika and aiormq (for modules that use an
+# aio-pika channel from consumer_channel directly: translate these as BrokerUnavailable).
+BROKER_FAILURES: tuple[type[BaseException], ...] = (
     aiormq.exceptions.AMQPConnectionError,
     aiormq.exceptions.ChannelInvalidStateError,
     aiormq.exceptions.ChannelClosed,
@@ -248,7 +251,7 @@ class Broker:
                     )
                 except asyncio.CancelledError:
                     raise
-                except _UNAVAILABLE_ERRORS as exc:
+                except BROKER_FAILURES as exc:
                     raise BrokerUnavailable(f"cannot connect to RabbitMQ: {type(exc).__name__}") from exc
             if self._publish_channel is None:
                 try:
@@ -260,7 +263,7 @@ class Broker:
                         )
                 except asyncio.CancelledError:
                     raise
-                except _UNAVAILABLE_ERRORS as exc:
+                except BROKER_FAILURES as exc:
                     raise BrokerUnavailable(f"cannot open a channel: {type(exc).__name__}") from exc
             return self._publish_channel
 
@@ -310,7 +313,7 @@ class Broker:
             raise
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             raise BrokerError(f"the topology differs from what exists: {exc}") from exc
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"cannot declare the topology: {type(exc).__name__}") from exc
         log.info("broker topology declared", exchanges=len(topology.exchanges), queues=len(topology.queues))
 
@@ -347,7 +350,7 @@ class Broker:
                 await channel.set_qos(prefetch_count=prefetch)
         except asyncio.CancelledError:
             raise
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"cannot open a consumer channel: {type(exc).__name__}") from exc
         return channel
 
@@ -379,7 +382,7 @@ class Broker:
             ) from exc
         except asyncio.CancelledError:
             raise
-        except _UNAVAILABLE_ERRORS as exc:
+        except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
         for result in results:
             if isinstance(result, BaseException):
@@ -400,7 +403,7 @@ class Broker:
             raise PublishRefused(f"no such exchange: {exc}") from exc
         if isinstance(exc, asyncio.CancelledError):
             raise exc
-        if isinstance(exc, _UNAVAILABLE_ERRORS):
+        if isinstance(exc, BROKER_FAILURES):
             raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
         raise exc
 
@@ -411,7 +414,7 @@ class Broker:
             message_id=message.message_id,
             correlation_id=message.correlation_id,
             message_type=message.type,
-            timestamp=None,
+            timestamp=datetime.now(UTC),
             headers=_properties_headers(message),
             app_id=self.client_name,
         )

@@ -42,7 +42,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from hiwallet.core import db
-from hiwallet.core.broker import REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
+from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.outbox import checked_identifier
 from hiwallet.core.queries import load_queries
@@ -100,6 +100,7 @@ PROBE_TIMEOUT_S = 2.0
 # A message that could not be dead-lettered (the broker is unavailable) goes back to its queue
 # after this long, rather than at once in a tight loop.
 REQUEUE_DELAY_S = 1.0
+_SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
 
 
 def processed_events_sql(table: str = "processed_events") -> str:
@@ -215,6 +216,7 @@ class Consumer:
         max_attempts: int = 5,
         is_transient: Callable[[BaseException], bool] = db.is_transient,
         metrics: ConsumerMetrics | None = None,
+        transient_errors: tuple[type[BaseException], ...] = (),
         table: str = "processed_events",
         prefetch: int = 1,
     ) -> None:
@@ -230,7 +232,11 @@ class Consumer:
         self.dead_letter_exchange = dead_letter_exchange
         self.dead_letter_key = dead_letter_key
         self.max_attempts = max_attempts
-        self._is_transient = is_transient
+        # What pauses the consumer instead of counting an attempt: is_transient (the database's
+        # own errors by default) or an instance of transient_errors (a service's "unavailable",
+        # e.g. the ledger's LedgerUnavailable), anywhere on the cause chain.
+        self._is_transient_error = is_transient
+        self._transient_errors = transient_errors
         self.metrics = metrics or ConsumerMetrics()
         self.table = checked_identifier(table)
         self.prefetch = prefetch
@@ -262,6 +268,23 @@ class Consumer:
         this consumer and process. On a single-active-consumer queue only one of the consumers
         gets messages; the others are standbys the broker switches to when it goes away."""
         try:
+            backoff_s = PROBE_BACKOFF_FIRST_S
+            while not await self._subscribe():
+                # RabbitMQ is not there (yet): wait, as for the database, until it is or stop.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), backoff_s)
+                if self._stop.is_set():
+                    return
+                backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
+            log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
+            self._started.set()
+            await self._stop.wait()
+        finally:
+            await asyncio.shield(self._shutdown())
+
+    async def _subscribe(self) -> bool:
+        """A channel and a consumer per queue; False (nothing left open) if the broker fails."""
+        try:
             for name in self.queues:
                 channel = await self._broker.consumer_channel(self.prefetch)
                 queue = await channel.get_queue(name, ensure=False)
@@ -272,11 +295,19 @@ class Consumer:
                     no_ack=False,
                     consumer_tag=f"{self.consumer_name}.{name}.{self._tag_suffix}",
                 )
-            log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
-            self._started.set()
-            await self._stop.wait()
-        finally:
-            await asyncio.shield(self._shutdown())
+        except _SUBSCRIBE_FAILURES as exc:
+            log.warning("consumer cannot subscribe; trying again", error=type(exc).__name__)
+            for entry in self._consuming:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(entry.channel.close(), 5.0)
+            self._consuming.clear()
+            return False
+        return True
+
+    @property
+    def started(self) -> bool:
+        """Subscribed to every queue and not stopped (for /ready, with :attr:`paused`)."""
+        return self._started.is_set() and not self._stop.is_set()
 
     async def stop(self) -> None:
         """Take no new message, finish the one in hand, close the channels."""
@@ -328,6 +359,7 @@ class Consumer:
                 return
             failure: _Failure | None = None
             attempt = 0
+            transient_streak = 0
             while True:
                 if self._stop.is_set() and not self._database_up.is_set():
                     return  # stopping while paused: the message goes back with the channel
@@ -348,6 +380,14 @@ class Consumer:
                         await self._probe_until_up()
                         if self._stop.is_set():
                             return
+                        transient_streak += 1
+                        if transient_streak > 1:
+                            # The database answers but this message keeps failing transiently
+                            # (a lock or statement timeout): still not its fault, never
+                            # dead-lettered for it, but not retried in a tight loop either.
+                            await asyncio.sleep(
+                                min(PROBE_BACKOFF_CAP_S, PROBE_BACKOFF_FIRST_S * 2 ** (transient_streak - 2))
+                            )
                         continue
                     attempt += 1
                     failure = _failure_of(exc, attempt)
@@ -371,6 +411,18 @@ class Consumer:
             await self._dead_letter(queue, message, failure)
         finally:
             REQUEST_ID.reset(token)
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        if self._is_transient_error(exc):
+            return True
+        seen: BaseException | None = exc
+        for _ in range(8):  # a bounded walk of the cause chain
+            if seen is None:
+                return False
+            if isinstance(seen, self._transient_errors):
+                return True
+            seen = seen.__cause__
+        return False
 
     async def _process(self, incoming: IncomingMessage) -> str:
         async with self._pool.acquire() as conn, conn.transaction():
