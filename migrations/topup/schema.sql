@@ -6,9 +6,9 @@
 
 CREATE SCHEMA topup;
 
--- Name: ingest(text, text, text, text, jsonb, text, text, text, text, bigint, text, text, text); Type: FUNCTION; Schema: topup; Owner: -
+-- Name: ingest(text, text, text, text, jsonb, text, text, text, text, bigint, text, text, text, text); Type: FUNCTION; Schema: topup; Owner: -
 
-CREATE FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) RETURNS text
+CREATE FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'topup', 'pg_temp'
     AS $$
@@ -36,9 +36,10 @@ BEGIN
     IF v_payment.id IS NOT NULL THEN
         INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
         VALUES (
-            p_message_id, 'hiwallet.topups', coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
-            CASE WHEN p_request_id IS NULL THEN '{}'::jsonb
-                 ELSE jsonb_build_object('x-request-id', p_request_id) END,
+            p_message_id, p_exchange, coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
+            -- the correlation id travels in the headers document (core.outbox.CORRELATION_ID_KEY)
+            jsonb_strip_nulls(jsonb_build_object('x-hiwallet-correlation-id', v_payment.id,
+                                                 'x-request-id', p_request_id)),
             jsonb_build_object(
                 'payment_id', v_payment.id,
                 'provider', v_payment.provider,
@@ -251,10 +252,10 @@ CREATE TRIGGER outbox_notify AFTER INSERT ON topup.outbox FOR EACH STATEMENT EXE
 GRANT USAGE ON SCHEMA topup TO hiwallet_topup_app;
 GRANT USAGE ON SCHEMA topup TO hiwallet_topup_readonly;
 
--- Name: FUNCTION ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text); Type: ACL; Schema: topup; Owner: -
+-- Name: FUNCTION ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text); Type: ACL; Schema: topup; Owner: -
 
-REVOKE ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) FROM PUBLIC;
-GRANT ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_request_id text) TO hiwallet_topup_app;
+REVOKE ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text) TO hiwallet_topup_app;
 
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: topup; Owner: -
 

@@ -15,6 +15,7 @@ import orjson
 
 from hiwallet.core.broker import Broker
 from hiwallet.core.ids import derived_id
+from hiwallet.core.settings import Settings
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests.core import spine
@@ -66,7 +67,9 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
         started = time.monotonic()
         for event in (checkout, intent, checkout):
             body = orjson.dumps(event)
-            assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
+            assert (
+                await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
+            ).status_code == 202
         body = bank_notification(w)
         response = await client.post(BANK_PATH, content=body, headers=bank_signed(body))
         assert response.status_code == 202
@@ -81,7 +84,11 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
     card = by_payment[derived_id("topup", "stripe", intent["data"]["object"]["id"])]  # type: ignore[index]
     assert (card.type, card.content_type, card.delivery_mode) == ("TopupRecorded", "application/json", 2)
     body_of_card = json.loads(card.body)
-    assert (body_of_card["wallet"], body_of_card["amount_minor"], body_of_card["route"]) == (wallet, 700, "webhook")
+    assert (body_of_card["wallet"], body_of_card["amount_minor"], body_of_card["route"]) == (
+        wallet,
+        700,
+        "webhook",
+    )
     assert card.routing_key == wallet
     wired = by_payment[derived_id("topup", "bank", w["id"])]
     assert wired.routing_key == wired.correlation_id  # no wallet: routed by the payment id
@@ -94,15 +101,17 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
 
 async def test_ready_says_so_when_the_broker_is_away(topup_db: str, names: spine.Names) -> None:
     settings = topup_settings(topup_db, exchange=names.exchange)
-    from hiwallet.core.settings import Settings
-
     away = Settings(amqp_url="amqp://guest:guest@127.0.0.1:1/")
     app = create_topup_webhook_app(settings, core_settings=away, topology=names.topology())
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            response = await client.get("/ready")
-            assert response.status_code == 503
-            assert response.json()["checks"] == {"broker": "unavailable"}
-            # notifications are still kept: the outbox holds them until the broker is back
-            body = orjson.dumps(stripe_events(wallet=wallet_id())[0])
-            assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+    ):
+        response = await client.get("/ready")
+        assert response.status_code == 503
+        assert response.json()["checks"] == {"broker": "unavailable"}
+        # notifications are still kept: the outbox holds them until the broker is back
+        body = orjson.dumps(stripe_events(wallet=wallet_id())[0])
+        answer = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
+        assert answer.status_code == 202

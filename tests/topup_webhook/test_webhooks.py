@@ -85,7 +85,10 @@ async def test_a_stripe_event_is_verified_stored_and_its_payment_announced_once(
         "TopupRecorded",
     )
     assert message["sent_at"] is None
-    assert json.loads(message["headers"]) == {"x-request-id": response.headers["x-request-id"]}
+    assert json.loads(message["headers"]) == {
+        "x-request-id": response.headers["x-request-id"],
+        "x-hiwallet-correlation-id": payment_id,  # the relay makes it the correlation id
+    }
     announced = json.loads(message["body"])
     assert announced.pop("recorded_at").endswith("Z")
     assert announced == {
@@ -340,7 +343,15 @@ async def test_a_notification_whose_payment_cannot_be_read_is_stored_and_credits
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[1, 2]", b'{"id": "evt_1"}', b'{"type": "x", "id": ""}', b'{"type": 7, "id": "e"}'],
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"id": "evt_1"}',
+        b'{"type": "x", "id": ""}',
+        b'{"type": 7, "id": "e"}',
+        # JSON, but not a text jsonb holds: refused by the database, not a 500
+        b'{"type": "x", "id": "evt_2", "data": {"object": {"note": "\\u0000"}}}',
+    ],
 )
 async def test_a_verified_body_that_is_not_a_notification_is_422_and_not_stored(
     client: httpx.AsyncClient, owner: asyncpg.Connection, body: bytes

@@ -172,20 +172,19 @@ def create_topup_webhook_app(
         tasks: list[asyncio.Task[None]] = []
         broker: Broker | None = None
         if background:
-            broker = Broker(core.amqp_url, client_name=SERVICE)
+            bus = broker = Broker(core.amqp_url, client_name=SERVICE)
             declared = asyncio.Event()
 
             async def broker_ready() -> None:
                 if not declared.is_set():
                     raise BrokerUnavailable("the topology is not declared yet")
-                await running_broker.check()
+                await bus.check()
 
-            running_broker = broker
             checks["broker"] = broker_ready
             connect = dedicated_connection(settings, core)
             relay = Relay(
                 connect=connect,
-                broker=broker,
+                broker=bus,
                 table=OUTBOX_TABLE,
                 channel=OUTBOX_CHANNEL,
                 lock_key=RELAY_LOCK_KEY,
@@ -203,7 +202,7 @@ def create_topup_webhook_app(
 
             async def declare_then_relay() -> None:
                 # Publishing before the exchange exists would only be refused (unroutable).
-                await _declare(running_broker, topology or topups_topology())
+                await _declare(bus, topology or topups_topology())
                 declared.set()
                 await _supervised("relay", relay.run)
 

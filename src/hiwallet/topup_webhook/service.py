@@ -11,7 +11,7 @@ from hiwallet.topup_webhook import errors, providers
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.providers import Notification
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
-from hiwallet.topup_webhook.store import Outcome, StoreUnavailable, TopupStore
+from hiwallet.topup_webhook.store import Outcome, StoreUnavailable, TopupStore, Unstorable
 from hiwallet.topup_webhook.verify import (
     StandardWebhookSignature,
     StripeSignature,
@@ -70,6 +70,12 @@ class TopupService:
             )
         try:
             outcome = await self.store.ingest(notification, route, request_id)
+        except Unstorable as exc:
+            self.metrics.webhooks.labels(provider, "unreadable").inc()
+            log.warning(
+                "notification unstorable", provider=provider, event_id=notification.event_id, error=str(exc)
+            )
+            raise errors.NotificationUnreadable("the notification cannot be stored as JSON") from exc
         except StoreUnavailable as exc:
             self.metrics.webhooks.labels(provider, "unavailable").inc()
             raise errors.Unavailable(

@@ -21,6 +21,11 @@ class StoreUnavailable(Exception):
     """The database did not answer, or answered something a retry can cure (core.db)."""
 
 
+class Unstorable(Exception):
+    """The database refused the notification's content itself (a JSON text jsonb cannot hold,
+    such as a \\u0000): no retry changes that."""
+
+
 class Outcome(enum.StrEnum):
     """What topup.ingest did with one notification (also the metric's ``outcome`` label)."""
 
@@ -57,6 +62,8 @@ class TopupStore:
                 self.exchange,
                 request_id,
             )
+        except asyncpg.DataError as exc:  # class 22: the value, not the moment
+            raise Unstorable(f"the database refused the notification: {exc.sqlstate}") from exc
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             if is_transient(exc):
                 raise StoreUnavailable(f"cannot store the notification: {type(exc).__name__}") from exc
