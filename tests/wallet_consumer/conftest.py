@@ -3,19 +3,29 @@ and the handler as the application role, real PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import httpx
 import orjson
 import pytest
+from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import derived_id, new_id
+from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer import CONSUMER_NAME, TopupHandler
+from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
+from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 
 TL = 100
 FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL))
@@ -120,3 +130,66 @@ async def cash(ledger: Ledger, wallet: str) -> int:
 async def verified(ledger: Ledger) -> None:
     report = await ledger.store.verify()
     assert report.ok, report.problems
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    await b.start()
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+async def settings(broker: Broker) -> AsyncIterator[WalletConsumerSettings]:
+    """The consumer's settings over a unique exchange, partitions and dead letters; deleted
+    after the test (the real hiwallet.* names are never touched here)."""
+    prefix = f"hwtest.{uuid.uuid4().hex[:10]}"
+    s = WalletConsumerSettings(
+        exchange=f"{prefix}.topups",
+        partitions=4,
+        dead_letter_exchange=f"{prefix}.dead-letters",
+        dead_letter_key=f"{prefix}.topups",
+        dead_letter_queue=f"{prefix}.topups.dead",
+        max_attempts=2,
+        unattributed_refresh_s=0.1,
+    )
+    yield s
+    await broker.delete(topology_of(s))
+
+
+@asynccontextmanager
+async def running(
+    settings: WalletConsumerSettings, database: str, core_settings: Settings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    app: FastAPI = create_wallet_consumer_app(settings, database=database, core_settings=core_settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://wallet-consumer") as client:
+            yield client
+
+
+def outgoing(
+    settings: WalletConsumerSettings, body: Any, *, message_id: str | None = None
+) -> OutgoingMessage:
+    """As topup-webhook's relay publishes (CONTRACT-10): routing key = the wallet, or the
+    payment when there is none."""
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    key = (body.get("wallet") or body.get("payment_id")) if isinstance(body, dict) else "poison"
+    return OutgoingMessage(
+        message_id=message_id or new_id(),
+        exchange=settings.exchange,
+        routing_key=str(key),
+        type="TopupRecorded",
+        body=raw,
+        headers={"x-request-id": f"req-{uuid.uuid4().hex[:8]}"},
+        correlation_id=body.get("payment_id") if isinstance(body, dict) else None,
+    )
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.05)

@@ -8,89 +8,30 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Awaitable
 
 import aio_pika.abc
 import asyncpg
-import httpx
-import orjson
 import pytest
-from fastapi import FastAPI
 
-from hiwallet.core.broker import Broker, OutgoingMessage, topups_topology
+from hiwallet.core.broker import Broker, topups_topology
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
-from hiwallet.core.ids import new_id
-from hiwallet.core.settings import get_settings
-from hiwallet.ledger import Ledger, cash_account
-from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
+from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
+from hiwallet.core.settings import Settings
+from hiwallet.ledger import Ledger, LedgerStore, cash_account
+from hiwallet.wallet_consumer.app import topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 from tests.core.spine import collect
-from tests.wallet_consumer.conftest import TL, cash, topup_body, verified
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
-    await b.start()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
-async def settings(broker: Broker) -> AsyncIterator[WalletConsumerSettings]:
-    """The consumer's settings over a unique exchange, partitions and dead letters; deleted
-    after the test (the real hiwallet.* names are never touched here)."""
-    prefix = f"hwtest.{uuid.uuid4().hex[:10]}"
-    s = WalletConsumerSettings(
-        exchange=f"{prefix}.topups",
-        partitions=4,
-        dead_letter_exchange=f"{prefix}.dead-letters",
-        dead_letter_key=f"{prefix}.topups",
-        dead_letter_queue=f"{prefix}.topups.dead",
-        max_attempts=2,
-        unattributed_refresh_s=0.1,
-    )
-    yield s
-    await broker.delete(topology_of(s))
-
-
-@asynccontextmanager
-async def running(settings: WalletConsumerSettings, database: str) -> AsyncIterator[httpx.AsyncClient]:
-    app: FastAPI = create_wallet_consumer_app(settings, database=database)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://wallet-consumer") as client:
-            yield client
-
-
-def outgoing(
-    settings: WalletConsumerSettings, body: Any, *, message_id: str | None = None
-) -> OutgoingMessage:
-    """As topup-webhook's relay publishes (CONTRACT-10): routing key = the wallet, or the
-    payment when there is none."""
-    raw = body if isinstance(body, bytes) else orjson.dumps(body)
-    key = (body.get("wallet") or body.get("payment_id")) if isinstance(body, dict) else "poison"
-    return OutgoingMessage(
-        message_id=message_id or new_id(),
-        exchange=settings.exchange,
-        routing_key=str(key),
-        type="TopupRecorded",
-        body=raw,
-        headers={"x-request-id": f"req-{uuid.uuid4().hex[:8]}"},
-        correlation_id=body.get("payment_id") if isinstance(body, dict) else None,
-    )
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)
+from tests.faultproxy import FaultProxy
+from tests.wallet_consumer.conftest import (
+    TL,
+    cash,
+    outgoing,
+    running,
+    topup_body,
+    until,
+    verified,
+)
 
 
 async def processed(pool: asyncpg.Pool) -> int:
@@ -214,4 +155,66 @@ async def test_a_redelivery_after_the_consumer_died_before_its_ack_changes_nothi
     assert await processed(pool) == 1
     outcome = await pool.fetchval("SELECT outcome FROM processed_events")
     assert outcome["result"] == "credited"
+    await verified(ledger)
+
+
+async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replayed_once_fixed(
+    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+) -> None:
+    """The poison message of the issue: a provider the ledger has no clearing account for. It is
+    dead-lettered with its reason (not lost, not retried forever); once the accounts exist,
+    `hiwallet dead-letters replay` puts it back and it is credited, once."""
+    wallet = (await ledger.open_wallet("ayla", bucket=8)).wallet_id
+    body = topup_body(wallet, 33 * TL, provider="papara")
+    async with running(settings, wallet_db):
+        await broker.publish([outgoing(settings, body)])
+
+        async def dead_lettered() -> bool:
+            return len(await list_dead_letters(broker, settings.dead_letter_queue)) == 1
+
+        await until(dead_lettered)
+        (letter,) = await list_dead_letters(broker, settings.dead_letter_queue)
+        assert "no ledger account 0008:sys:clearing:papara:TRY" in letter.reason
+        assert await cash(ledger, wallet) == 0 and await processed(pool) == 0
+
+        await LedgerStore(pool, providers=["stripe", "bank", "papara"]).ensure_system_accounts("TRY", [8])
+        replayed = await replay_dead_letters(broker, settings.dead_letter_queue)
+        assert [r.replayed for r in replayed] == [True]
+        await until(lambda: _equals(processed(pool), 1))
+        assert await cash(ledger, wallet) == 33 * TL
+        # replayed again by mistake (the same message id): nothing more
+        await broker.publish([outgoing(settings, body, message_id=letter.message_id)])
+        await asyncio.sleep(0.5)
+        assert await cash(ledger, wallet) == 33 * TL and await processed(pool) == 1
+    await verified(ledger)
+
+
+async def test_a_database_restart_pauses_the_consumer_and_dead_letters_nothing(
+    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+) -> None:
+    """PostgreSQL "restarts" under the consumer (every connection cut, new ones refused): the
+    top-ups wait, none is dead-lettered, and each is credited once when it is back."""
+    proxy = FaultProxy()
+    await proxy.start()
+    wallets = [(await ledger.open_wallet(f"w{i}")).wallet_id for i in range(3)]
+    bodies = [topup_body(w, (i + 1) * TL) for i, w in enumerate(wallets)]
+    through_proxy = Settings(database_url=f"postgresql://127.0.0.1:{proxy.port}")
+    try:
+        async with running(settings, wallet_db, core_settings=through_proxy) as client:
+            await broker.publish([outgoing(settings, bodies[0])])
+            await until(lambda: _equals(processed(pool), 1))
+            async with proxy.down():
+                await broker.publish([outgoing(settings, b) for b in bodies[1:]])
+                await asyncio.sleep(2.0)
+                assert (await client.get("/ready")).status_code == 503
+                assert await processed(pool) == 1
+            await until(lambda: _equals(processed(pool), 3))
+            assert (await client.get("/ready")).status_code == 200
+            metrics = (await client.get("/metrics")).text
+            assert re.search(r"hiwallet_consumer_pauses_total [1-9]", metrics), metrics
+        assert await list_dead_letters(broker, settings.dead_letter_queue) == []
+        for i, w in enumerate(wallets):
+            assert await cash(ledger, w) == (i + 1) * TL
+    finally:
+        await proxy.close()
     await verified(ledger)
