@@ -77,8 +77,8 @@ class DeliverySettings(BaseSettings):
     reorder_hold_s: float = Field(default=5.0, ge=0, le=600)
     # Memory bounds: attempts remembered, notifications kept for redelivery, objects kept for
     # the listing endpoints.
-    max_log: int = Field(default=100_000, ge=10)
-    max_kept: int = Field(default=100_000, ge=10)
+    max_log: int = Field(default=10_000, ge=10)
+    max_kept: int = Field(default=10_000, ge=10)
 
 
 @dataclass(frozen=True)

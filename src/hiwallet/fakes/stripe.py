@@ -22,6 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -105,6 +106,20 @@ class _StripeError(Exception):
         self.body = {"error": {"type": type_, "message": message, "code": code, "param": param}}
 
 
+@dataclass(frozen=True, slots=True)
+class _StoredEvent:
+    """An event as kept: its body is the bytes the webhook sent (one copy shared with the
+    deliverer's), parsed again only when listed; the rest is what the listing filters on."""
+
+    id: str
+    created: int
+    type: str
+    body: bytes
+
+    def object(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+
 class StripeFake:
     """The fake's state: payment intents, checkout sessions, events (newest last), bounded."""
 
@@ -117,7 +132,7 @@ class StripeFake:
             user_agent="Stripe/1.0 (+https://stripe.com/docs/webhooks)",
         )
         self.payment_intents: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.events: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.events: OrderedDict[str, _StoredEvent] = OrderedDict()
         self._idempotent: OrderedDict[str, tuple[str, str]] = OrderedDict()  # key -> (fingerprint, pi)
 
     def _sign(self, notification: Notification, timestamp: int) -> Mapping[str, str]:
@@ -199,9 +214,9 @@ class StripeFake:
                 "request": request_info,
                 "type": event_type,
             }
-            self.events[event_id] = event
             # Stripe's bodies are pretty-printed, two spaces: a receiver must verify the raw bytes.
             body = json.dumps(event, indent=2).encode()
+            self.events[event_id] = _StoredEvent(event_id, now, event_type, body)
             batch.append(Notification(event_id, event_type, self.settings.webhook_url, body))
         self.payment_intents[pi_id] = intent
         if idempotency_key is not None:
@@ -237,8 +252,8 @@ class StripeFake:
             older_first = _after(list(reversed(newest_first)), ending_before, "ending_before")
             newest_first = list(reversed(older_first))
 
-        def wanted(event: dict[str, Any]) -> bool:
-            created = int(event["created"])
+        def wanted(event: _StoredEvent) -> bool:
+            created = event.created
             if exact is not None and created != exact:
                 return False
             if (bounds["gt"] is not None and created <= bounds["gt"]) or (
@@ -252,8 +267,8 @@ class StripeFake:
             if type_filter is None:
                 return True
             if type_filter.endswith("*"):
-                return str(event["type"]).startswith(type_filter[:-1])
-            return bool(event["type"] == type_filter)
+                return event.type.startswith(type_filter[:-1])
+            return event.type == type_filter
 
         matching = [e for e in newest_first if wanted(e)]
         if ending_before is not None and starting_after is None:
@@ -262,12 +277,13 @@ class StripeFake:
         else:
             page = matching[:limit]
             has_more = len(matching) > limit
-        return {"object": "list", "data": page, "has_more": has_more, "url": "/v1/events"}
+        data = [event.object() for event in page]
+        return {"object": "list", "data": data, "has_more": has_more, "url": "/v1/events"}
 
 
-def _after(events: list[dict[str, Any]], event_id: str, param: str) -> list[dict[str, Any]]:
+def _after(events: list[_StoredEvent], event_id: str, param: str) -> list[_StoredEvent]:
     for index, event in enumerate(events):
-        if event["id"] == event_id:
+        if event.id == event_id:
             return events[index + 1 :]
     raise _StripeError(404, f"No such event: '{event_id}'", code="resource_missing", param=param)
 
@@ -391,7 +407,7 @@ def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAP
         event = fake.events.get(event_id)
         if event is None:
             raise _StripeError(404, f"No such event: '{event_id}'", code="resource_missing", param="id")
-        return event
+        return event.object()
 
     return app
 
