@@ -7,7 +7,11 @@ exactly once and the ledger verified.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
+
+import httpx
 
 from hiwallet.core.ids import derived_id
 from tests.e2e import harness
@@ -225,3 +229,56 @@ async def test_one_wallets_messages_are_handled_in_order_across_partitions(syste
         ]
         posted = [line["ref"] for line in await system.topup_lines(wallet)]
         assert posted == recorded, (wallet, posted, recorded)
+
+
+async def test_refused_notifications_store_nothing_and_a_rotated_secret_overlaps_then_retires(
+    system: System,
+) -> None:
+    """On the real process: a forged signature, a stale timestamp and a body changed after signing
+    are refused (400 problem+json) and store nothing; during a rotation the old and the new
+    secret are both accepted; once the old one is retired (topup-webhook restarted without it)
+    it is refused. The wallet holds exactly what was accepted."""
+    old, new = harness.STRIPE_SECRET, "whsec_e2e_rotated_secret_0123456789abcdef"
+    webhook = system.topup_webhook(stripe_secrets=[old, new])
+    await system.start(webhook, system.wallet_consumer())
+    wallet = await system.open_wallet()
+
+    async def post(
+        event: dict[str, object], secret: str, *, at: int | None = None, tamper: bool = False
+    ) -> int:
+        body = json.dumps(event).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "Stripe-Signature": harness.stripe_signature(body, secret, at),
+        }
+        if tamper:
+            body = body.replace(b'"amount": 1', b'"amount": 9')
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.post(f"{webhook.url}/v1/webhooks/topup/stripe", content=body, headers=headers)
+        if answer.status_code >= 400:
+            assert answer.headers["content-type"].startswith("application/problem+json"), answer.headers
+        return answer.status_code
+
+    def event(amount: int) -> dict[str, object]:
+        return harness.stripe_event("payment_intent.succeeded", f"pi_{uuid.uuid4().hex[:24]}", wallet, amount)
+
+    assert await post(event(100), "whsec_forged_0123456789abcdef0123456789") == 400
+    assert await post(event(101), old, at=int(time.time()) - 3_600) == 400  # outside the tolerance
+    assert await post(event(102), old, tamper=True) == 400
+    assert await _inbox_rows(system) == 0  # nothing stored for the refused
+
+    assert await post(event(110), old) == 202  # the overlap: both accepted
+    assert await post(event(120), new) == 202
+    await system.credited(wallet, [110, 120])
+
+    await webhook.stop()
+    retired = system.topup_webhook(stripe_secrets=[new])
+    await system.start(retired)
+    assert await post(event(130), old) == 400  # the old secret, retired
+    assert await post(event(140), new) == 202
+    await system.credited(wallet, [110, 120, 140])
+    assert await _inbox_rows(system) == 3
+
+
+async def _inbox_rows(system: System) -> int:
+    return int((await system.topup_fetch("SELECT count(*) AS n FROM topup.inbox"))[0]["n"])
