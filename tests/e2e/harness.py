@@ -28,8 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -495,14 +494,6 @@ class Children:
             await proxy.close()
 
 
-@asynccontextmanager
-async def proxy_to(host: str, port: int, children: Children) -> AsyncIterator[StallingProxy]:
-    proxy = StallingProxy(host, port)
-    await proxy.start()
-    children.proxies.append(proxy)
-    yield proxy
-
-
 def env_of(base: Mapping[str, str], **values: Any) -> dict[str, str]:
     """``base`` plus ``values`` as strings (lists as JSON, as pydantic-settings reads them)."""
     env = dict(base)
@@ -514,9 +505,6 @@ def env_of(base: Mapping[str, str], **values: Any) -> dict[str, str]:
         else:
             env[name] = str(value)
     return env
-
-
-Check = Callable[[], Awaitable[bool]]
 
 
 async def post_stripe_event(url: str, event: dict[str, Any], secret: str = STRIPE_SECRET) -> int:
