@@ -545,11 +545,16 @@ async def ledger_latencies(wallet_db: str, due: dict[str, float]) -> dict[str, A
         await conn.close()
     latencies = [(r["at"] - due[r["ref"]]) * 1000 for r in rows if r["ref"] in due]
     refs = [r["ref"] for r in rows if r["ref"] in due]
+    posted_at = [r["at"] for r in rows if r["ref"] in due]
+    # What the path sustained end to end: lines posted per second, from the first due webhook
+    # to the last line (below the offered rate = falling behind).
+    span_s = (max(posted_at) - min(due.values())) if posted_at and due else 0.0
     return {
         "rate_per_s": len(due) and round(len(due) / (max(due.values()) - min(due.values()) + 1e-9), 1),
         "answered": len(due),
         "posted": len(latencies),
         "posted_twice": len(refs) - len(set(refs)),
+        "posted_per_s": round(len(posted_at) / span_s, 1) if span_s > 0 else 0.0,
         "p50_ms": round(pct(latencies, 0.5), 1),
         "p99_ms": round(pct(latencies, 0.99), 1),
         "max_ms": round(max(latencies, default=0.0), 1),
