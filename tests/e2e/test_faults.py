@@ -146,10 +146,12 @@ async def _processed_is(system: System, n: int) -> bool:
 async def test_rabbitmq_unreachable_for_a_while_the_inbox_holds_and_the_relay_catches_up(
     system: System,
 ) -> None:
+    # Both services reach RabbitMQ through the proxy: the outage is everyone's.
     amqp = await system.proxy(harness.AMQP_PORT)
     stripe, bank = system.stripe_fake(), system.bank_fake()
     webhook = system.topup_webhook(amqp_port=amqp.port)
-    await system.start(stripe.process, bank.process, webhook, system.wallet_consumer())
+    consumer = system.wallet_consumer(amqp_port=amqp.port)
+    await system.start(stripe.process, bank.process, webhook, consumer)
     wallet = await system.open_wallet()
     await stripe.pay(wallet, 10)
     await system.credited(wallet, [10])
@@ -166,12 +168,19 @@ async def test_rabbitmq_unreachable_for_a_while_the_inbox_holds_and_the_relay_ca
         assert len(await system.topup_lines(wallet)) == 1
 
     await webhook.wait_ready()
+    await harness.until(lambda: _unsent_is(system, 0), 30, "the relay caught up")
+    await consumer.wait_ready()
+    await harness.until(lambda: _queues_empty(system), 30, "wallet-consumer took the messages")
     await system.credited(wallet, [10, 11, 12, 13, 14], timeout_s=30)
     assert await system.outbox_unsent() == 0
     failed = [
         d for d in [*(await stripe.deliveries()), *(await bank.deliveries())] if d.get("outcome") == "gave_up"
     ]
     assert failed == []
+
+
+async def _queues_empty(system: System) -> bool:
+    return sum((await harness.queue_depths(system.vhost)).values()) == 0
 
 
 async def _not_ready(process: harness.Process) -> bool:
