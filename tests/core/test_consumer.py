@@ -16,7 +16,7 @@ import asyncpg
 import orjson
 import pytest
 
-from hiwallet.core.broker import Broker, OutgoingMessage
+from hiwallet.core.broker import Broker, BrokerError, OutgoingMessage
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.ids import new_id
@@ -450,3 +450,28 @@ async def test_the_consumer_waits_for_rabbitmq_at_start(
     finally:
         await late.close()
         await proxy.close()
+
+
+async def test_single_active_consumer_a_second_one_stands_by(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    first, second = Effects(), Effects()
+    async with _pool(spine_db) as pool:
+        a = _consumer(broker, pool, names, first)
+        b = _consumer(broker, pool, names, second)
+        task_a = asyncio.create_task(a.run())
+        await a.wait_started()
+        async with _consuming(b):
+            await broker.publish([_message(names, key=f"w{i}") for i in range(6)])
+            await _until_count(spine_db, PROCESSED, 6)
+            assert len(first.calls) == 6 and second.calls == []  # b stands by on every queue
+            await a.stop()
+            await asyncio.wait_for(task_a, 15)
+            await broker.publish([_message(names, key=f"v{i}") for i in range(4)])
+            await _until_count(spine_db, PROCESSED, 10)
+        assert len(second.calls) == 4  # the broker switched to b when a went away
+
+
+async def test_dead_letters_of_a_missing_queue_is_a_broker_error(broker: Broker) -> None:
+    with pytest.raises(BrokerError, match="no queue"):
+        await list_dead_letters(broker, "hwtest.no-such-queue")

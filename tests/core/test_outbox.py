@@ -248,3 +248,28 @@ async def test_lag_and_purge(spine_db: str, broker: Broker, names: spine.Names) 
         assert await conn.fetchval(f"SELECT count(*) FROM {spine.OUTBOX}") == 0
     finally:
         await conn.close()
+
+
+async def test_a_refused_row_stays_unsent_and_its_batch_is_not_repeated(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    good = [_message(names, key=f"w{i}") for i in range(2)]
+    # The dead-letter exchange is direct: a key nothing is bound with routes nowhere.
+    bad = OutgoingMessage(new_id(), names.dlx, "no-such-key", "TopupRecorded", b"{}")
+    await _enqueue(spine_db, good[0], bad, good[1])
+    marked: list[int] = []
+    async with _running(_relay(spine_db, broker, on_published=marked.append, backoff_cap_s=0.2)):
+        await _until(lambda: sum(marked) == 2)
+        await asyncio.sleep(1.0)  # several refused passes
+        got = await spine.collect(broker, names.queues, 10, timeout_s=1)
+    assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in good)  # once each
+    assert (await _lag(spine_db))[0] == 1
+
+
+async def test_a_relay_without_its_table_keeps_trying(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    relay = _relay(spine_db, broker, table="spine.outbox_missing", backoff_cap_s=0.2, poll_interval_s=0.1)
+    async with _running(relay) as task:
+        await asyncio.sleep(1.0)
+        assert not task.done()  # a defect is logged and retried, the task does not end

@@ -78,7 +78,14 @@ class BrokerUnavailable(BrokerError):
 
 
 class PublishRefused(BrokerError):
-    """The broker nacked a message or could not route it (mandatory): a defect, not "retry"."""
+    """The broker nacked a message or could not route it (mandatory): a defect, not "retry".
+
+    ``message_ids`` names the refused messages of the batch when every other one was confirmed
+    (the caller may count those as sent); empty when that is not known."""
+
+    def __init__(self, message: str, message_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message_ids: tuple[str, ...] = tuple(message_ids)
 
 
 @dataclass(frozen=True)
@@ -384,9 +391,22 @@ class Broker:
             raise
         except BROKER_FAILURES as exc:
             raise BrokerUnavailable(f"publishing failed: {type(exc).__name__}") from exc
-        for result in results:
-            if isinstance(result, BaseException):
+        # The first unavailability wins (nothing is known to be confirmed then); refusals alone
+        # name their messages: every other message of the batch was confirmed.
+        refused: list[str] = []
+        first_refusal: PublishRefused | None = None
+        for message, result in zip(messages, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            try:
                 self._raise_translated(result)
+            except PublishRefused as exc:
+                refused.append(message.message_id)
+                first_refusal = first_refusal or exc
+        if first_refusal is not None:
+            raise PublishRefused(
+                f"{len(refused)} of {len(messages)} refused: {first_refusal}", refused
+            ) from (first_refusal.__cause__ or first_refusal)
         log.debug(
             "published", messages=len(messages), confirm_ms=round((time.monotonic() - started) * 1000, 2)
         )

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aio_pika.abc
+import aiormq.exceptions
 import structlog
 
-from hiwallet.core.broker import Broker, BrokerUnavailable, OutgoingMessage
+from hiwallet.core.broker import BROKER_FAILURES, Broker, BrokerError, BrokerUnavailable, OutgoingMessage
 from hiwallet.core.consumer import (
     DEAD_AT_HEADER,
     DEAD_ATTEMPTS_HEADER,
@@ -116,7 +117,12 @@ async def _read(
         raise ValueError(f"limit must be 1..{MAX_READ}, not {limit}")
     channel = await broker.consumer_channel(prefetch=limit)
     try:
-        queue = await channel.declare_queue(queue_name, passive=True)
+        try:
+            queue = await channel.declare_queue(queue_name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity as exc:
+            raise BrokerError(f"no queue {queue_name!r}") from exc
+        except BROKER_FAILURES as exc:
+            raise BrokerUnavailable(f"cannot read {queue_name!r}: {type(exc).__name__}") from exc
         result = queue.declaration_result
         # The count stops the read early once reached. It is only a hint: messages another
         # reader just gave back (a channel closing) may not be counted yet, so a count of 0

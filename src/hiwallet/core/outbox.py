@@ -30,7 +30,14 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from hiwallet.core.broker import REQUEST_ID_HEADER, Broker, BrokerError, BrokerUnavailable, OutgoingMessage
+from hiwallet.core.broker import (
+    REQUEST_ID_HEADER,
+    Broker,
+    BrokerError,
+    BrokerUnavailable,
+    OutgoingMessage,
+    PublishRefused,
+)
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import load_queries
@@ -226,6 +233,13 @@ RECONNECT_DELAY_S = 0.5
 
 
 class Relay:
+    """Publishes one outbox's committed rows; one leader at a time per ``lock_key``.
+
+    ``connect`` opens a dedicated connection (never a pooled one: the lock and the LISTEN are
+    session state, and the pools here skip the reset query), used for the lock, LISTEN and
+    every claim and mark. ``channel`` is the outbox trigger's NOTIFY channel. Run it as a task
+    (``run``); cancel the task to stop it."""
+
     def __init__(
         self,
         *,
@@ -257,6 +271,7 @@ class Relay:
         self._on_published = on_published
         self._fault = fault
         self._leader = False
+        self._worked = False  # a pass completed in the current session (resets the back-off)
         self._claim = _query("claim", table)
         self._mark = _query("mark_sent", table)
 
@@ -268,17 +283,22 @@ class Relay:
     async def run(self) -> None:
         """Forever (until cancelled): connect, wait for the lock (standby), then lead until the
         connection is lost; then connect again. Cancel the task to stop: the connection is
-        closed, which releases the lock at once."""
+        closed, which releases the lock at once.
+
+        It never gives up: a database that is away is waited for, and an error no retry is
+        known to cure (a missing table or grant, a defect) is logged at error level and tried
+        again after a capped back-off, for the lag gauge and the log to show, rather than the
+        task ending silently inside the service while the outbox fills."""
+        failures = 0
         while True:
             try:
                 conn = await self._connect()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                log.warning("relay cannot connect to the database", error=type(exc).__name__)
-                await asyncio.sleep(RECONNECT_DELAY_S)
+                failures += 1
+                self._log_failure("relay cannot connect to the database", exc)
+                await asyncio.sleep(self._retry_delay_s(failures))
                 continue
             try:
                 await self._session(conn)
@@ -287,16 +307,26 @@ class Relay:
             except RelayStopped:
                 raise
             except Exception as exc:
-                if not is_transient(exc):
-                    log.exception("relay failed", table=self.table)
-                    raise
-                log.warning("relay lost its database connection", table=self.table, error=type(exc).__name__)
+                failures += 1
+                self._log_failure("relay lost its database session", exc)
             finally:
+                if self._worked:
+                    failures = 0  # it did its work: the next session starts afresh
+                    self._worked = False
                 if self._leader:
                     log.info("relay no longer leads", table=self.table)
                 self._leader = False
                 await _close(conn)
-            await asyncio.sleep(RECONNECT_DELAY_S)
+            await asyncio.sleep(self._retry_delay_s(failures))
+
+    def _retry_delay_s(self, failures: int) -> float:
+        return min(self.backoff_cap_s, RECONNECT_DELAY_S * 2.0 ** max(0, failures - 1))
+
+    def _log_failure(self, event: str, exc: BaseException) -> None:
+        if is_transient(exc):
+            log.warning(event, table=self.table, error=type(exc).__name__)
+        else:
+            log.error(event, table=self.table, error=type(exc).__name__, exc_info=exc)
 
     async def _session(self, conn: asyncpg.Connection) -> None:
         # A session-level lock, not a transaction-level one: it must outlive each batch's
@@ -327,6 +357,7 @@ class Relay:
             wake.clear()  # before the pass: a commit during it wakes the next one
             try:
                 await self._drain(conn)
+                self._worked = True
                 backoff_s = 0.0
             except BrokerUnavailable as exc:
                 backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
@@ -337,7 +368,8 @@ class Relay:
                 continue
             except BrokerError as exc:
                 # Refused (unroutable, nacked): a defect of the topology or the message, which
-                # no retry cures at once; the rows stay unsent, in order, until it is fixed.
+                # no retry cures at once; the refused rows stay unsent until it is fixed (the
+                # confirmed ones of their batch are marked, _batch).
                 backoff_s = min(self.backoff_cap_s, max(BACKOFF_FIRST_S, backoff_s * 2))
                 log.error("relay: publish refused, rows stay unsent", error=str(exc), retry_in_s=backoff_s)
                 await asyncio.sleep(backoff_s)
@@ -354,6 +386,7 @@ class Relay:
     async def _batch(self, conn: asyncpg.Connection) -> int:
         started = time.monotonic()
         async with conn.transaction():
+            # FOR UPDATE SKIP LOCKED, ORDER BY id, LIMIT batch: sql/outbox.sql says why.
             rows = await conn.fetch(self._claim, self.batch_size)
             if not rows:
                 return 0
@@ -363,15 +396,28 @@ class Relay:
             # fails) between the two; this one at worst publishes it twice, which consumers
             # absorb (the same message_id). A publish error rolls the claim back: the rows stay
             # unsent and are published again.
-            await self._broker.publish(messages)
+            refused: PublishRefused | None = None
+            try:
+                await self._broker.publish(messages)
+            except PublishRefused as exc:
+                if not exc.message_ids:
+                    raise  # which ones is unknown: all stay unsent
+                # The others were confirmed: marking them keeps one refused row (a defect,
+                # retried after a back-off) from republishing its whole batch every time.
+                refused = exc
             if self._fault is not None:
                 await self._fault.after_publish([m.message_id for m in messages])
-            await conn.execute(self._mark, [row["id"] for row in rows])
+            kept = frozenset(refused.message_ids if refused is not None else ())
+            sent = [row["id"] for row, m in zip(rows, messages, strict=True) if m.message_id not in kept]
+            if sent:
+                await conn.execute(self._mark, sent)
         # Committed: only now are they "sent". If the commit itself fails, they are published
         # again by the next pass (or the next leader).
-        if self._on_published is not None:
-            self._on_published(len(rows))
-        log.debug("relay published", rows=len(rows), ms=round((time.monotonic() - started) * 1000, 2))
+        if self._on_published is not None and sent:
+            self._on_published(len(sent))
+        log.debug("relay published", rows=len(sent), ms=round((time.monotonic() - started) * 1000, 2))
+        if refused is not None:
+            raise refused
         return len(rows)
 
 

@@ -8,11 +8,16 @@ INSERT INTO {table} (message_id, exchange, routing_key, message_type, headers, b
 VALUES ($1, $2, $3, $4, $5::text::jsonb, $6::text::jsonb)
 
 -- name: claim
--- The due rows, oldest first (the order they were committed in, as far as ids tell), locked
--- until this transaction ends. SKIP LOCKED although one relay holds the advisory lock: if a
--- relay that lost its lock (its connection died mid-batch) still had a transaction open on
--- the server for a moment, the new leader skips those rows instead of waiting on them (or
--- failing on lock_timeout); they are not lost, only published by the next pass.
+-- The due rows in id order (insertion order; two transactions may commit out of it, and the
+-- later-committed smaller id is then simply taken by the next pass: only rows of one key
+-- written one after the other keep their order on the broker), locked until this transaction
+-- ends. SKIP LOCKED although only one relay holds the advisory lock:
+-- the lock is what keeps a single publisher (and so the order); SKIP LOCKED is what keeps the
+-- claim safe and non-blocking without relying on it. Anything else that locks an unsent row (a
+-- second claimer with a wrong lock key, an operator's UPDATE in an open psql session) makes the
+-- relay skip that row for this pass instead of waiting on it until lock_timeout, or publishing
+-- the same rows as the other claimer at the same time. A skipped row is not lost: the next pass
+-- takes it.
 SELECT id, message_id, exchange, routing_key, message_type, headers::text AS headers, body::text AS body
   FROM {table}
  WHERE sent_at IS NULL
