@@ -69,8 +69,10 @@ CREATE TABLE topup.payments (
     CONSTRAINT payments_amount_positive CHECK (amount_minor > 0),
     CONSTRAINT payments_currency_code CHECK (currency ~ '^[A-Z]{3}$'),
     CONSTRAINT payments_wallet_length CHECK (wallet IS NULL OR length(wallet) BETWEEN 1 AND 128),
-    CONSTRAINT payments_reference_length CHECK (reference IS NULL OR length(reference) <= 1024),
-    CONSTRAINT payments_provider_payment_id_length CHECK (length(provider_payment_id) BETWEEN 1 AND 255),
+    -- as the ledger and wallet-consumer bound them (providers.py): what is recorded can be credited
+    CONSTRAINT payments_amount_bounded CHECK (amount_minor <= 1000000000000000),
+    CONSTRAINT payments_reference_length CHECK (reference IS NULL OR length(reference) <= 500),
+    CONSTRAINT payments_provider_payment_id_length CHECK (length(provider_payment_id) BETWEEN 1 AND 200),
     CONSTRAINT payments_reported CHECK (cardinality(reported_by) >= 1),
     CONSTRAINT payments_routes_known CHECK (
         cardinality(routes) >= 1 AND routes <@ ARRAY['webhook', 'reconciliation', 'operator'])

@@ -324,7 +324,10 @@ async def test_a_type_we_do_nothing_with_is_stored_and_accepted(
         {"payment_status": "unpaid"},
         {"amount_total": 0},
         {"amount_total": "1000"},
+        {"amount_total": 10**15 + 1},  # more than the ledger posts
         {"payment_intent": None},
+        {"payment_intent": "pi_\u0007bell"},
+        {"payment_intent": "pi_" + "x" * 200},
         {"currency": "lira"},
     ],
 )
@@ -370,3 +373,15 @@ async def test_metrics_count_webhooks_by_provider_and_outcome(client: httpx.Asyn
     text = (await client.get("/metrics")).text
     for outcome, count in (("recorded", 1), ("duplicate", 1), ("reported", 1), ("refused", 1)):
         assert f'hiwallet_topup_webhooks_total{{outcome="{outcome}",provider="stripe"}} {count}.0' in text
+
+
+async def test_a_long_reference_is_kept_to_what_can_be_credited(
+    client: httpx.AsyncClient, owner: asyncpg.Connection
+) -> None:
+    wallet = wallet_id()
+    w = wire(reference=f"{wallet} " + "x" * 1_000)
+    body = bank_notification(w)
+    assert (await client.post(BANK_PATH, content=body, headers=bank_signed(body))).status_code == 202
+    [payment] = (await stored(owner)).payments
+    assert payment["wallet"] == wallet
+    assert len(payment["reference"]) == 500

@@ -1,8 +1,9 @@
-"""``hiwallet topups ...``: operator commands on top-ups. ``reconcile`` runs one reconciliation
-round by hand, under the same lock as the service's rounds (never two at once).
+"""``hiwallet topups reconcile``: one reconciliation round by hand, under the same lock as the
+service's rounds (never two at once).
 
-The sub-app is mounted by hiwallet/cli.py (the composition root); wallet-consumer's commands
-(``unattributed``, ``attribute``) are added to it there, so neither service imports the other."""
+:func:`register` adds this package's ``topups`` commands to any Typer: ``hiwallet.cli`` mounts
+one ``topups`` sub-app holding them and wallet-consumer's (``unattributed``, ``attribute``), so
+neither service imports the other; :data:`topups_app` holds these alone."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ from hiwallet.topup_webhook.service import TopupService, verifiers_for
 from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
 from hiwallet.topup_webhook.store import TopupStore
 
-__all__ = ["reconcile_once", "topups_app"]
+__all__ = ["reconcile_once", "register", "topups_app"]
 
-topups_app = typer.Typer(no_args_is_help=True, help="Top-ups (operator commands).")
 console = Console(emoji=False, soft_wrap=True)
 
 
@@ -58,7 +58,6 @@ async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
         await pool.close()
 
 
-@topups_app.command("reconcile")
 def reconcile() -> None:
     """Ask each provider for its payments of the last window and record those no webhook
     reported (once: a payment recorded before is left alone)."""
@@ -67,3 +66,12 @@ def reconcile() -> None:
         console.print("[yellow]busy[/yellow]: a reconciliation round is running elsewhere; try again")
         raise typer.Exit(1)
     console.print(f"recorded [bold]{found}[/bold] payment(s) no webhook had reported")
+
+
+def register(app: typer.Typer) -> None:
+    """Add topup-webhook's ``topups`` commands to ``app``."""
+    app.command("reconcile")(reconcile)
+
+
+topups_app = typer.Typer(no_args_is_help=True, help="Top-ups: reconciliation (operator commands).")
+register(topups_app)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from hiwallet.core.ids import derived_id
+from hiwallet.core.text import has_control_characters
 
 PROVIDERS = ("stripe", "bank")
 
@@ -26,10 +27,15 @@ _WALLET = r"[0-9]{4}:w:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 WALLET_IN_TEXT = re.compile(rf"(?<![0-9A-Za-z]){_WALLET}(?![0-9A-Za-z-])", re.IGNORECASE)
 WALLET_ID = re.compile(_WALLET)
 
+# What a notification's fields may be, bounded as the ledger bounds what a top-up posts (its
+# ref is the payment's id at the provider: printable, at most 200 characters; an amount at most
+# 10**15 minor units) and wallet-consumer reads a TopupRecorded (a reference of at most 500,
+# Stripe's own limit on a metadata value): a payment recorded here is one that can be credited.
 MAX_ID_CHARS = 255
-MAX_REFERENCE_CHARS = 1_024
+MAX_PAYMENT_ID_CHARS = 200
+MAX_REFERENCE_CHARS = 500
+MAX_AMOUNT_MINOR = 10**15
 _CURRENCY = re.compile(r"[A-Za-z]{3}")
-_MAX_MINOR = 2**63 - 1
 
 
 class Unreadable(Exception):
@@ -67,8 +73,13 @@ def _text(value: Any, limit: int = MAX_ID_CHARS) -> str | None:
 
 
 def _amount(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= _MAX_MINOR
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_AMOUNT_MINOR
     return value if ok else None
+
+
+def _payment_id(value: Any) -> str | None:
+    text = _text(value, MAX_PAYMENT_ID_CHARS)
+    return text if text is not None and text.strip() and not has_control_characters(text) else None
 
 
 def wallet_in(reference: str | None) -> str | None:
@@ -84,12 +95,12 @@ def _payment(
     provider: str, payment_id: Any, amount: Any, currency: Any, reference: Any, wallet: str | None
 ) -> Payment | str:
     """A Payment, or why the fields do not make one."""
-    pid = _text(payment_id)
+    pid = _payment_id(payment_id)
     if pid is None:
-        return "no payment id"
+        return "no printable payment id"
     minor = _amount(amount)
     if minor is None:
-        return "no positive integer amount"
+        return "no amount in range"
     if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         return "no currency code"
     ref = reference[:MAX_REFERENCE_CHARS] if isinstance(reference, str) and reference else None
