@@ -14,7 +14,10 @@ $(BIN)/hiwallet: requirements.lock pyproject.toml
 
 install: $(BIN)/hiwallet
 
+# The broker's consistent-hash exchange is a plugin that ships with RabbitMQ (SYSTEM.md): enabled
+# here (as root; harmless when it is already) so that nothing is enabled by hand.
 up: install
+	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
 	$(BIN)/hiwallet migrate
 	$(BIN)/hiwallet up
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -65,6 +66,8 @@ class Deployable:
     args: tuple[str, ...]
     port: int
     tier: int = 1
+    # The outside institutions' fakes answer /health only (they have no dependency to be ready for).
+    ready_path: str = "/ready"
 
     @property
     def url(self) -> str:
@@ -72,11 +75,18 @@ class Deployable:
 
 
 def deployables() -> list[Deployable]:
+    from hiwallet.fakes.bank import get_bank_fake_settings
+    from hiwallet.fakes.stripe import get_stripe_fake_settings
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
+    from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
 
     identity = get_identity_settings()
     wallet = get_wallet_api_settings()
+    # Stop order (highest tier first): the outside institutions, which send webhooks, stop
+    # before topup-webhook stops taking them; the services that verify identity's tokens
+    # before identity.
     return [
         Deployable("identity (hiwallet)", ("run", "identity", "--realm", "hiwallet"), identity.port, 0),
         Deployable(
@@ -86,6 +96,10 @@ def deployables() -> list[Deployable]:
             0,
         ),
         Deployable("wallet-api", ("run", "wallet-api"), wallet.port, 1),
+        Deployable("wallet-consumer", ("run", "wallet-consumer"), get_wallet_consumer_settings().port, 1),
+        Deployable("topup-webhook", ("run", "topup-webhook"), get_topup_webhook_settings().port, 1),
+        Deployable("stripe-fake", ("run", "stripe-fake"), get_stripe_fake_settings().port, 2, "/health"),
+        Deployable("bank-fake", ("run", "bank-fake"), get_bank_fake_settings().port, 2, "/health"),
     ]
 
 
@@ -121,7 +135,7 @@ def spawn(deployable: Deployable, env: Mapping[str, str] | None) -> subprocess.P
 
 def probe_ready(deployable: Deployable) -> bool:
     try:
-        return httpx.get(f"{deployable.url}/ready", timeout=0.5).status_code == 200
+        return httpx.get(f"{deployable.url}{deployable.ready_path}", timeout=0.5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -389,9 +403,19 @@ async def seed(
     return {"customer": account, "business": businesses[0]}
 
 
-def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any]) -> None:
+def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url: str, bank_url: str) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
+    wire = json.dumps(
+        {
+            "sender_name": "Demo",
+            "sender_iban": "TR330006100519786457841326",
+            "amount_minor": 20000,
+            "currency": "TRY",
+            "reference": f"HiWallet {customer['id']}",
+        },
+        separators=(",", ":"),
+    )
     console.print(f"""
 [bold]HiWallet is running.[/bold] Ctrl-C stops everything.
 
@@ -408,12 +432,21 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any]) -> None:
     -d '{{"from_wallet":"{customer["id"]}","to_wallet_number":"{business["number"]}","amount":1250}}' \\
     {wallet_url}/v1/transfers
   curl -s -H "Authorization: Bearer $TOKEN" {wallet_url}/v1/wallets/{customer["id"]}/statement
+
+  Top up by card at stripe-fake, and by a wire at bank-fake (each reports it to topup-webhook,
+  which wallet-consumer credits through RabbitMQ):
+  curl -s -u sk_test_hiwallet_dev: -d wallet={customer["id"]} -d amount=5000 -d currency=try \\
+    {stripe_url}/v1/topups
+  curl -s -H "Authorization: Bearer bank_dev_key" -H 'Content-Type: application/json' \\
+    -d '{wire}' \\
+    {bank_url}/v1/topups
 """)
 
 
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
 
     identity = get_identity_settings()
@@ -421,6 +454,7 @@ def _databases() -> dict[str, str]:
         "wallet": get_wallet_api_settings().database or db.DATABASES["wallet"],
         "identity": identity.database_name("identity"),
         "staff_identity": identity.database_name("staff_identity"),
+        "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
     }
 
 
@@ -454,9 +488,15 @@ def up() -> None:
         supervisor.start()
         supervisor.wait_ready(READY_TIMEOUT_S, stop)
         if not stop.is_set():
-            identity, _, wallet = (c.deployable for c in supervisor.children)
+            identity, wallet = (supervisor.child(n).deployable for n in ("identity (hiwallet)", "wallet-api"))
             demo = asyncio.run(seed(identity.url, wallet.url, database=databases["wallet"]))
-            _usage(identity.url, wallet.url, demo)
+            _usage(
+                identity.url,
+                wallet.url,
+                demo,
+                supervisor.child("stripe-fake").deployable.url,
+                supervisor.child("bank-fake").deployable.url,
+            )
             status = supervisor.run(stop)
     except RuntimeError as exc:
         console.print(f"[red]{exc}[/red]")
