@@ -54,6 +54,8 @@ async def system(
         await harness.clear_topology(vhost)
         await pgtemplate.drop_database(topup_db)
         await pgtemplate.drop_database(wallet_db)
+    # Every process this test ran: no secret, no sender's name or IBAN in what it logged.
+    assert running.leaks() == [], running.leaks()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -24,6 +24,7 @@ import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,6 +57,10 @@ DEAD_LETTER_QUEUE = "hiwallet.topups.dead"
 STRIPE_SECRET = "whsec_dev_stripe_fake_0123456789abcdef"
 BANK_SECRET = "whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="
 STRIPE_API_KEY = "sk_test_hiwallet_dev"
+ROTATED_STRIPE_SECRET = "whsec_e2e_rotated_secret_0123456789abcdef"
+# A wire's sender, as the tests send it: personal data no log line may hold.
+SENDER_NAME = "Ayşe Yılmaz"
+SENDER_IBAN = "TR330006100519786457841326"
 BANK_API_KEY = "bank_dev_key"
 
 
@@ -202,6 +207,12 @@ class StallingProxy(FaultProxy):
 # ---------------------------------------------------------------------------------------------
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current, peak) resident memory of ``pid`` in MB, from /proc (0 when gone)."""
     try:
@@ -340,6 +351,16 @@ class Process:
             return ""
         return f"--- {self.log_path} (last {lines} lines) ---\n" + "\n".join(text[-lines:])
 
+    def log_holds(self, *needles: str) -> list[str]:
+        """The lines of this process's output that hold any of ``needles`` (also as JSON
+        escapes them)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        forms = {form for needle in needles for form in (needle, json.dumps(needle)[1:-1])}
+        return [line[:300] for line in text.splitlines() if any(form in line for form in forms)]
+
     async def metrics(self) -> dict[str, float]:
         """The process's /metrics as {sample name with labels: value}."""
         async with httpx.AsyncClient(timeout=5) as http:
@@ -463,8 +484,8 @@ class StripeFake(Fake):
 class BankFake(Fake):
     async def wire(self, reference: str, amount: int, currency: str = "TRY", **extra: Any) -> dict[str, Any]:
         body = {
-            "sender_name": "Ayşe Yılmaz",
-            "sender_iban": "TR330006100519786457841326",
+            "sender_name": SENDER_NAME,
+            "sender_iban": SENDER_IBAN,
             "reference": reference,
             "amount_minor": amount,
             "currency": currency,

@@ -26,7 +26,6 @@ from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
 from tests.e2e import harness
 from tests.e2e.harness import BankFake, Children, Process, StallingProxy, StripeFake
-from tests.identity.conftest import free_port
 
 # The settings each process reads (CONTRACT-10, "Settings", and the services' settings modules).
 TOPUP_ENV = "HIWALLET_TOPUP_"
@@ -52,7 +51,7 @@ class System:
 
     async def open(self) -> None:
         for role in ("topup-webhook", "wallet-consumer", "stripe-fake", "bank-fake"):
-            self.ports[role] = free_port()
+            self.ports[role] = harness.free_port()
         settings = get_settings()
         self.pool = await db.create_pool(
             self.wallet_db, role=db.app_role("wallet"), min_size=1, max_size=4, init=init_connection
@@ -63,6 +62,18 @@ class System:
         store = LedgerStore(self.pool, transit_legs=settings.ledger_transit_legs)
         self.ledger = Ledger(store, Fees.from_settings(settings))
         self.service = WalletService(self.pool, store, Fees.from_settings(settings), WalletApiSettings())
+
+    def leaks(self) -> list[str]:
+        """What the processes wrote that no log may hold (COMMON: never a body, secret, IBAN or
+        name): the webhook signing secrets, a wire sender's name and IBAN."""
+        needles = (
+            harness.STRIPE_SECRET,
+            harness.BANK_SECRET,
+            harness.ROTATED_STRIPE_SECRET,
+            harness.SENDER_NAME,
+            harness.SENDER_IBAN,
+        )
+        return [f"{p.name}: {line}" for p in self.children.processes for line in p.log_holds(*needles)]
 
     async def close(self) -> None:
         await self.children.close()

@@ -16,7 +16,6 @@ import httpx
 from hiwallet.core.ids import derived_id
 from tests.e2e import harness
 from tests.e2e.system import System
-from tests.identity.conftest import free_port
 
 
 async def _everything(
@@ -200,7 +199,7 @@ async def test_one_wallets_messages_are_handled_in_order_across_partitions(syste
     halfway. Each wallet's ledger lines follow the order its payments were recorded."""
     webhook = system.topup_webhook()
     first = system.wallet_consumer()
-    second = system.wallet_consumer(port=free_port())
+    second = system.wallet_consumer(port=harness.free_port())
     await system.start(webhook, first, second)
     wallets = [await system.open_wallet() for _ in range(8)]
 
@@ -238,7 +237,7 @@ async def test_refused_notifications_store_nothing_and_a_rotated_secret_overlaps
     are refused (400 problem+json) and store nothing; during a rotation the old and the new
     secret are both accepted; once the old one is retired (topup-webhook restarted without it)
     it is refused. The wallet holds exactly what was accepted."""
-    old, new = harness.STRIPE_SECRET, "whsec_e2e_rotated_secret_0123456789abcdef"
+    old, new = harness.STRIPE_SECRET, harness.ROTATED_STRIPE_SECRET
     webhook = system.topup_webhook(stripe_secrets=[old, new])
     await system.start(webhook, system.wallet_consumer())
     wallet = await system.open_wallet()
