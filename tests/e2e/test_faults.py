@@ -72,6 +72,19 @@ async def terminate_backends(database: str, role: str) -> None:
         await conn.close()
 
 
+async def terminate_client_ports(ports: list[int]) -> None:
+    """End the sessions of these client ports (the proxy's to PostgreSQL) as a shutting-down
+    server does: FATAL 57P01, admin_shutdown."""
+    conn = await asyncpg.connect(db.owner_dsn("postgres"))
+    try:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY($1::int[])",
+            ports,
+        )
+    finally:
+        await conn.close()
+
+
 async def test_the_relay_stopped_between_publishing_and_marking_publishes_again_and_the_consumer_ignores_it(
     system: System,
 ) -> None:
@@ -195,6 +208,9 @@ async def test_postgresql_unreachable_under_the_consumer_dead_letters_no_good_me
     await card(webhook, wallets[0], 50)
     await system.credited(wallets[0], [50])
 
+    # As a restart looks to the consumer: its sessions ended by the server (FATAL 57P01), then
+    # the server refuses connections for a while.
+    await terminate_client_ports(database.upstream_ports)
     async with database.down():
         for wallet in wallets:
             for amount in (51, 52):
