@@ -459,6 +459,10 @@ async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
         print(f"(b) webhook -> ledger line at {args.rate}/s for {args.latency_duration} s ...", flush=True)
         sampler = Sampler(topup_db, amqp)
         sampling = asyncio.create_task(sampler.run())
+        # Where the CPU went: each service's share of one core over the whole of (b), its
+        # drain included (near 1.0: that process is the bound, one core being all it can use).
+        cpu_before = {c.name: pids_cpu_s([c.proc.pid]) for c in (webhook, consumer)}
+        started = time.monotonic()
         due, statuses = await open_loop(
             webhook.port, args.rate, args.latency_duration, lambda i: request(offset + i)
         )
@@ -470,6 +474,11 @@ async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
         await sampling
         latency["statuses"] = {str(k): v for k, v in sorted(statuses.items())}
         latency["drain_after_load_s"] = round(time.monotonic() - sent_done, 1)
+        elapsed_s = time.monotonic() - started
+        latency["cpu_share_of_a_core"] = {
+            c.name: round((pids_cpu_s([c.proc.pid]) - cpu_before[c.name]) / elapsed_s, 2)
+            for c in (webhook, consumer)
+        }
         latency["samples"] = sampler.samples
         report["latency"] = latency
         print(f"  { {k: v for k, v in latency.items() if k != 'samples'} }", flush=True)
