@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench schema
+.PHONY: install up test lint bench bench-topup schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: install lint
 schema: install
 	$(BIN)/hiwallet schema dump
 
-# The benchmark makes and drops its own databases.
+# The benchmarks make and drop their own databases (and RabbitMQ virtual host). `make bench` runs
+# them all; `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
+
+bench-topup: install
+	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)

@@ -287,7 +287,11 @@ class Consumer:
         try:
             for name in self.queues:
                 channel = await self._broker.consumer_channel(self.prefetch)
-                queue = await channel.get_queue(name, ensure=False)
+                # A passive declare, not get_queue(ensure=False): the robust channel restores
+                # (declares and consumes again) only the queues declared through it, so after
+                # a reconnect a queue taken with get_queue would be consumed no more
+                # (tests/e2e: RabbitMQ unreachable for a while).
+                queue = await channel.declare_queue(name, passive=True)
                 entry = _Queue(name, channel, queue)
                 self._consuming.append(entry)
                 entry.tag = await queue.consume(

@@ -1,0 +1,637 @@
+"""The top-up path's benchmark (issue 10, "Speed"): one command, every figure measured in the
+same run on the same machine, reported as ratios and as targets met.
+
+    make bench-topup              # or: .venv/bin/python bench/topup_bench.py [--duration 10]
+    make bench                    # the ledger's benchmark, then this one
+
+(a) Verified and stored webhooks per second at topup-webhook (``hiwallet run topup-webhook``,
+    one process, its relay inside it publishing to RabbitMQ) at concurrency 16, beside a bare
+    FastAPI endpoint (bench/bare_webhook.py) that only checks an HMAC over the raw body and
+    inserts a row, measured minutes apart in this run. Target: ≥ 0.7 × the bare shape.
+(b) From the provider's webhook to the line in the ledger: p50 and p99 at a fixed rate (1,000
+    per second for 30 s by default; open loop: each request's latency counts from the moment it
+    was due, not from when a connection was free, so a server falling behind shows as latency),
+    through topup-webhook, its relay, RabbitMQ and wallet-consumer. The outbox's unsent rows and
+    the queues' depth are sampled every second: flat means keeping up. Target: p99 < 250 ms.
+(c) Peak resident memory (VmHWM) of each new process: topup-webhook, wallet-consumer,
+    stripe-fake, bank-fake (the fakes after a few payments each). Target: < 150 MB.
+
+The load client signs in the client (as the provider does) and speaks raw HTTP/1.1 on
+keep-alive connections (bench/httpload.py). ``--only bare`` runs the bare shape alone.
+Results as JSON in bench/results/topup-<time>.json. Everything it starts it stops; it makes
+and drops its own databases and RabbitMQ virtual host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import asyncpg
+import httpx
+import uvloop
+
+import httpload
+from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+
+RESULTS = Path(__file__).parent / "results"
+HERE = Path(__file__).parent
+SECRET = "whsec_dev_stripe_fake_0123456789abcdef"
+STRIPE_API_KEY = "sk_test_hiwallet_dev"
+BANK_API_KEY = "bank_dev_key"
+WEBHOOK_PATH = "/v1/webhooks/topup/stripe"
+BARE_PATH = "/bare/stripe"
+AMOUNT_MINOR = 1_000
+WALLETS = 200
+READY_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 120.0
+CONNECTIONS_OPEN_LOOP = 64
+PARTITIONS = tuple(f"hiwallet.topups.p{i}" for i in range(4))
+TARGETS = {"topup_vs_bare_c16": 0.7, "latency_p99_ms_max": 250.0, "rss_mb_max": 150.0}
+SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-services.jsonl"
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM: the peak resident memory of ``pid`` so far (0 when gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests: a Stripe-shaped event, signed in the client
+# ---------------------------------------------------------------------------------------------
+
+
+def signed_event(wallet: str, payment_intent: str, secret: bytes) -> tuple[dict[str, str], bytes]:
+    """A ``payment_intent.succeeded`` event (CONTRACT-10's shape) and its headers."""
+    now = int(time.time())
+    body = json.dumps(
+        {
+            "id": f"evt_{uuid.uuid4().hex[:24]}",
+            "object": "event",
+            "api_version": "2024-06-20",
+            "created": now,
+            "livemode": False,
+            "pending_webhooks": 1,
+            "type": "payment_intent.succeeded",
+            "data": {
+                "object": {
+                    "id": payment_intent,
+                    "object": "payment_intent",
+                    "status": "succeeded",
+                    "amount": AMOUNT_MINOR,
+                    "amount_received": AMOUNT_MINOR,
+                    "currency": "try",
+                    "metadata": {"wallet": wallet},
+                    "created": now,
+                }
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
+    digest = hmac.new(secret, f"{now}.".encode() + body, hashlib.sha256).hexdigest()
+    headers = {"Content-Type": "application/json", "Stripe-Signature": f"t={now},v1={digest}"}
+    return headers, body
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+# ---------------------------------------------------------------------------------------------
+
+
+class Child:
+    def __init__(
+        self, name: str, port: int, argv: list[str], env: dict[str, str], ready_path: str = "/ready"
+    ) -> None:
+        self.name, self.port, self.ready_path = name, port, ready_path
+        with SERVICE_LOG.open("ab") as log:
+            # Its own process group: whatever it starts goes with it.
+            self.proc = subprocess.Popen(
+                argv, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            )
+        self.peak_mb = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        async with httpx.AsyncClient(timeout=2) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (log: {SERVICE_LOG})")
+                with suppress(httpx.HTTPError):
+                    if (await client.get(f"{self.url}{self.ready_path}")).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S} s (log: {SERVICE_LOG})")
+
+    def sample(self) -> float:
+        self.peak_mb = max(self.peak_mb, peak_rss_mb(self.proc.pid))
+        return self.peak_mb
+
+    def stop(self) -> None:
+        self.sample()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def hiwallet(name: str, env: dict[str, str]) -> Child:
+    port = free_port()
+    argv = [sys.executable, "-m", "hiwallet.cli", "run", name, "--port", str(port)]
+    return Child(name, port, argv, env)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+# ---------------------------------------------------------------------------------------------
+
+
+async def closed_loop(
+    port: int,
+    path: str,
+    concurrency: int,
+    duration_s: float,
+    request: Callable[[int], tuple[dict[str, str], bytes]],
+) -> dict[str, Any]:
+    """``concurrency`` connections, one request in flight each, as fast as answered."""
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    deadline = time.perf_counter() + duration_s
+    counter = 0
+
+    async def worker() -> None:
+        nonlocal counter
+        conn = httpload.Connection("127.0.0.1", port)
+        try:
+            while time.perf_counter() < deadline:
+                counter += 1
+                headers, body = request(counter)
+                start = time.perf_counter()
+                status, _ = await conn.request("POST", path, headers, body)
+                latencies.append((time.perf_counter() - start) * 1000)
+                statuses[status] = statuses.get(status, 0) + 1
+        finally:
+            conn.close()
+
+    cpu_before, busy_before = process_cpu_s(), machine_busy_s()
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    ok = statuses.get(202, 0) + statuses.get(200, 0)
+    return {
+        "concurrency": concurrency,
+        "requests_per_s": round(ok / elapsed, 1),
+        "p50_ms": round(pct(latencies, 0.5), 2),
+        "p99_ms": round(pct(latencies, 0.99), 2),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "client_cpu_share": round(
+            (process_cpu_s() - cpu_before) / max(machine_busy_s() - busy_before, 1e-9), 2
+        ),
+    }
+
+
+async def open_loop(
+    port: int, rate: int, duration_s: float, request: Callable[[int], tuple[dict[str, str], bytes]]
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Request ``i`` is due at start + i/rate. Returns {i: the wall time it was due} of those
+    answered 2xx, and the count per status."""
+    free: asyncio.Queue[httpload.Connection] = asyncio.Queue()
+    for _ in range(CONNECTIONS_OPEN_LOOP):
+        free.put_nowait(httpload.Connection("127.0.0.1", port))
+    due: dict[int, float] = {}
+    statuses: dict[int, int] = {}
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def send(i: int, due_wall: float) -> None:
+        conn = await free.get()
+        try:
+            headers, body = request(i)
+            status, _ = await conn.request("POST", WEBHOOK_PATH, headers, body)
+        except httpload.HttpLoadError:
+            status = 0
+        finally:
+            free.put_nowait(conn)
+        statuses[status] = statuses.get(status, 0) + 1
+        if 200 <= status < 300:
+            due[i] = due_wall
+
+    total = int(rate * duration_s)
+    start_mono, start_wall = time.monotonic(), time.time()
+    for i in range(total):
+        at = i / rate
+        delay = start_mono + at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(send(i, start_wall + at))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    while not free.empty():
+        free.get_nowait().close()
+    return due, statuses
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up
+# ---------------------------------------------------------------------------------------------
+
+
+async def rabbitmqctl(*args: str) -> None:
+    proc = await asyncio.create_subprocess_exec("rabbitmqctl", "-q", *args, stdout=asyncio.subprocess.DEVNULL)
+    if await asyncio.wait_for(proc.wait(), 60) != 0:
+        raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed")
+
+
+async def drop(*names: str) -> None:
+    conn = await asyncpg.connect(db.owner_dsn("postgres", get_settings()))
+    try:
+        for name in names:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def open_wallets(database: str, count: int) -> list[str]:
+    from hiwallet.ledger import Fees, LedgerStore, init_connection
+    from hiwallet.wallet_api.service import WalletService
+    from hiwallet.wallet_api.settings import WalletApiSettings
+
+    settings = get_settings()
+    pool = await db.create_pool(
+        database, role=db.app_role("wallet"), min_size=1, max_size=8, init=init_connection
+    )
+    try:
+        store = LedgerStore.from_settings(pool, settings)
+        service = WalletService(pool, store, Fees.from_settings(settings), WalletApiSettings())
+        wallets: list[str] = []
+
+        async def opener(n: int) -> None:
+            for _ in range(n):
+                account = await service.open_business("Bench Kahve", operator="operator:bench")
+                wallets.append(account["wallets"][0]["id"])
+
+        await asyncio.gather(*(opener(count // 8) for _ in range(8)))
+        return wallets
+    finally:
+        await pool.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The runs
+# ---------------------------------------------------------------------------------------------
+
+
+async def bare(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    name = f"hiwallet_bench_bare_{os.getpid()}"
+    await drop(name)
+    await db.ensure_database(name)
+    port = free_port()
+    child = Child(
+        "bare",
+        port,
+        [sys.executable, str(HERE / "bare_webhook.py"), str(port), db.owner_dsn(name), SECRET],
+        dict(os.environ),
+    )
+    secret = SECRET.encode()
+    try:
+        await child.ready()
+        print(
+            f"(a) bare FastAPI: HMAC over the raw body + INSERT, concurrency {args.concurrency} ...",
+            flush=True,
+        )
+        result = await closed_loop(
+            port, BARE_PATH, args.concurrency, args.duration, lambda i: signed_event("w", f"pi_{i}", secret)
+        )
+        result["cpu_s_server"] = round(pids_cpu_s([child.proc.pid]), 1)
+        result["rss_mb"] = round(child.sample(), 1)
+        report["bare_c16"] = result
+        print(f"  {result}", flush=True)
+    finally:
+        child.stop()
+        await drop(name)
+
+
+class Sampler:
+    """The outbox's unsent rows and the queues' depth, every second."""
+
+    def __init__(self, topup_db: str, amqp: str) -> None:
+        self.topup_db, self.amqp = topup_db, amqp
+        self.samples: list[dict[str, float]] = []
+        self.stop = asyncio.Event()
+
+    async def run(self) -> None:
+        conn = await asyncpg.connect(db.owner_dsn(self.topup_db))
+        broker = await aio_pika.connect(self.amqp, timeout=10)
+        channel = await broker.channel()
+        started = time.monotonic()
+        try:
+            while not self.stop.is_set():
+                unsent = await conn.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL")
+                depth = 0
+                for name in PARTITIONS:
+                    queue = await channel.declare_queue(name, passive=True)
+                    depth += int(queue.declaration_result.message_count or 0)
+                self.samples.append(
+                    {
+                        "t_s": round(time.monotonic() - started, 1),
+                        "outbox_unsent": unsent,
+                        "queue_depth": depth,
+                    }
+                )
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), 1.0)
+        finally:
+            await broker.close()
+            await conn.close()
+
+
+async def services(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    pid = os.getpid()
+    topup_db, wallet_db = f"hiwallet_bench_topup_{pid}", f"hiwallet_bench_wallet_{pid}"
+    vhost = f"hiwallet-bench-{pid}"
+    amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    await drop(topup_db, wallet_db)
+    await db.migrate("topup", database=topup_db)
+    await db.migrate("wallet", database=wallet_db)
+    await rabbitmqctl("add_vhost", vhost)
+    await rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    base = {**os.environ, "HIWALLET_AMQP_URL": amqp}
+    children: list[Child] = []
+    secret = SECRET.encode()
+    try:
+        print(f"opening {WALLETS} wallets ...", flush=True)
+        wallets = await open_wallets(wallet_db, WALLETS)
+        stripe_port, bank_port = free_port(), free_port()
+        webhook = hiwallet(
+            "topup-webhook",
+            {
+                **base,
+                "HIWALLET_TOPUP_DATABASE": topup_db,
+                "HIWALLET_TOPUP_STRIPE_URL": f"http://127.0.0.1:{stripe_port}",
+                "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{bank_port}",
+            },
+        )
+        children.append(webhook)
+        await webhook.ready()
+
+        def request(i: int) -> tuple[dict[str, str], bytes]:
+            return signed_event(wallets[i % len(wallets)], f"pi_bench_{pid}_{i}", secret)
+
+        print(f"(a) topup-webhook: verified and stored, concurrency {args.concurrency} ...", flush=True)
+        before = pids_cpu_s([webhook.proc.pid])
+        result = await closed_loop(webhook.port, WEBHOOK_PATH, args.concurrency, args.duration, request)
+        result["cpu_s_server"] = round(pids_cpu_s([webhook.proc.pid]) - before, 1)
+        report["topup_webhook_c16"] = result
+        print(f"  {result}", flush=True)
+        if args.only == "a":
+            report["rss_mb"] = {webhook.name: round(webhook.sample(), 1)}
+            return
+
+        # The relay sends what (a) stored; no consumer ran, so the queues hold it: drop it, so
+        # that (b) measures its own messages only.
+        conn = await asyncpg.connect(db.owner_dsn(topup_db))
+        try:
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            while await conn.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the relay did not send (a)'s messages")
+                await asyncio.sleep(0.5)
+        finally:
+            await conn.close()
+        broker = await aio_pika.connect(amqp, timeout=10)
+        try:
+            channel = await broker.channel()
+            for name in PARTITIONS:
+                await (await channel.declare_queue(name, passive=True)).purge()
+        finally:
+            await broker.close()
+
+        consumer = hiwallet("wallet-consumer", {**base, "HIWALLET_WALLET_CONSUMER_DATABASE": wallet_db})
+        children.append(consumer)
+        await consumer.ready()
+
+        offset = 10_000_000  # payment ids apart from (a)'s
+        print(f"(b) webhook -> ledger line at {args.rate}/s for {args.latency_duration} s ...", flush=True)
+        sampler = Sampler(topup_db, amqp)
+        sampling = asyncio.create_task(sampler.run())
+        # Where the CPU went: each service's share of one core over the whole of (b), its
+        # drain included (near 1.0: that process is the bound, one core being all it can use).
+        cpu_before = {c.name: pids_cpu_s([c.proc.pid]) for c in (webhook, consumer)}
+        started = time.monotonic()
+        due, statuses = await open_loop(
+            webhook.port, args.rate, args.latency_duration, lambda i: request(offset + i)
+        )
+        sent_done = time.monotonic()
+        latency = await ledger_latencies(
+            wallet_db, {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
+        )
+        sampler.stop.set()
+        await sampling
+        latency["statuses"] = {str(k): v for k, v in sorted(statuses.items())}
+        latency["drain_after_load_s"] = round(time.monotonic() - sent_done, 1)
+        elapsed_s = time.monotonic() - started
+        latency["cpu_share_of_a_core"] = {
+            c.name: round((pids_cpu_s([c.proc.pid]) - cpu_before[c.name]) / elapsed_s, 2)
+            for c in (webhook, consumer)
+        }
+        latency["samples"] = sampler.samples
+        report["latency"] = latency
+        print(f"  { {k: v for k, v in latency.items() if k != 'samples'} }", flush=True)
+        flat = [(s["outbox_unsent"], s["queue_depth"]) for s in sampler.samples]
+        print(f"  outbox unsent / queue depth each second: {flat}", flush=True)
+
+        print("(c) the fakes: a few payments through each ...", flush=True)
+        stripe = Child(
+            "stripe-fake",
+            stripe_port,
+            [sys.executable, "-m", "hiwallet.cli", "run", "stripe-fake", "--port", str(stripe_port)],
+            {**os.environ, "STRIPE_FAKE_WEBHOOK_URL": f"{webhook.url}/v1/webhooks/topup/stripe"},
+            "/health",  # the fakes have nothing to be ready for
+        )
+        bank = Child(
+            "bank-fake",
+            bank_port,
+            [sys.executable, "-m", "hiwallet.cli", "run", "bank-fake", "--port", str(bank_port)],
+            {**os.environ, "BANK_FAKE_WEBHOOK_URL": f"{webhook.url}/v1/webhooks/topup/bank"},
+            "/health",
+        )
+        children += [stripe, bank]
+        await asyncio.gather(stripe.ready(), bank.ready())
+        async with httpx.AsyncClient(timeout=10) as client:
+            for i in range(args.fake_payments):
+                wallet = wallets[i % len(wallets)]
+                paid = await client.post(
+                    f"{stripe.url}/v1/topups",
+                    data={"wallet": wallet, "amount": str(AMOUNT_MINOR), "currency": "try"},
+                    headers={"Authorization": f"Bearer {STRIPE_API_KEY}"},
+                )
+                paid.raise_for_status()
+                wired = await client.post(
+                    f"{bank.url}/v1/topups",
+                    json={
+                        "sender_name": "Bench Sender",
+                        "sender_iban": "TR330006100519786457841326",
+                        "reference": f"HiWallet {wallet}",
+                        "amount_minor": AMOUNT_MINOR,
+                        "currency": "TRY",
+                    },
+                    headers={"Authorization": f"Bearer {BANK_API_KEY}"},
+                )
+                wired.raise_for_status()
+        await asyncio.sleep(2)  # the fakes' notifications go out moments after the payments
+        report["rss_mb"] = {child.name: round(child.sample(), 1) for child in children}
+        print(f"(c) peak RSS: {report['rss_mb']}", flush=True)
+    finally:
+        for child in children:
+            child.stop()
+        with suppress(Exception):
+            await rabbitmqctl("delete_vhost", vhost)
+        await drop(topup_db, wallet_db)
+
+
+async def ledger_latencies(wallet_db: str, due: dict[str, float]) -> dict[str, Any]:
+    """Wait until every answered payment has its ledger line (or the bound), then each one's
+    latency: the ledger transaction's posted_at (PostgreSQL's clock, this machine's) minus the
+    moment its webhook was due."""
+    conn = await asyncpg.connect(db.owner_dsn(wallet_db))
+    try:
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        rows: list[asyncpg.Record] = []
+        while time.monotonic() < deadline:
+            rows = await conn.fetch(
+                "SELECT ref, extract(epoch FROM posted_at)::float8 AS at FROM ledger.transactions"
+                " WHERE type = 'topup' AND ref LIKE 'pi_bench_%'"
+            )
+            if sum(1 for r in rows if r["ref"] in due) >= len(due):
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await conn.close()
+    latencies = [(r["at"] - due[r["ref"]]) * 1000 for r in rows if r["ref"] in due]
+    refs = [r["ref"] for r in rows if r["ref"] in due]
+    posted_at = [r["at"] for r in rows if r["ref"] in due]
+    # What the path sustained end to end: lines posted per second, from the first due webhook
+    # to the last line (below the offered rate = falling behind).
+    span_s = (max(posted_at) - min(due.values())) if posted_at and due else 0.0
+    return {
+        "rate_per_s": len(due) and round(len(due) / (max(due.values()) - min(due.values()) + 1e-9), 1),
+        "answered": len(due),
+        "posted": len(latencies),
+        "posted_twice": len(refs) - len(set(refs)),
+        "posted_per_s": round(len(posted_at) / span_s, 1) if span_s > 0 else 0.0,
+        "p50_ms": round(pct(latencies, 0.5), 1),
+        "p99_ms": round(pct(latencies, 0.99), 1),
+        "max_ms": round(max(latencies, default=0.0), 1),
+    }
+
+
+def ratios(report: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    checks: dict[str, bool] = {}
+    if "topup_webhook_c16" in report:
+        out["topup_vs_bare_c16"] = round(
+            report["topup_webhook_c16"]["requests_per_s"] / report["bare_c16"]["requests_per_s"], 2
+        )
+        checks["topup_vs_bare_c16"] = out["topup_vs_bare_c16"] >= TARGETS["topup_vs_bare_c16"]
+    if "latency" in report:
+        latency = report["latency"]
+        out |= {"latency_p50_ms": latency["p50_ms"], "latency_p99_ms": latency["p99_ms"]}
+        checks["latency_p99_ms"] = latency["p99_ms"] < TARGETS["latency_p99_ms_max"] and (
+            latency["posted"] == latency["answered"]
+        )
+        checks["posted_once"] = latency["posted_twice"] == 0
+    if "rss_mb" in report:
+        out["rss_mb_max"] = max(report["rss_mb"].values())
+        checks["rss_mb"] = out["rss_mb_max"] < TARGETS["rss_mb_max"]
+    out["targets_met"] = checks
+    return out
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "duration_s": args.duration,
+        "machine": {"cores": os.cpu_count(), "load_before": os.getloadavg()},
+        "note": "one machine shared by the load client, the services, PostgreSQL and RabbitMQ",
+    }
+    try:
+        await bare(args, report)
+        if args.only != "bare":  # "a": both shapes of (a), nothing more
+            await services(args, report)
+    except Exception as exc:  # the figures measured so far are kept, with what stopped the run
+        report["failed"] = f"{type(exc).__name__}: {exc}"
+    report["ratios"] = ratios(report)
+    return report
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=10, help="seconds per throughput run (default 10)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rate", type=int, default=1000, help="webhooks per second in (b) (default 1000)")
+    parser.add_argument("--latency-duration", type=float, default=30, help="seconds of (b) (default 30)")
+    parser.add_argument("--fake-payments", type=int, default=50, help="payments through each fake in (c)")
+    parser.add_argument(
+        "--only", choices=["bare", "a"], help="only the bare shape of (a), or only (a) (both shapes)"
+    )
+    args = parser.parse_args()
+    report = uvloop.run(main(args))
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"topup-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report["ratios"], indent=2))
+    print(f"results: {path}")
+    if "failed" in report:
+        print(f"the run stopped early: {report['failed']}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli()
