@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -26,9 +27,19 @@ import pytest
 from hiwallet.core import db
 from hiwallet.up import DEMO_EMAIL, DEMO_PASSWORD, Deployable, RestartPolicy, Supervisor
 from tests import pgtemplate
+from tests.e2e import harness
 from tests.identity.conftest import free_port
 
 POLL_S = 0.05
+CHILDREN = (
+    "identity (hiwallet)",
+    "identity (hiwallet-staff)",
+    "wallet-api",
+    "wallet-consumer",
+    "topup-webhook",
+    "stripe-fake",
+    "bank-fake",
+)
 
 
 def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -46,6 +57,13 @@ def ready(port: int) -> bool:
         return False
 
 
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -58,23 +76,45 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 async def databases() -> AsyncIterator[dict[str, str]]:
-    """Fresh, migrated databases for the wallet and both realms."""
+    """Fresh, migrated databases for the wallet, both realms and top-ups, and a RabbitMQ virtual
+    host of their own (the topology's names are fixed; a `make up` on this machine keeps its
+    messages)."""
     names: dict[str, str] = {}
+    vhost = f"hwt-up-{uuid.uuid4().hex[:8]}"
+    await harness.add_vhost(vhost)
     try:
-        for key in ("wallet", "identity", "staff_identity"):
+        names["vhost"] = vhost
+        for key in ("wallet", "identity", "staff_identity", "topup"):
             names[key] = await pgtemplate.clone("template0")
             await db.migrate(key, database=names[key])
         yield names
     finally:
+        names.pop("vhost", None)
         for name in names.values():
             await pgtemplate.drop_database(name)
+        await harness.delete_vhost(vhost)
 
 
 def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
-    ports = {"identity": free_port(), "staff": free_port(), "wallet-api": free_port()}
+    ports = {
+        name: free_port()
+        for name in ("identity", "staff", "wallet-api", "topup-webhook", "wallet-consumer", "stripe", "bank")
+    }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
+    topup = f"http://127.0.0.1:{ports['topup-webhook']}/v1/webhooks/topup"
     env = {
         **os.environ,
+        "HIWALLET_AMQP_URL": harness.amqp_url(databases["vhost"]),
+        "HIWALLET_TOPUP_PORT": str(ports["topup-webhook"]),
+        "HIWALLET_TOPUP_DATABASE": databases["topup"],
+        "HIWALLET_TOPUP_STRIPE_URL": f"http://127.0.0.1:{ports['stripe']}",
+        "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{ports['bank']}",
+        "HIWALLET_WALLET_CONSUMER_PORT": str(ports["wallet-consumer"]),
+        "HIWALLET_WALLET_CONSUMER_DATABASE": databases["wallet"],
+        "STRIPE_FAKE_PORT": str(ports["stripe"]),
+        "STRIPE_FAKE_WEBHOOK_URL": f"{topup}/stripe",
+        "BANK_FAKE_PORT": str(ports["bank"]),
+        "BANK_FAKE_WEBHOOK_URL": f"{topup}/bank",
         "HIWALLET_IDENTITY_PORT": str(ports["identity"]),
         "HIWALLET_IDENTITY_STAFF_PORT": str(ports["staff"]),
         "HIWALLET_IDENTITY_PUBLIC_URL": customer,
@@ -153,7 +193,7 @@ def up_process(
                 proc.kill()
                 proc.wait()
         # Whatever it started, should it have failed to stop them.
-        for child in ("identity (hiwallet)", "identity (hiwallet-staff)", "wallet-api"):
+        for child in CHILDREN:
             for pid in out.pids("child started", child):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
@@ -196,17 +236,40 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         assert new_pid != wallet_pid and alive(new_pid) and alive(identity_pid)
         assert out.pids("child started", "identity (hiwallet)") == [identity_pid]  # not restarted
         # The new wallet-api fetches identity's keys and serves the same token.
-        assert (await api.get("/v1/accounts", headers=me)).status_code == 200
+        accounts = await api.get("/v1/accounts", headers=me)
+        assert accounts.status_code == 200
+        wallet = accounts.json()["accounts"][0]["wallets"][0]["id"]
+
+        # A card payment at stripe-fake reaches the wallet through topup-webhook, RabbitMQ and
+        # wallet-consumer, as the README shows.
+        async def cash() -> int:
+            found = await api.get(f"/v1/wallets/{wallet}", headers=me)
+            assert found.status_code == 200, found.text
+            return int(found.json()["cash"])
+
+        before = await cash()
+        paid = await api.post(
+            f"http://127.0.0.1:{ports['stripe']}/v1/topups",
+            auth=("sk_test_hiwallet_dev", ""),
+            data={"wallet": wallet, "amount": "5000", "currency": "try"},
+        )
+        assert paid.status_code == 200, paid.text
+        deadline = time.monotonic() + 30
+        while await cash() != before + 5000:
+            assert time.monotonic() < deadline, "the card top-up did not reach the wallet"
+            await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
 
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0, out.path.read_text()
     for pid in (new_pid, identity_pid, *out.pids("child started", "identity (hiwallet-staff)")):
         assert not alive(pid)
-    for port in ports.values():
-        assert not ready(port)
-    # Those that use identity drain first; identity stops after them.
-    stopping = out.lines("child stopping")
-    assert [("wallet-api" in line) for line in stopping] == [True, False, False], stopping
+    for name, port in ports.items():
+        assert not ready(port) and not healthy(port), name
+    # The outside institutions (which send webhooks) first, then the services that use identity
+    # (they drain while it still answers), identity last.
+    stopping = [next(c for c in CHILDREN if f'"child":"{c}"' in line) for line in out.lines("child stopping")]
+    tiers = [2 if "fake" in c else 0 if c.startswith("identity") else 1 for c in stopping]
+    assert sorted(stopping) == sorted(CHILDREN) and tiers == sorted(tiers, reverse=True), stopping
 
 
 def test_a_child_that_always_crashes_is_given_up_while_the_others_serve(
