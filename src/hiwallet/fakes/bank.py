@@ -49,7 +49,7 @@ from hiwallet.fakes.delivery import (
     random_id,
 )
 
-__all__ = ["BankFake", "BankFakeSettings", "create_bank_fake_app", "run_bank_fake"]
+__all__ = ["BankFake", "BankFakeSettings", "create_bank_fake_app", "get_bank_fake_settings", "run_bank_fake"]
 
 log = structlog.get_logger("hiwallet.fakes.bank")
 

@@ -39,6 +39,7 @@ __all__ = [
     "StripeFake",
     "StripeFakeSettings",
     "create_stripe_fake_app",
+    "get_stripe_fake_settings",
     "run_stripe_fake",
     "stripe_signature",
 ]
