@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hiwallet.core.broker import Broker
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
 from tests import logscan, pgtemplate
@@ -66,6 +67,31 @@ async def wallet_db(wallet_template: str) -> AsyncIterator[str]:
     name = await pgtemplate.clone(wallet_template)
     yield name
     await pgtemplate.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+async def topup_template() -> AsyncIterator[str]:
+    name = await pgtemplate.make_template("topup")
+    yield name
+    await pgtemplate.drop_database(name)
+
+
+@pytest.fixture
+async def topup_db(topup_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_topup`` for one test."""
+    name = await pgtemplate.clone(topup_template)
+    yield name
+    await pgtemplate.drop_database(name)
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the
+    test gives what it declares a unique prefix and deletes it afterwards."""
+    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    await b.start()
+    yield b
+    await b.close()
 
 
 def _hypothesis_profiles() -> None:

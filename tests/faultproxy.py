@@ -88,14 +88,20 @@ class FaultProxy:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    async def _before_passing(self, *, upstream: bool) -> None:
+        """Called before each chunk is passed on (``upstream``: from a client to the server); a
+        subclass may hold it here (tests/e2e/harness.py's StallingProxy)."""
+
     async def _copy(
         self,
         src: asyncio.StreamReader,
         dst: asyncio.StreamWriter,
         pipe: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
     ) -> None:
+        upstream = dst is pipe[1]
         try:
             while data := await src.read(CHUNK_BYTES):
+                await self._before_passing(upstream=upstream)
                 dst.write(data)
                 await dst.drain()
         except (OSError, asyncio.IncompleteReadError):

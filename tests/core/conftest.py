@@ -1,5 +1,6 @@
 """Fixtures of the asynchronous spine's tests (tests/core/test_broker.py, test_outbox.py,
-test_jobs.py, test_consumer.py): a fresh database, a started broker, a unique topology."""
+test_jobs.py, test_consumer.py): a fresh database and a unique topology; the started broker is
+the root conftest's ``broker``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hiwallet.core.broker import Broker
-from hiwallet.core.settings import get_settings
 from tests import pgtemplate
 from tests.core import spine
 
@@ -18,14 +18,6 @@ async def spine_db() -> AsyncIterator[str]:
     name = await spine.make_database()
     yield name
     await pgtemplate.drop_database(name)
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
-    await b.start()
-    yield b
-    await b.close()
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """End-to-end fixtures: per test, fresh ``hiwallet_topup`` and ``hiwallet_wallet`` databases
-(clones of migrated templates) and the processes a test asks for; per module, a RabbitMQ
+(clones of the root conftest's migrated templates) and the processes a test asks for; per module, a RabbitMQ
 virtual host (its topology deleted between tests). See tests/e2e/harness.py.
 """
 
@@ -15,13 +15,6 @@ import pytest
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.system import System
-
-
-@pytest.fixture(scope="session")
-async def topup_template() -> AsyncIterator[str]:
-    name = await pgtemplate.make_template("topup")
-    yield name
-    await pgtemplate.drop_database(name)
 
 
 @pytest.fixture(scope="module")

@@ -185,21 +185,9 @@ class StallingProxy(FaultProxy):
         finally:
             self.upstream_stalled.set()
 
-    async def _copy(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, pipe: Any) -> None:  # type: ignore[override]
-        upstream = dst is pipe[1]
-        try:
-            while data := await src.read(65_536):
-                if upstream:
-                    await self.upstream_stalled.wait()
-                dst.write(data)
-                await dst.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            self._pipes.discard(pipe)
-            for writer in pipe:
-                with contextlib.suppress(Exception):
-                    writer.close()
+    async def _before_passing(self, *, upstream: bool) -> None:
+        if upstream:
+            await self.upstream_stalled.wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,45 +384,6 @@ def standard_webhook_headers(
         "webhook-id": msg_id,
         "webhook-timestamp": str(t),
         "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
-    }
-
-
-def stripe_event(
-    event_type: str, payment_intent: str, wallet: str | None, amount: int, currency: str = "try"
-) -> dict[str, Any]:
-    """A Stripe-shaped event of one card payment, as stripe-fake sends (CONTRACT-10)."""
-    created = int(time.time())
-    metadata = {"wallet": wallet} if wallet else {}
-    if event_type == "checkout.session.completed":
-        obj: dict[str, Any] = {
-            "id": f"cs_{uuid.uuid4().hex[:24]}",
-            "object": "checkout.session",
-            "payment_intent": payment_intent,
-            "amount_total": amount,
-            "currency": currency,
-            "payment_status": "paid",
-            "metadata": metadata,
-        }
-    else:
-        obj = {
-            "id": payment_intent,
-            "object": "payment_intent",
-            "status": "succeeded",
-            "amount": amount,
-            "amount_received": amount,
-            "currency": currency,
-            "metadata": metadata,
-            "created": created,
-        }
-    return {
-        "id": f"evt_{uuid.uuid4().hex[:24]}",
-        "object": "event",
-        "api_version": "2024-06-20",
-        "created": created,
-        "livemode": False,
-        "pending_webhooks": 1,
-        "type": event_type,
-        "data": {"object": obj},
     }
 
 

@@ -20,6 +20,7 @@ import asyncpg
 from hiwallet.core import db
 from tests.e2e import harness
 from tests.e2e.system import System
+from tests.stripe_events import stripe_event
 
 # The relay's mark waits in this trigger (the owner adds it to the test's clone only).
 HOLD_MARK_SQL = """
@@ -39,7 +40,7 @@ async def card(webhook: harness.Process, wallet: str | None, amount: int, curren
     """A card payment's notification, delivered to topup-webhook as Stripe does; the payment
     intent's id."""
     payment_intent = f"pi_{uuid.uuid4().hex[:24]}"
-    event = harness.stripe_event("payment_intent.succeeded", payment_intent, wallet, amount, currency)
+    event = stripe_event("payment_intent.succeeded", payment_intent, wallet, amount, currency)
     assert await harness.post_stripe_event(webhook.url, event) == 202
     return payment_intent
 
@@ -235,7 +236,7 @@ async def test_topup_webhook_killed_right_after_answering_202(system: System) ->
     wallet = await system.open_wallet()
 
     payment_intent = f"pi_{uuid.uuid4().hex[:24]}"
-    event = harness.stripe_event("payment_intent.succeeded", payment_intent, wallet, 7_700)
+    event = stripe_event("payment_intent.succeeded", payment_intent, wallet, 7_700)
     assert await harness.post_stripe_event(webhook.url, event) == 202
     webhook.kill()  # at once: whatever it was about to do next (relay, log, metrics) is lost
     await webhook.wait_exit()

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
+from tests.servers import serve, stop
 
 STRIPE_SECRET = "whsec_test_stripe_fake_secret_one"
 STRIPE_SECRET_NEW = "whsec_test_stripe_fake_secret_two"
@@ -24,35 +23,10 @@ BANK_SECRET = "whsec_dGVzdC1iYW5rLWZha2Utc2VjcmV0LW9uZQ=="
 BANK_SECRET_NEW = "whsec_dGVzdC1iYW5rLWZha2Utc2VjcmV0LXR3bw=="
 STRIPE_KEY = "sk_test_fakes_suite"
 BANK_KEY = "bank_test_key"
+# A delivery answered 500 twice, then 202 (what the retry tests make the receiver answer).
+FAILED_TWICE_THEN_DELIVERED = [(1, 500, "retry"), (2, 500, "retry"), (3, 202, "delivered")]
 # Deliveries in tests: no wait before the first, quick retries.
 FAST = {"notify_after_s": 0.0, "retry_initial_s": 0.05, "retry_max_delay_s": 0.2, "reorder_hold_s": 2.0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve(app: Any, name: str) -> tuple[str, uvicorn.Server, threading.Thread]:
-    port = free_port()
-    server = uvicorn.Server(
-        # log_config=None: uvicorn leaves logging to ours (JSON), as in a service
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None)
-    )
-    thread = threading.Thread(target=server.run, name=f"{name}-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"{name} did not start")
-        time.sleep(0.02)
-    return f"http://127.0.0.1:{port}", server, thread
-
-
-def stop(server: uvicorn.Server, thread: threading.Thread) -> None:
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 @dataclass
@@ -81,6 +55,14 @@ class Receiver:
                 raise AssertionError(f"{len(self.requests)} requests received, {count} expected")
             time.sleep(0.01)
         return list(self.requests)
+
+    def exactly(self, count: int, quiet_s: float, timeout_s: float = 10.0) -> list[Received]:
+        """``count`` requests, and no more within ``quiet_s`` after them."""
+        received = self.wait_for(count, timeout_s)
+        time.sleep(quiet_s)
+        if len(self.requests) != count:
+            raise AssertionError(f"{len(self.requests)} requests received, exactly {count} expected")
+        return received
 
 
 @pytest.fixture
@@ -115,8 +97,26 @@ class Fake:
         response.raise_for_status()
         return list(response.json()["data"])
 
+    def attempts(self, event_id: str | None = None) -> list[tuple[int, int | None, str]]:
+        """(attempt, status, outcome) of each delivery attempt, in order."""
+        return [(a["attempt"], a["status"], a["outcome"]) for a in self.deliveries(event_id)]
+
     def faults(self, **faults: Any) -> None:
         httpx.post(f"{self.base_url}/_control/faults", json=faults, timeout=10).raise_for_status()
+
+
+def fake_settings(receiver: Receiver, secret: str, api_key: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A fake's settings: notifying ``receiver``, quick (FAST), then the test's own."""
+    return {"webhook_url": receiver.url, "signing_secrets": [secret], "api_key": api_key, **FAST, **overrides}
+
+
+@contextmanager
+def served_fake(app: Any, name: str, api_key: str) -> Iterator[Fake]:
+    base, server, thread = serve(app, name)
+    try:
+        yield Fake(base, {"Authorization": f"Bearer {api_key}"}, app)
+    finally:
+        stop(server, thread)
 
 
 @pytest.fixture
@@ -127,21 +127,15 @@ def stripe_overrides() -> dict[str, Any]:
 
 @pytest.fixture
 def stripe_settings(receiver: Receiver, stripe_overrides: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "webhook_url": receiver.url,
-        "signing_secrets": [STRIPE_SECRET],
-        "api_key": STRIPE_KEY,
-        **FAST,
-        **stripe_overrides,
-    }
+    return fake_settings(receiver, STRIPE_SECRET, STRIPE_KEY, stripe_overrides)
 
 
 @pytest.fixture
 def stripe_fake(stripe_settings: dict[str, Any]) -> Iterator[Fake]:
-    app = create_stripe_fake_app(StripeFakeSettings(**stripe_settings))
-    base, server, thread = serve(app, "stripe-fake")
-    yield Fake(base, {"Authorization": f"Bearer {STRIPE_KEY}"}, app)
-    stop(server, thread)
+    with served_fake(
+        create_stripe_fake_app(StripeFakeSettings(**stripe_settings)), "stripe-fake", STRIPE_KEY
+    ) as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -152,18 +146,10 @@ def bank_overrides() -> dict[str, Any]:
 
 @pytest.fixture
 def bank_settings(receiver: Receiver, bank_overrides: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "webhook_url": receiver.url,
-        "signing_secrets": [BANK_SECRET],
-        "api_key": BANK_KEY,
-        **FAST,
-        **bank_overrides,
-    }
+    return fake_settings(receiver, BANK_SECRET, BANK_KEY, bank_overrides)
 
 
 @pytest.fixture
 def bank_fake(bank_settings: dict[str, Any]) -> Iterator[Fake]:
-    app = create_bank_fake_app(BankFakeSettings(**bank_settings))
-    base, server, thread = serve(app, "bank-fake")
-    yield Fake(base, {"Authorization": f"Bearer {BANK_KEY}"}, app)
-    stop(server, thread)
+    with served_fake(create_bank_fake_app(BankFakeSettings(**bank_settings)), "bank-fake", BANK_KEY) as fake:
+        yield fake

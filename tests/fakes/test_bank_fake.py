@@ -13,7 +13,14 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from tests.fakes.conftest import BANK_SECRET, BANK_SECRET_NEW, Fake, Received, Receiver
+from tests.fakes.conftest import (
+    BANK_SECRET,
+    BANK_SECRET_NEW,
+    FAILED_TWICE_THEN_DELIVERED,
+    Fake,
+    Received,
+    Receiver,
+)
 
 SENDER_IBAN = "DE89 3704 0044 0532 0130 00"
 TCKN = "10000000146"
@@ -95,29 +102,21 @@ def test_a_changed_body_is_refused_by_the_standardwebhooks_package(
 def test_retries_keep_the_id_and_sign_afresh(bank_fake: Fake, receiver: Receiver) -> None:
     receiver.respond = lambda _r, seen: 500 if len(seen) <= 2 else 202
     received_wire(bank_fake)
-    attempts = receiver.wait_for(3, timeout_s=15)
-    time.sleep(0.3)
-    assert len(receiver.requests) == 3
+    attempts = receiver.exactly(3, quiet_s=0.3, timeout_s=15)
     assert len({r.headers["webhook-id"] for r in attempts}) == 1  # the same message id
     assert len({r.body for r in attempts}) == 1
     for received in attempts:
         verify(received)
     stamps = [int(r.headers["webhook-timestamp"]) for r in attempts]
     assert stamps == sorted(stamps) and stamps[2] > stamps[0]
-    assert [(a["attempt"], a["status"], a["outcome"]) for a in bank_fake.deliveries()] == [
-        (1, 500, "retry"),
-        (2, 500, "retry"),
-        (3, 202, "delivered"),
-    ]
+    assert bank_fake.attempts() == FAILED_TWICE_THEN_DELIVERED
 
 
 @pytest.mark.parametrize("bank_overrides", [{"retry_attempts": 4}])
 def test_retries_are_bounded(bank_fake: Fake, receiver: Receiver) -> None:
     receiver.respond = lambda _r, _all: 503
     received_wire(bank_fake)
-    receiver.wait_for(4)
-    time.sleep(0.8)
-    assert len(receiver.requests) == 4
+    receiver.exactly(4, quiet_s=0.8)
     assert [a["outcome"] for a in bank_fake.deliveries()] == ["retry", "retry", "retry", "gave_up"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes.conftest import free_port
+from tests.servers import free_port
 
 HIWALLET = str(Path(sys.executable).parent / "hiwallet")
 

@@ -10,7 +10,14 @@ import httpx
 import pytest
 import stripe
 
-from tests.fakes.conftest import STRIPE_SECRET, STRIPE_SECRET_NEW, Fake, Received, Receiver
+from tests.fakes.conftest import (
+    FAILED_TWICE_THEN_DELIVERED,
+    STRIPE_SECRET,
+    STRIPE_SECRET_NEW,
+    Fake,
+    Received,
+    Receiver,
+)
 
 WALLET = "0421:w:0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000"
 CHECKOUT = "checkout.session.completed"
@@ -155,20 +162,15 @@ def test_retries_until_a_2xx_each_attempt_signed_afresh(stripe_fake: Fake, recei
     assert checkouts[1].at - checkouts[0].at >= 0.5
     assert checkouts[2].at - checkouts[1].at >= 1.1  # backoff doubles
     event_id = checkouts[0].json["id"]
-    assert [(a["attempt"], a["status"], a["outcome"]) for a in stripe_fake.deliveries(event_id)] == [
-        (1, 500, "retry"),
-        (2, 500, "retry"),
-        (3, 202, "delivered"),
-    ]
+    assert stripe_fake.attempts(event_id) == FAILED_TWICE_THEN_DELIVERED
 
 
 @pytest.mark.parametrize("stripe_overrides", [{"retry_attempts": 3}])
 def test_retries_are_bounded(stripe_fake: Fake, receiver: Receiver) -> None:
     receiver.respond = lambda _r, _all: 500
     pay(stripe_fake)
-    receiver.wait_for(6)
-    time.sleep(0.8)  # well past the last retry's wait (0.05, 0.1)
-    assert len(receiver.requests) == 6  # three attempts each, no more
+    # three attempts each, no more, well past the last retry's wait (0.05, 0.1)
+    receiver.exactly(6, quiet_s=0.8)
     outcomes = [(a["attempt"], a["outcome"]) for a in stripe_fake.deliveries() if a["type"] == CHECKOUT]
     assert outcomes == [(1, "retry"), (2, "retry"), (3, "gave_up")]
 
@@ -177,7 +179,7 @@ def test_retries_when_the_receiver_is_unreachable(
     stripe_settings: dict[str, Any], receiver: Receiver
 ) -> None:
     from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
-    from tests.fakes.conftest import free_port, serve, stop
+    from tests.servers import free_port, serve, stop
 
     dead = f"http://127.0.0.1:{free_port()}/hook"
     app = create_stripe_fake_app(
@@ -200,9 +202,7 @@ def test_retries_when_the_receiver_is_unreachable(
 def test_duplicate_sends_copies_at_once(stripe_fake: Fake, receiver: Receiver) -> None:
     stripe_fake.faults(duplicate=3)
     pay(stripe_fake)
-    received = receiver.wait_for(6)
-    time.sleep(0.2)
-    assert len(receiver.requests) == 6
+    received = receiver.exactly(6, quiet_s=0.2)
     ids = [r.json["id"] for r in received]
     assert len(set(ids)) == 2 and all(ids.count(i) == 3 for i in ids)
     assert [r.json["type"] for r in received[:3]] == [CHECKOUT] * 3  # the copies of one, then the next
@@ -210,9 +210,7 @@ def test_duplicate_sends_copies_at_once(stripe_fake: Fake, receiver: Receiver) -
         verified(r)
     # once (the default): the next payment is reported normally
     pay(stripe_fake)
-    receiver.wait_for(8)
-    time.sleep(0.2)
-    assert len(receiver.requests) == 8
+    receiver.exactly(8, quiet_s=0.2)
 
 
 def test_delay_holds_a_notification_back(stripe_fake: Fake, receiver: Receiver) -> None:

@@ -1,5 +1,5 @@
 """topup-webhook tests: the app in-process (its lifespan run, requests through httpx's ASGI
-transport), a fresh hiwallet_topup cloned per test from a migrated template, real PostgreSQL.
+transport), a fresh hiwallet_topup per test (the root ``topup_db``), real PostgreSQL.
 Notifications are signed as the providers sign them, with the providers' own packages: stripe's
 ``WebhookSignature`` and standardwebhooks' ``Webhook``."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,11 +23,14 @@ from standardwebhooks import Webhook
 
 from hiwallet.core import db
 from hiwallet.core.broker import Broker
-from hiwallet.core.settings import get_settings
+from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
+from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
-from tests import pgtemplate
 from tests.core import spine
+from tests.fakes.conftest import FAST
+from tests.servers import serve, stop
+from tests.stripe_events import stripe_event
 
 STRIPE_SECRET = "whsec_dev_stripe_fake_0123456789abcdef"
 STRIPE_SECRET_NEW = "whsec_rotated_stripe_secret_abcdef0123456789"
@@ -35,20 +38,6 @@ BANK_SECRET = "whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="
 BANK_SECRET_NEW = "whsec_bmV3LWJhbmstc2VjcmV0LWZvci1yb3RhdGlvbi0wMTIz"
 STRIPE_PATH = "/v1/webhooks/topup/stripe"
 BANK_PATH = "/v1/webhooks/topup/bank"
-
-
-@pytest.fixture(scope="session")
-async def topup_template() -> AsyncIterator[str]:
-    name = await pgtemplate.make_template("topup")
-    yield name
-    await pgtemplate.drop_database(name)
-
-
-@pytest.fixture
-async def topup_db(topup_template: str) -> AsyncIterator[str]:
-    name = await pgtemplate.clone(topup_template)
-    yield name
-    await pgtemplate.drop_database(name)
 
 
 @pytest.fixture
@@ -86,6 +75,25 @@ async def client(topup_db: str) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+@contextmanager
+def served_fakes(webhook_url: str, *, stripe_key: str, bank_key: str) -> Iterator[tuple[str, str]]:
+    """stripe-fake and bank-fake on free ports (their URLs), notifying topup-webhook at
+    ``webhook_url`` with the secrets it accepts; stopped afterwards."""
+    stripe_settings = StripeFakeSettings(
+        webhook_url=f"{webhook_url}{STRIPE_PATH}", signing_secrets=[STRIPE_SECRET], api_key=stripe_key, **FAST
+    )
+    bank_settings = BankFakeSettings(
+        webhook_url=f"{webhook_url}{BANK_PATH}", signing_secrets=[BANK_SECRET], api_key=bank_key, **FAST
+    )
+    stripe_url, stripe_server, stripe_thread = serve(create_stripe_fake_app(stripe_settings), "stripe-fake")
+    bank_url, bank_server, bank_thread = serve(create_bank_fake_app(bank_settings), "bank-fake")
+    try:
+        yield stripe_url, bank_url
+    finally:
+        stop(stripe_server, stripe_thread)
+        stop(bank_server, bank_thread)
+
+
 # ---- what the providers send ---------------------------------------------------------------
 
 
@@ -98,45 +106,11 @@ def stripe_events(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The two events stripe-fake sends for one payment: checkout completed, intent succeeded."""
     pi = pi or f"pi_{uuid.uuid4().hex[:24]}"
-    metadata = {"wallet": wallet} if wallet else {}
     created = int(time.time())
-    base = {"object": "event", "api_version": "2024-06-20", "created": created, "livemode": False}
-    checkout = {
-        **base,
-        "id": f"evt_{uuid.uuid4().hex[:24]}",
-        "pending_webhooks": 1,
-        "type": "checkout.session.completed",
-        "data": {
-            "object": {
-                "id": f"cs_{uuid.uuid4().hex[:24]}",
-                "object": "checkout.session",
-                "payment_intent": pi,
-                "amount_total": amount,
-                "currency": currency,
-                "payment_status": "paid",
-                "metadata": metadata,
-            }
-        },
-    }
-    intent = {
-        **base,
-        "id": f"evt_{uuid.uuid4().hex[:24]}",
-        "pending_webhooks": 1,
-        "type": "payment_intent.succeeded",
-        "data": {
-            "object": {
-                "id": pi,
-                "object": "payment_intent",
-                "status": "succeeded",
-                "amount": amount,
-                "amount_received": amount,
-                "currency": currency,
-                "metadata": metadata,
-                "created": created,
-            }
-        },
-    }
-    return checkout, intent
+    return (
+        stripe_event("checkout.session.completed", pi, wallet, amount, currency, created=created),
+        stripe_event("payment_intent.succeeded", pi, wallet, amount, currency, created=created),
+    )
 
 
 def stripe_signed(
@@ -189,6 +163,30 @@ def bank_signed(
     }
 
 
+async def post_stripe(
+    client: httpx.AsyncClient,
+    event: dict[str, Any],
+    *,
+    secrets: list[str] | None = None,
+    timestamp: int | None = None,
+) -> httpx.Response:
+    """POST one Stripe event, signed as Stripe signs (``stripe_signed``)."""
+    body = orjson.dumps(event)
+    return await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body, secrets, timestamp))
+
+
+async def post_bank(
+    client: httpx.AsyncClient,
+    w: dict[str, Any],
+    *,
+    secrets: list[str] | None = None,
+    timestamp: int | None = None,
+) -> httpx.Response:
+    """POST one incoming wire's notification, signed by Standard Webhooks (``bank_signed``)."""
+    body = bank_notification(w)
+    return await client.post(BANK_PATH, content=body, headers=bank_signed(body, secrets, timestamp))
+
+
 # ---- what was stored -----------------------------------------------------------------------
 
 
@@ -211,14 +209,6 @@ Sign = Callable[[bytes], dict[str, str]]
 
 
 # ---- the broker, under a unique prefix per test ----------------------------------------------
-
-
-@pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
-    await b.start()
-    yield b
-    await b.close()
 
 
 @pytest.fixture

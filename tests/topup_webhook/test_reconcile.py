@@ -7,32 +7,26 @@ import asyncio
 import json
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import httpx
-import orjson
 import pytest
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from hiwallet.core.ids import derived_id
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import BankListing, Reconciler, StripeListing
-from tests.identity.conftest import free_port
+from tests.servers import serve, stop
 from tests.topup_webhook.conftest import (
-    BANK_PATH,
-    STRIPE_PATH,
     Listings,
-    bank_notification,
-    bank_signed,
+    post_bank,
+    post_stripe,
     running,
     stored,
     stripe_events,
-    stripe_signed,
     topup_settings,
     wallet_id,
     wire,
@@ -71,10 +65,8 @@ async def test_reconciliation_records_what_no_webhook_reported_once(
 
     async with running(topup_settings(topup_db)) as client:
         # the webhooks that did arrive: one event of the first payment, the first wire
-        body = orjson.dumps(reported_checkout)
-        assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
-        body = bank_notification(reported_wire)
-        assert (await client.post(BANK_PATH, content=body, headers=bank_signed(body))).status_code == 202
+        assert (await post_stripe(client, reported_checkout)).status_code == 202
+        assert (await post_bank(client, reported_wire)).status_code == 202
         before = await stored(owner)
         reconciler = reconciler_for(client, listings)
 
@@ -106,8 +98,7 @@ async def test_reconciliation_records_what_no_webhook_reported_once(
         assert await stored(owner) == after
 
         # the late webhook finds the record: appended, not announced again
-        body = orjson.dumps(late_intent)
-        assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
+        assert (await post_stripe(client, late_intent)).status_code == 202
         late = await owner.fetchrow(
             "SELECT reported_by, routes FROM topup.payments WHERE provider_payment_id = $1",
             late_intent["data"]["object"]["id"],  # type: ignore[index]
@@ -135,16 +126,9 @@ async def test_a_provider_that_does_not_answer_is_skipped_the_other_reconciled(
 @pytest.fixture
 def listing_server() -> Iterator[tuple[Listings, str]]:
     listings = Listings()
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(listings.app, host="127.0.0.1", port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield listings, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    url, server, thread = serve(listings.app, "listings")
+    yield listings, url
+    stop(server, thread)
 
 
 async def test_hiwallet_topups_reconcile_runs_one_round(

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 import httpx
-import orjson
 
 from hiwallet.core.broker import Broker
 from hiwallet.core.ids import derived_id
@@ -20,12 +19,9 @@ from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests.core import spine
 from tests.topup_webhook.conftest import (
-    BANK_PATH,
-    STRIPE_PATH,
-    bank_notification,
-    bank_signed,
+    post_bank,
+    post_stripe,
     stripe_events,
-    stripe_signed,
     topup_settings,
     wallet_id,
     wire,
@@ -66,12 +62,8 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
         assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
         started = time.monotonic()
         for event in (checkout, intent, checkout):
-            body = orjson.dumps(event)
-            assert (
-                await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
-            ).status_code == 202
-        body = bank_notification(w)
-        response = await client.post(BANK_PATH, content=body, headers=bank_signed(body))
+            assert (await post_stripe(client, event)).status_code == 202
+        response = await post_bank(client, w)
         assert response.status_code == 202
         # the NOTIFY wakes the relay: far sooner than its 5 s poll
         await wait_sent(owner, 2)
@@ -112,6 +104,4 @@ async def test_ready_says_so_when_the_broker_is_away(topup_db: str, names: spine
         assert response.status_code == 503
         assert response.json()["checks"] == {"broker": "unavailable"}
         # notifications are still kept: the outbox holds them until the broker is back
-        body = orjson.dumps(stripe_events(wallet=wallet_id())[0])
-        answer = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
-        assert answer.status_code == 202
+        assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202

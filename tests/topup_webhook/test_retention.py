@@ -4,19 +4,11 @@ ago, are deleted in bounded batches; the payment records stay."""
 from __future__ import annotations
 
 import asyncpg
-import orjson
 from prometheus_client import CollectorRegistry
 
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.retention import Retention
-from tests.topup_webhook.conftest import (
-    STRIPE_PATH,
-    running,
-    stored,
-    stripe_events,
-    stripe_signed,
-    topup_settings,
-)
+from tests.topup_webhook.conftest import post_stripe, running, stored, stripe_events, topup_settings
 
 
 async def test_old_processed_rows_go_in_batches_and_payments_stay(
@@ -26,9 +18,7 @@ async def test_old_processed_rows_go_in_batches_and_payments_stay(
         for _ in range(12):
             checkout, intent = stripe_events()
             for event in (checkout, intent):
-                body = orjson.dumps(event)
-                response = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
-                assert response.status_code == 202
+                assert (await post_stripe(client, event)).status_code == 202
         store = client.app.state.store  # type: ignore[attr-defined]
         # 20 of the 24 notifications were received 31 days ago, one of those not processed (it
         # stays whatever its age); the 12 messages were sent 31 days ago but 2 still wait
@@ -53,8 +43,7 @@ async def test_old_processed_rows_go_in_batches_and_payments_stay(
 
 async def test_retention_of_a_day_keeps_yesterdays_rows(topup_db: str, owner: asyncpg.Connection) -> None:
     async with running(topup_settings(topup_db)) as client:
-        body = orjson.dumps(stripe_events()[0])
-        assert (await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))).status_code == 202
+        assert (await post_stripe(client, stripe_events()[0])).status_code == 202
         await owner.execute("UPDATE topup.inbox SET received_at = now() - interval '20 hours'")
         store = client.app.state.store  # type: ignore[attr-defined]
         assert (

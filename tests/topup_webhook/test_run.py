@@ -11,10 +11,9 @@ from pathlib import Path
 
 import asyncpg
 import httpx
-import orjson
 
-from tests.identity.conftest import free_port
-from tests.topup_webhook.conftest import STRIPE_PATH, stored, stripe_events, stripe_signed, wallet_id
+from tests.servers import free_port
+from tests.topup_webhook.conftest import post_stripe, stored, stripe_events, wallet_id
 
 
 async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: asyncpg.Connection) -> None:
@@ -39,9 +38,7 @@ async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: async
                 await asyncio.sleep(0.05)
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (503, {"broker": "unavailable"})
-            body = orjson.dumps(stripe_events(wallet=wallet_id())[0])
-            response = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
-            assert response.status_code == 202
+            assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202
     finally:
         proc.send_signal(signal.SIGTERM)
         # uvicorn stops gracefully, then raises the signal it caught again (as wallet-api's test)

@@ -25,6 +25,8 @@ from tests.topup_webhook.conftest import (
     STRIPE_SECRET_NEW,
     bank_notification,
     bank_signed,
+    post_bank,
+    post_stripe,
     running,
     stored,
     stripe_events,
@@ -35,11 +37,6 @@ from tests.topup_webhook.conftest import (
 )
 
 PROBLEM = "https://hiwallet.dev/problems/"
-
-
-async def post_stripe(client: httpx.AsyncClient, event: dict[str, object], **sign: object) -> httpx.Response:
-    body = orjson.dumps(event)
-    return await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body, **sign))  # type: ignore[arg-type]
 
 
 async def test_a_stripe_event_is_verified_stored_and_its_payment_announced_once(
@@ -133,9 +130,7 @@ async def test_a_bank_wire_signed_by_standard_webhooks_is_stored_with_the_wallet
 async def test_a_payment_without_one_wallet_is_recorded_unattributed(
     client: httpx.AsyncClient, owner: asyncpg.Connection, reference: str | None
 ) -> None:
-    w = wire(reference=reference)
-    body = bank_notification(w)
-    assert (await client.post(BANK_PATH, content=body, headers=bank_signed(body))).status_code == 202
+    assert (await post_bank(client, wire(reference=reference))).status_code == 202
     s = await stored(owner)
     [payment] = s.payments
     assert payment["wallet"] is None
@@ -149,16 +144,14 @@ async def test_the_same_notification_five_times_and_five_times_at_once_is_one_of
     client: httpx.AsyncClient, owner: asyncpg.Connection
 ) -> None:
     checkout, _ = stripe_events(wallet=wallet_id())
-    body = orjson.dumps(checkout)
     for _ in range(5):  # a provider's retry signs again
-        response = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
-        assert response.status_code == 202
+        assert (await post_stripe(client, checkout)).status_code == 202
     w = wire(reference=wallet_id())
     bank_body = bank_notification(w)
     headers = bank_signed(bank_body)  # Standard Webhooks: the same webhook-id on every retry
     answers = await asyncio.gather(
         *(client.post(BANK_PATH, content=bank_body, headers=headers) for _ in range(5)),
-        *(client.post(STRIPE_PATH, content=body, headers=stripe_signed(body)) for _ in range(5)),
+        *(post_stripe(client, checkout) for _ in range(5)),
     )
     assert [a.status_code for a in answers] == [202] * 10
     s = await stored(owner)
@@ -255,8 +248,7 @@ async def test_a_standard_webhook_from_the_future_is_refused_a_stripe_one_is_not
     client: httpx.AsyncClient, owner: asyncpg.Connection
 ) -> None:
     later = int(time.time()) + 3600
-    body = bank_notification(wire(reference=None))
-    response = await client.post(BANK_PATH, content=body, headers=bank_signed(body, timestamp=later))
+    response = await post_bank(client, wire(reference=None), timestamp=later)
     assert (response.status_code, response.json()["reason"]) == (400, "future-timestamp")
     # Stripe's own library accepts a timestamp ahead of the clock; so do we (CONTRACT-10)
     assert (await post_stripe(client, stripe_events()[0], timestamp=later)).status_code == 202
@@ -276,15 +268,12 @@ async def test_rotation_both_secrets_during_the_overlap_and_the_old_refused_afte
         for secrets in ([STRIPE_SECRET], [STRIPE_SECRET_NEW], [STRIPE_SECRET, STRIPE_SECRET_NEW]):
             assert (await post_stripe(client, stripe_events()[0], secrets=secrets)).status_code == 202
         for secrets in ([BANK_SECRET], [BANK_SECRET_NEW], [BANK_SECRET_NEW, BANK_SECRET]):
-            body = bank_notification(wire(reference=None))
-            response = await client.post(BANK_PATH, content=body, headers=bank_signed(body, secrets))
-            assert response.status_code == 202
+            assert (await post_bank(client, wire(reference=None), secrets=secrets)).status_code == 202
     after = topup_settings(topup_db, stripe_secrets=[STRIPE_SECRET_NEW], bank_secrets=[BANK_SECRET_NEW])
     async with running(after) as client:
         refused = await post_stripe(client, stripe_events()[0], secrets=[STRIPE_SECRET])
         assert (refused.status_code, refused.json()["reason"]) == (400, "signature-mismatch")
-        body = bank_notification(wire(reference=None))
-        refused = await client.post(BANK_PATH, content=body, headers=bank_signed(body, [BANK_SECRET]))
+        refused = await post_bank(client, wire(reference=None), secrets=[BANK_SECRET])
         assert (refused.status_code, refused.json()["reason"]) == (400, "signature-mismatch")
         assert (await post_stripe(client, stripe_events()[0], secrets=[STRIPE_SECRET_NEW])).status_code == 202
     assert len((await stored(owner)).inbox) == 7
@@ -379,9 +368,7 @@ async def test_a_long_reference_is_kept_to_what_can_be_credited(
     client: httpx.AsyncClient, owner: asyncpg.Connection
 ) -> None:
     wallet = wallet_id()
-    w = wire(reference=f"{wallet} " + "x" * 1_000)
-    body = bank_notification(w)
-    assert (await client.post(BANK_PATH, content=body, headers=bank_signed(body))).status_code == 202
+    assert (await post_bank(client, wire(reference=f"{wallet} " + "x" * 1_000))).status_code == 202
     [payment] = (await stored(owner)).payments
     assert payment["wallet"] == wallet
     assert len(payment["reference"]) == 500

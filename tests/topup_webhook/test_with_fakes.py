@@ -15,13 +15,11 @@ import httpx
 import pytest
 
 from hiwallet.core.ids import derived_id
-from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
-from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.cli import reconcile_once
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
-from tests.fakes.conftest import FAST, serve, stop
-from tests.topup_webhook.conftest import BANK_SECRET, STRIPE_SECRET, stored, topup_settings, wallet_id
+from tests.servers import serve, stop
+from tests.topup_webhook.conftest import served_fakes, stored, topup_settings, wallet_id
 
 STRIPE_KEY = "sk_test_topup_suite"
 BANK_KEY = "bank_topup_suite"
@@ -42,43 +40,22 @@ def deployment(topup_db: str) -> Iterator[Deployment]:
     webhook_url, webhook_server, webhook_thread = serve(
         create_topup_webhook_app(placeholder, background=False), "topup-webhook"
     )
-    stripe_url, stripe_server, stripe_thread = serve(
-        create_stripe_fake_app(
-            StripeFakeSettings(
-                webhook_url=f"{webhook_url}/v1/webhooks/topup/stripe",
-                signing_secrets=[STRIPE_SECRET],
-                api_key=STRIPE_KEY,
-                **FAST,
-            )
-        ),
-        "stripe-fake",
-    )
-    bank_url, bank_server, bank_thread = serve(
-        create_bank_fake_app(
-            BankFakeSettings(
-                webhook_url=f"{webhook_url}/v1/webhooks/topup/bank",
-                signing_secrets=[BANK_SECRET],
-                api_key=BANK_KEY,
-                **FAST,
-            )
-        ),
-        "bank-fake",
-    )
-    settings = topup_settings(
-        topup_db, stripe_url=stripe_url, bank_url=bank_url, stripe_api_key=STRIPE_KEY, bank_api_key=BANK_KEY
-    )
-    auth = {"authorization": f"Bearer {STRIPE_KEY}"}
-    with (
-        httpx.Client(base_url=stripe_url, headers=auth, timeout=10) as stripe,
-        httpx.Client(base_url=bank_url, headers={"authorization": f"Bearer {BANK_KEY}"}, timeout=10) as bank,
-    ):
-        yield Deployment(settings, stripe, bank)
-    for server, thread in (
-        (stripe_server, stripe_thread),
-        (bank_server, bank_thread),
-        (webhook_server, webhook_thread),
-    ):
-        stop(server, thread)
+    with served_fakes(webhook_url, stripe_key=STRIPE_KEY, bank_key=BANK_KEY) as (stripe_url, bank_url):
+        settings = topup_settings(
+            topup_db,
+            stripe_url=stripe_url,
+            bank_url=bank_url,
+            stripe_api_key=STRIPE_KEY,
+            bank_api_key=BANK_KEY,
+        )
+        stripe_auth = {"authorization": f"Bearer {STRIPE_KEY}"}
+        bank_auth = {"authorization": f"Bearer {BANK_KEY}"}
+        with (
+            httpx.Client(base_url=stripe_url, headers=stripe_auth, timeout=10) as stripe,
+            httpx.Client(base_url=bank_url, headers=bank_auth, timeout=10) as bank,
+        ):
+            yield Deployment(settings, stripe, bank)
+    stop(webhook_server, webhook_thread)
 
 
 def deliveries(client: httpx.Client) -> list[dict[str, Any]]:

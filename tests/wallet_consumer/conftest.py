@@ -3,10 +3,8 @@ and the handler as the application role, real PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -21,11 +19,13 @@ from hiwallet.core import db
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import derived_id, new_id
-from hiwallet.core.settings import Settings, get_settings
-from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore, init_connection
+from hiwallet.core.settings import Settings
+from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore
 from hiwallet.wallet_consumer import CONSUMER_NAME, TopupHandler
 from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
+from tests.topups import consumer_settings, wallet_pool
+from tests.topups import until as until  # the tests import it from here
 
 TL = 100
 FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL))
@@ -33,11 +33,8 @@ FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL)
 
 @pytest.fixture
 async def pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await db.create_pool(
-        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=6, init=init_connection
-    )
-    yield p
-    await p.close()
+    async with wallet_pool(wallet_db, max_size=6) as p:
+        yield p
 
 
 @pytest.fixture
@@ -133,27 +130,10 @@ async def verified(ledger: Ledger) -> None:
 
 
 @pytest.fixture
-async def broker() -> AsyncIterator[Broker]:
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
-    await b.start()
-    yield b
-    await b.close()
-
-
-@pytest.fixture
 async def settings(broker: Broker) -> AsyncIterator[WalletConsumerSettings]:
     """The consumer's settings over a unique exchange, partitions and dead letters; deleted
     after the test (the real hiwallet.* names are never touched here)."""
-    prefix = f"hwtest.{uuid.uuid4().hex[:10]}"
-    s = WalletConsumerSettings(
-        exchange=f"{prefix}.topups",
-        partitions=4,
-        dead_letter_exchange=f"{prefix}.dead-letters",
-        dead_letter_key=f"{prefix}.topups",
-        dead_letter_queue=f"{prefix}.topups.dead",
-        max_attempts=2,
-        unattributed_refresh_s=0.1,
-    )
+    s = consumer_settings(unattributed_refresh_s=0.1)
     yield s
     await broker.delete(topology_of(s))
 
@@ -185,11 +165,3 @@ def outgoing(
         headers={"x-request-id": f"req-{uuid.uuid4().hex[:8]}"},
         correlation_id=body.get("payment_id") if isinstance(body, dict) else None,
     )
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.05)

@@ -1,0 +1,57 @@
+"""What the tests of the top-up path's wallet side share (tests/wallet_consumer, and
+tests/topup_webhook's run from provider to ledger): the wallet database as the application role,
+wallet-consumer's settings over names of the test's own, and waiting for a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from hiwallet.core import db
+from hiwallet.ledger import init_connection
+from hiwallet.wallet_consumer.settings import WalletConsumerSettings
+
+POLL_S = 0.05
+
+
+@asynccontextmanager
+async def wallet_pool(database: str, *, max_size: int) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on ``database`` as the wallet's application role, as the services connect."""
+    pool = await db.create_pool(
+        database, role=db.app_role("wallet"), min_size=1, max_size=max_size, init=init_connection
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def consumer_settings(**overrides: Any) -> WalletConsumerSettings:
+    """wallet-consumer's settings over a unique exchange, partitions and dead letters (the real
+    hiwallet.* names are never touched); the caller deletes ``topology_of`` them afterwards."""
+    prefix = f"hwtest.{uuid.uuid4().hex[:10]}"
+    values: dict[str, Any] = {
+        "exchange": f"{prefix}.topups",
+        "partitions": 4,
+        "dead_letter_exchange": f"{prefix}.dead-letters",
+        "dead_letter_key": f"{prefix}.topups",
+        "dead_letter_queue": f"{prefix}.topups.dead",
+        "max_attempts": 2,
+        **overrides,
+    }
+    return WalletConsumerSettings(**values)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
+    """Poll ``check`` until it is true; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(POLL_S)
