@@ -56,32 +56,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 async def wallet_template() -> AsyncIterator[str]:
-    name = await pgtemplate.make_template("wallet")
-    yield name
-    await pgtemplate.drop_database(name)
+    async with pgtemplate.temporary(pgtemplate.make_template("wallet")) as name:
+        yield name
 
 
 @pytest.fixture
 async def wallet_db(wallet_template: str) -> AsyncIterator[str]:
     """The name of a fresh, migrated ``hiwallet_wallet`` for one test."""
-    name = await pgtemplate.clone(wallet_template)
-    yield name
-    await pgtemplate.drop_database(name)
+    async with pgtemplate.temporary(pgtemplate.clone(wallet_template)) as name:
+        yield name
 
 
 @pytest.fixture(scope="session")
 async def topup_template() -> AsyncIterator[str]:
-    name = await pgtemplate.make_template("topup")
-    yield name
-    await pgtemplate.drop_database(name)
+    async with pgtemplate.temporary(pgtemplate.make_template("topup")) as name:
+        yield name
 
 
 @pytest.fixture
 async def topup_db(topup_template: str) -> AsyncIterator[str]:
     """The name of a fresh, migrated ``hiwallet_topup`` for one test."""
-    name = await pgtemplate.clone(topup_template)
-    yield name
-    await pgtemplate.drop_database(name)
+    async with pgtemplate.temporary(pgtemplate.clone(topup_template)) as name:
+        yield name
 
 
 @pytest.fixture

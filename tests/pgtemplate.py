@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 
 import asyncpg
 
@@ -46,3 +48,24 @@ async def clone(template: str) -> str:
     finally:
         await conn.close()
     return name
+
+
+@asynccontextmanager
+async def temporary(created: Awaitable[str]) -> AsyncIterator[str]:
+    """The database ``created`` names (``make_template(key)`` for a session, ``clone(template)``
+    for a test) while the block runs; dropped after."""
+    name = await created
+    try:
+        yield name
+    finally:
+        await drop_database(name)
+
+
+@asynccontextmanager
+async def owner_connection(database: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to ``database`` as its owner: what no service may do (tests check with it)."""
+    conn = await asyncpg.connect(db.owner_dsn(database))
+    try:
+        yield conn
+    finally:
+        await conn.close()

@@ -15,9 +15,8 @@ from tests.core import spine
 
 @pytest.fixture
 async def spine_db() -> AsyncIterator[str]:
-    name = await spine.make_database()
-    yield name
-    await pgtemplate.drop_database(name)
+    async with pgtemplate.temporary(spine.make_database()) as name:
+        yield name
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from hiwallet.wallet_api import domain
 from hiwallet.wallet_api.accounts import Accounts
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
+from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import BankFake, Children, Process, StallingProxy, StripeFake
 
@@ -130,25 +131,24 @@ class System:
     def _target(self, provider: str) -> str:
         return f"http://127.0.0.1:{self.ports['topup-webhook']}/v1/webhooks/topup/{provider}"
 
-    def stripe_fake(self, **settings: Any) -> StripeFake:
-        port = self.ports["stripe-fake"]
+    def _fake(self, name: str, env_prefix: str, provider: str, settings: dict[str, Any]) -> Process:
+        """A fake's process notifying this system's topup-webhook, ``settings`` as its env."""
+        port = self.ports[name]
         values = {
             "PORT": port,
-            "WEBHOOK_URL": self._target("stripe"),
+            "WEBHOOK_URL": self._target(provider),
             **{k.upper(): v for k, v in settings.items()},
         }
-        env = harness.env_of(os.environ, **{STRIPE_FAKE_ENV + k: v for k, v in values.items()})
-        return StripeFake(self._process("stripe-fake", port, env, "/health"), harness.STRIPE_API_KEY)
+        env = harness.env_of(os.environ, **{env_prefix + k: v for k, v in values.items()})
+        return self._process(name, port, env, "/health")
+
+    def stripe_fake(self, **settings: Any) -> StripeFake:
+        process = self._fake("stripe-fake", STRIPE_FAKE_ENV, "stripe", settings)
+        return StripeFake(process, harness.STRIPE_API_KEY)
 
     def bank_fake(self, **settings: Any) -> BankFake:
-        port = self.ports["bank-fake"]
-        values = {
-            "PORT": port,
-            "WEBHOOK_URL": self._target("bank"),
-            **{k.upper(): v for k, v in settings.items()},
-        }
-        env = harness.env_of(os.environ, **{BANK_FAKE_ENV + k: v for k, v in values.items()})
-        return BankFake(self._process("bank-fake", port, env, "/health"), harness.BANK_API_KEY)
+        process = self._fake("bank-fake", BANK_FAKE_ENV, "bank", settings)
+        return BankFake(process, harness.BANK_API_KEY)
 
     @staticmethod
     async def start(*processes: Process) -> None:
@@ -222,19 +222,13 @@ class System:
 
     async def topup_lines(self, wallet: str) -> list[asyncpg.Record]:
         """The wallet's top-up lines, in the order posted (version)."""
-        conn = await self.owner(self.wallet_db)
-        try:
-            return list(
-                await conn.fetch(
-                    "SELECT l.version, l.amount, l.transaction_id, t.ref, t.actor, t.metadata"
-                    "  FROM ledger.lines l JOIN ledger.transactions t"
-                    "    ON t.id = l.transaction_id AND t.bucket = l.bucket"
-                    " WHERE l.account_id = $1 AND l.type = 'topup' ORDER BY l.version",
-                    cash_account(wallet),
-                )
-            )
-        finally:
-            await conn.close()
+        return await self.wallet_fetch(
+            "SELECT l.version, l.amount, l.transaction_id, t.ref, t.actor, t.metadata"
+            "  FROM ledger.lines l JOIN ledger.transactions t"
+            "    ON t.id = l.transaction_id AND t.bucket = l.bucket"
+            " WHERE l.account_id = $1 AND l.type = 'topup' ORDER BY l.version",
+            cash_account(wallet),
+        )
 
     async def credited(self, wallet: str, amounts: list[int], timeout_s: float = 20.0) -> None:
         """Wait until the wallet holds exactly ``amounts`` as top-ups (in any order), then check
@@ -262,11 +256,7 @@ class System:
     # -- the topup database ----------------------------------------------------------------------
 
     async def topup_fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        conn = await self.owner(self.topup_db)
-        try:
-            return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()
+        return await self._fetch(self.topup_db, sql, *args)
 
     async def payments(self) -> list[asyncpg.Record]:
         return await self.topup_fetch("SELECT * FROM topup.payments ORDER BY created_at")
@@ -276,8 +266,9 @@ class System:
         return int(rows[0]["n"])
 
     async def wallet_fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        conn = await self.owner(self.wallet_db)
-        try:
+        return await self._fetch(self.wallet_db, sql, *args)
+
+    async def _fetch(self, database: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """One query as the database's owner, on a connection of its own."""
+        async with pgtemplate.owner_connection(database) as conn:
             return list(await conn.fetch(sql, *args))
-        finally:
-            await conn.close()

@@ -21,12 +21,12 @@ import stripe
 from fastapi import FastAPI, Request
 from standardwebhooks import Webhook
 
-from hiwallet.core import db
 from hiwallet.core.broker import Broker
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
+from tests import pgtemplate
 from tests.core import spine
 from tests.fakes.conftest import FAST
 from tests.servers import serve, stop
@@ -42,9 +42,8 @@ BANK_PATH = "/v1/webhooks/topup/bank"
 
 @pytest.fixture
 async def owner(topup_db: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(db.owner_dsn(topup_db))
-    yield conn
-    await conn.close()
+    async with pgtemplate.owner_connection(topup_db) as conn:
+        yield conn
 
 
 def topup_settings(database: str, **overrides: Any) -> TopupWebhookSettings:
@@ -163,28 +162,16 @@ def bank_signed(
     }
 
 
-async def post_stripe(
-    client: httpx.AsyncClient,
-    event: dict[str, Any],
-    *,
-    secrets: list[str] | None = None,
-    timestamp: int | None = None,
-) -> httpx.Response:
-    """POST one Stripe event, signed as Stripe signs (``stripe_signed``)."""
+async def post_stripe(client: httpx.AsyncClient, event: dict[str, Any], **sign: Any) -> httpx.Response:
+    """POST one Stripe event, signed as Stripe signs (``stripe_signed``: secrets, timestamp)."""
     body = orjson.dumps(event)
-    return await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body, secrets, timestamp))
+    return await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body, **sign))
 
 
-async def post_bank(
-    client: httpx.AsyncClient,
-    w: dict[str, Any],
-    *,
-    secrets: list[str] | None = None,
-    timestamp: int | None = None,
-) -> httpx.Response:
+async def post_bank(client: httpx.AsyncClient, w: dict[str, Any], **sign: Any) -> httpx.Response:
     """POST one incoming wire's notification, signed by Standard Webhooks (``bank_signed``)."""
     body = bank_notification(w)
-    return await client.post(BANK_PATH, content=body, headers=bank_signed(body, secrets, timestamp))
+    return await client.post(BANK_PATH, content=body, headers=bank_signed(body, **sign))
 
 
 # ---- what was stored -----------------------------------------------------------------------

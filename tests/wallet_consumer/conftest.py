@@ -15,7 +15,6 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from hiwallet.core import db
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import derived_id, new_id
@@ -24,6 +23,7 @@ from hiwallet.ledger import FeePolicy, Fees, Ledger, LedgerStore
 from hiwallet.wallet_consumer import CONSUMER_NAME, TopupHandler
 from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
+from tests import pgtemplate
 from tests.topups import consumer_settings, wallet_pool
 from tests.topups import until as until  # the tests import it from here
 
@@ -40,9 +40,8 @@ async def pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture
 async def owner(wallet_db: str) -> AsyncIterator[asyncpg.Connection]:
     """The owner's connection: what no service may do (close a wallet: no operation exists)."""
-    conn = await asyncpg.connect(db.owner_dsn(wallet_db))
-    yield conn
-    await conn.close()
+    async with pgtemplate.owner_connection(wallet_db) as conn:
+        yield conn
 
 
 @pytest.fixture
