@@ -16,6 +16,7 @@ import httpx
 from hiwallet.core.ids import derived_id
 from tests.e2e import harness
 from tests.e2e.system import System
+from tests.stripe_events import stripe_event
 
 
 async def _everything(
@@ -205,7 +206,7 @@ async def test_one_wallets_messages_are_handled_in_order_across_partitions(syste
 
     async def send(round_: int) -> None:
         for i, wallet in enumerate(wallets):
-            event = harness.stripe_event(
+            event = stripe_event(
                 "payment_intent.succeeded", f"pi_{uuid.uuid4().hex[:20]}", wallet, 100 * (round_ + 1) + i
             )
             assert await harness.post_stripe_event(webhook.url, event) == 202
@@ -268,7 +269,7 @@ async def test_refused_notifications_store_nothing_and_a_rotated_secret_overlaps
         return answer.status_code
 
     def event(amount: int) -> dict[str, object]:
-        return harness.stripe_event("payment_intent.succeeded", f"pi_{uuid.uuid4().hex[:24]}", wallet, amount)
+        return stripe_event("payment_intent.succeeded", f"pi_{uuid.uuid4().hex[:24]}", wallet, amount)
 
     assert await post(event(100), "whsec_forged_0123456789abcdef0123456789") == 400
     assert await post(event(101), old, at=int(time.time()) - 3_600) == 400  # outside the tolerance
