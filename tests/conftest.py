@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +52,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif reporter is not None and text:
         lines = text.count("\n")
         reporter.write_line(f"log scan: {lines} lines of {path}, no secret ({', '.join(sorted(services))})")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_tests() -> Iterator[None]:
+    """A command run in-process (typer's CliRunner) configures logging as "hiwallet-cli" for
+    the rest of the process; each test starts as "tests" again, whatever ran before it."""
+    yield
+    configure_logging("tests")
 
 
 @pytest.fixture(scope="session")
