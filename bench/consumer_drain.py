@@ -129,7 +129,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--prefetch", type=int, default=100)
     parser.add_argument("--max-batch", type=int, default=100)

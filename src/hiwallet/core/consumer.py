@@ -440,8 +440,13 @@ class Consumer:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                # The messages stay unacked and come back when the channel closes.
+                # A defect around the batch (not its handling, which is caught). Its unsettled
+                # messages are given back now rather than left unacked: a later batch's ack
+                # (multiple) would otherwise settle them unhandled.
                 log.exception("consumer: unexpected failure around a batch", queue=entry.name)
+                for unsettled in batch:
+                    with contextlib.suppress(Exception):  # settled already (acked, dead-lettered)
+                        await unsettled.reject(requeue=True)
             finally:
                 self._in_hand -= 1
                 if self._in_hand == 0:
