@@ -264,3 +264,45 @@ async def test_stop_finishes_the_batch_in_hand_and_gives_back_the_rest(
     assert await _seen(seen_db) == [0]
     # The batch in hand committed and acked; the buffered ones went back to their queue.
     assert await _queues_empty(broker, names) == 5
+
+
+async def test_a_prefetch_above_one_without_a_batch_handler_keeps_the_order(
+    seen_db: str, broker: Broker, names: spine.Names
+) -> None:
+    """The single-message API with a prefetch of N (no batch handler): the queue's worker
+    handles one message at a time, in delivery order, each in its own transaction."""
+    handler = BatchEffects()
+    release = asyncio.Event()
+    inside = asyncio.Event()
+    original = handler.__call__
+
+    async def held_first(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        if not release.is_set():
+            inside.set()
+            await release.wait()
+        return await original(conn, message)
+
+    messages = [_message(names, key=KEY, n=i) for i in range(20)]
+    async with _pool(seen_db) as pool:
+        consumer = Consumer(
+            broker=broker,
+            pool=pool,
+            queues=names.queues,
+            consumer_name=CONSUMER,
+            handler=held_first,
+            dead_letter_exchange=names.dlx,
+            dead_letter_key=names.dead_key,
+            table=spine.PROCESSED,
+            prefetch=50,
+        )
+        assert consumer.pipelined and consumer.max_batch == 1
+        async with _consuming(consumer):
+            await broker.publish(messages[:1])
+            await asyncio.wait_for(inside.wait(), 10)
+            await broker.publish(messages[1:])
+            await asyncio.sleep(0.3)
+            release.set()
+            await _until_count(seen_db, PROCESSED, 20)
+    assert handler.batches == []
+    assert await _seen(seen_db) == list(range(20))
+    assert await _queues_empty(broker, names) == 0
