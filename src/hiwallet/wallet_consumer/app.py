@@ -3,11 +3,12 @@ HTTP app for ``/health``, ``/ready`` (database, broker and the consumer) and ``/
 
 At start it connects to PostgreSQL as the wallet database's application role and to RabbitMQ,
 declares the top-up topology itself (idempotent: whoever starts first declares it), and
-consumes every partition with a prefetch of ``prefetch`` (100), handling what each queue has
-delivered in batches in delivery order, one transaction a batch (core.consumer's batch mode; the
-queues are single-active-consumer: another instance is a standby). At stop (SIGTERM, Ctrl-C) it
-takes no new batch, finishes the one in hand, and closes; a message it could not finish is
-redelivered, and its processed_events row makes that harmless.
+consumes every partition with a prefetch of ``prefetch`` (200), handling what each queue has
+delivered in batches of up to ``max_batch`` (100) in delivery order, one transaction a batch
+(core.consumer's batch mode; the queues are single-active-consumer: another instance is a
+standby). At stop (SIGTERM, Ctrl-C) it takes no new batch, finishes the one in hand, and
+closes; a message it could not finish is redelivered, and its processed_events row makes that
+harmless.
 """
 
 from __future__ import annotations

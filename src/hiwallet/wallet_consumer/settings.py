@@ -35,7 +35,9 @@ class WalletConsumerSettings(BaseSettings):
     # and the ack after the commit, a wallet's messages are handled in the order they were
     # published to its partition, as with prefetch 1. SYSTEM.md says prefetch 1: one message
     # per transaction carried ~260-320/s end to end, short of 1,000/s (docs/spine.md, figures).
-    prefetch: int = 100
+    # Twice max_batch: the next batch is delivered while one is handled (with prefetch =
+    # max_batch, a full batch leaves the broker nothing to send until its ack).
+    prefetch: int = 200
     # The most messages handled in one transaction (what is already delivered, never waited
     # for); 1 = one message per transaction (the single path, still in order).
     max_batch: int = 100
