@@ -132,7 +132,20 @@ async def test_a_redelivery_after_the_consumer_died_before_its_ack_changes_nothi
             return  # committed, never acked
         await real_ack(self, queue, message, outcome)
 
+    real_ack_batch = Consumer._ack_batch
+
+    async def ack_batch_unless_dying(
+        self: Consumer,
+        queue: str,
+        messages: list[aio_pika.abc.AbstractIncomingMessage],
+        outcomes: list[str],
+    ) -> None:
+        if dying["on"]:
+            return  # the batch mode's ack (core.consumer): committed, never acked
+        await real_ack_batch(self, queue, messages, outcomes)
+
     monkeypatch.setattr(Consumer, "_ack", ack_unless_dying)
+    monkeypatch.setattr(Consumer, "_ack_batch", ack_batch_unless_dying)
     async with running(settings, wallet_db):
         await broker.publish([outgoing(settings, body)])
         await until(lambda: _equals(processed(pool), 1))

@@ -98,22 +98,6 @@ async def test_a_key_taken_by_another_transaction_is_unprocessable(
     await verified(ledger)
 
 
-@pytest.fixture
-async def closed_wallet(ledger: Ledger, owner: asyncpg.Connection) -> str:
-    """A wallet with wallet-api's record of it, closed (no close operation exists yet: by hand)."""
-    wallet = (await ledger.open_wallet("closer", bucket=9)).wallet_id
-    await owner.execute(
-        "INSERT INTO wallet.accounts (bucket, id, kind, tier, opened_by, created_at, updated_at)"
-        " VALUES (9, '0009:a:closer', 'personal', 'verified', 'test', now(), now())"
-    )
-    await owner.execute(
-        "INSERT INTO wallet.wallets (bucket, id, account_id, currency, number, created_at, closed_at)"
-        " VALUES (9, $1, '0009:a:closer', 'TRY', '0009000000000001', now(), now())",
-        wallet,
-    )
-    return wallet
-
-
 @pytest.mark.parametrize(
     ("case", "reason"),
     [

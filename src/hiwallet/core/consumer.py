@@ -19,6 +19,19 @@ What goes wrong, and what happens then:
   ``hiwallet dead-letters replay`` puts it back once its cause is fixed.
 - A message that kills the process every time: the queue's own ``x-delivery-limit``
   dead-letters it (core/broker.py).
+
+Batches in order (``batch_handler``, docs/spine.md): with a prefetch of N, a worker per queue
+takes the messages already delivered (up to ``max_batch``, never waiting for more) and handles
+them in ONE transaction: one statement claims all their ids in processed_events (returning the
+new ones), the batch handler handles the new ones in delivery order, one statement stores their
+outcomes, COMMIT, then one ack (``multiple``) up to the last. Order holds as with prefetch 1:
+the queue is single-active-consumer, each queue has its own channel (delivery tags in the
+queue's order), the deliveries reach the worker's buffer in that order (each callback appends
+first thing, and asyncio runs the callbacks' tasks in the order they were created), one worker
+per queue handles one batch at a time in that order, and acks only after its commit. A
+transient error pauses and retries the whole batch (nothing acked, nothing counted); any other
+failure of the batch rolls it back and its messages go one at a time through the single path
+above, so only the guilty one is retried and dead-lettered.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ import aio_pika.abc
 import asyncpg
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
@@ -56,7 +69,9 @@ __all__ = [
     "DEAD_ORIGINAL_QUEUE_HEADER",
     "DEAD_ORIGINAL_ROUTING_KEY_HEADER",
     "DEAD_REASON_HEADER",
+    "MAX_BATCH",
     "PROCESSED_EVENTS_SQL",
+    "BatchHandler",
     "Consumer",
     "ConsumerMetrics",
     "Handler",
@@ -100,6 +115,8 @@ PROBE_TIMEOUT_S = 2.0
 # A message that could not be dead-lettered (the broker is unavailable) goes back to its queue
 # after this long, rather than at once in a tight loop.
 REQUEUE_DELAY_S = 1.0
+# The most messages one transaction handles (the claim's and the outcomes' arrays).
+MAX_BATCH = 1000
 _SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
 
 
@@ -151,6 +168,16 @@ class IncomingMessage:
 # what it returns is stored as the outcome (JSON).
 Handler = Callable[[asyncpg.Connection, IncomingMessage], Awaitable[Mapping[str, Any]]]
 
+# The batch mode's handler: the new messages of a batch (repeats taken out), in delivery order,
+# handled on ``conn`` inside the transaction that also records them; it answers one outcome per
+# message, in the same order. It raises if it cannot handle the batch (any message's
+# Unprocessable, a defect): the batch is rolled back and its messages go one at a time through
+# the single ``Handler``, so it need not find out which message was guilty. A transient error
+# (the database, the service's "unavailable") is raised as it is: the batch is retried whole.
+BatchHandler = Callable[
+    [asyncpg.Connection, Sequence[IncomingMessage]], Awaitable[Sequence[Mapping[str, Any]]]
+]
+
 
 class ConsumerMetrics:
     """The consumer's metrics, in the service's registry. No label holds an id."""
@@ -180,6 +207,19 @@ class ConsumerMetrics:
             "Times the consumer stopped taking messages because the database was unavailable",
             registry=self.registry,
         )
+        self.batch_size = Histogram(
+            "hiwallet_consumer_batch_size",
+            "Messages handled in one transaction (batch mode)",
+            ["queue"],
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+            registry=self.registry,
+        )
+        self.batch_fallbacks = Counter(
+            "hiwallet_consumer_batch_fallbacks",
+            "Batches that failed as a whole and went one message at a time",
+            ["queue"],
+            registry=self.registry,
+        )
 
 
 class _Malformed(Exception):
@@ -192,6 +232,9 @@ class _Queue:
     channel: aio_pika.abc.AbstractChannel
     queue: aio_pika.abc.AbstractQueue
     tag: str = ""
+    # Batch mode: the deliveries not yet taken, in delivery order, and the queue's worker.
+    buffer: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -219,11 +262,15 @@ class Consumer:
         transient_errors: tuple[type[BaseException], ...] = (),
         table: str = "processed_events",
         prefetch: int = 1,
+        batch_handler: BatchHandler | None = None,
+        max_batch: int = 100,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
         if not 1 <= max_attempts <= 100:
             raise ValueError(f"max_attempts must be 1..100, not {max_attempts}")
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be 1..{MAX_BATCH}, not {max_batch}")
         self._broker = broker
         self._pool = pool
         self.queues = list(queues)
@@ -240,8 +287,16 @@ class Consumer:
         self.metrics = metrics or ConsumerMetrics()
         self.table = checked_identifier(table)
         self.prefetch = prefetch
+        self._batch_handler = batch_handler
+        # A worker per queue whenever more than one message may be in hand (a prefetch above 1
+        # or a batch handler): the deliveries wait in its buffer and are handled in order, one
+        # batch (or, without a batch handler, one message) at a time.
+        self.pipelined = prefetch > 1 or batch_handler is not None
+        self.max_batch = max_batch if batch_handler is not None else 1
         self._claim = _QUERIES["claim_event"].format(table=self.table)
         self._store = _QUERIES["store_outcome"].format(table=self.table)
+        self._claim_many = _QUERIES["claim_events"].format(table=self.table)
+        self._store_many = _QUERIES["store_outcomes"].format(table=self.table)
         self._consuming: list[_Queue] = []
         self._in_hand = 0
         self._idle = asyncio.Event()
@@ -264,7 +319,8 @@ class Consumer:
 
     async def run(self) -> None:
         """Consume until :meth:`stop` (or cancellation, which stops the same way): one channel
-        per queue (prefetch 1: the queue's order is the handling order), a consumer tag naming
+        per queue (prefetch 1, or a prefetch of N handled in order by the queue's worker: the
+        queue's order is the handling order), a consumer tag naming
         this consumer and process. On a single-active-consumer queue only one of the consumers
         gets messages; the others are standbys the broker switches to when it goes away."""
         try:
@@ -294,19 +350,28 @@ class Consumer:
                 queue = await channel.declare_queue(name, passive=True)
                 entry = _Queue(name, channel, queue)
                 self._consuming.append(entry)
+                if self.pipelined:
+                    entry.worker = asyncio.create_task(self._work(entry), name=f"consumer-{name}")
                 entry.tag = await queue.consume(
-                    self._on_message_of(name),
+                    self._buffer_of(entry) if self.pipelined else self._on_message_of(name),
                     no_ack=False,
                     consumer_tag=f"{self.consumer_name}.{name}.{self._tag_suffix}",
                 )
         except _SUBSCRIBE_FAILURES as exc:
             log.warning("consumer cannot subscribe; trying again", error=type(exc).__name__)
-            for entry in self._consuming:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(entry.channel.close(), 5.0)
-            self._consuming.clear()
+            await self._close_all()
             return False
         return True
+
+    async def _close_all(self) -> None:
+        for entry in self._consuming:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(entry.channel.close(), 5.0)
+            if entry.worker is not None:
+                entry.worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await entry.worker
+        self._consuming.clear()
 
     @property
     def started(self) -> bool:
@@ -314,7 +379,7 @@ class Consumer:
         return self._started.is_set() and not self._stop.is_set()
 
     async def stop(self) -> None:
-        """Take no new message, finish the one in hand, close the channels."""
+        """Take no new message (or batch), finish the one in hand, close the channels."""
         self._stop.set()
 
     async def _shutdown(self, finish_timeout_s: float = 30.0) -> None:
@@ -325,10 +390,8 @@ class Consumer:
         # The message in hand is finished (or, if it waits for the database, given back).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), finish_timeout_s)
-        for entry in self._consuming:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(entry.channel.close(), 5.0)
-        self._consuming.clear()
+        # The deliveries still in a buffer go back to their queue with the channel.
+        await self._close_all()
         log.info("consumer stopped", consumer=self.consumer_name)
 
     def _on_message_of(self, queue: str) -> Callable[[aio_pika.abc.AbstractIncomingMessage], Awaitable[None]]:
@@ -350,8 +413,161 @@ class Consumer:
 
         return on_message
 
-    async def _handle(self, queue: str, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        if message.redelivered:
+    def _buffer_of(self, entry: _Queue) -> Callable[[aio_pika.abc.AbstractIncomingMessage], Awaitable[None]]:
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            # First thing, without an await: the buffer's order is the delivery order.
+            entry.buffer.put_nowait(message)
+
+        return on_message
+
+    async def _work(self, entry: _Queue) -> None:
+        """The queue's worker: one batch at a time, in delivery order, until stopped."""
+        while True:
+            message = await entry.buffer.get()
+            if self._stop.is_set():
+                return  # what is left goes back to the queue with the channel
+            batch = [message]
+            # What is there already, and no more: a batch never waits for messages to come.
+            while len(batch) < self.max_batch and not entry.buffer.empty():
+                batch.append(entry.buffer.get_nowait())
+            self._in_hand += 1
+            self._idle.clear()
+            try:
+                if self._batch_handler is None:
+                    await self._handle(entry.name, message)
+                else:
+                    await self._handle_batch(entry.name, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A defect around the batch (not its handling, which is caught). Its unsettled
+                # messages are given back now rather than left unacked: a later batch's ack
+                # (multiple) would otherwise settle them unhandled.
+                log.exception("consumer: unexpected failure around a batch", queue=entry.name)
+                for unsettled in batch:
+                    with contextlib.suppress(Exception):  # settled already (acked, dead-lettered)
+                        await unsettled.reject(requeue=True)
+            finally:
+                self._in_hand -= 1
+                if self._in_hand == 0:
+                    self._idle.set()
+
+    async def _handle_batch(self, queue: str, messages: list[aio_pika.abc.AbstractIncomingMessage]) -> None:
+        self.metrics.batch_size.labels(queue).observe(len(messages))
+        for message in messages:
+            if message.redelivered:
+                self.metrics.redeliveries.labels(queue).inc()
+        try:
+            incoming = [_incoming(queue, message) for message in messages]
+        except _Malformed:
+            # The single path dead-letters the malformed one, in its place in the order.
+            await self._one_at_a_time(queue, messages)
+            return
+        transient_streak = 0
+        while True:
+            if self._stop.is_set() and not self._database_up.is_set():
+                return  # stopping while paused: the batch goes back with the channel
+            await self._database_up.wait()
+            try:
+                outcomes = await self._process_batch(incoming)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._is_transient(exc):
+                    # Not the batch's fault: nothing acked, no attempt counted; the same batch
+                    # again once the database answers.
+                    log.warning(
+                        "consumer paused: database unavailable",
+                        queue=queue,
+                        batch=len(messages),
+                        error=type(exc).__name__,
+                        **db_fields(exc),
+                    )
+                    await self._probe_until_up()
+                    if self._stop.is_set():
+                        return
+                    transient_streak += 1
+                    if transient_streak > 1:
+                        await asyncio.sleep(
+                            min(PROBE_BACKOFF_CAP_S, PROBE_BACKOFF_FIRST_S * 2 ** (transient_streak - 2))
+                        )
+                    continue
+                # Rolled back: one at a time, each message finds out for itself, and only a
+                # guilty one is retried and dead-lettered.
+                log.warning(
+                    "consumer: batch failed; its messages go one at a time",
+                    queue=queue,
+                    batch=len(messages),
+                    error=type(exc).__name__,
+                )
+                self.metrics.batch_fallbacks.labels(queue).inc()
+                await self._one_at_a_time(queue, messages)
+                return
+            await self._ack_batch(queue, messages, outcomes)
+            return
+
+    async def _one_at_a_time(self, queue: str, messages: list[aio_pika.abc.AbstractIncomingMessage]) -> None:
+        for message in messages:
+            if self._stop.is_set():
+                return  # the rest go back with the channel
+            await self._handle(queue, message, counted=True)
+
+    async def _process_batch(self, incoming: list[IncomingMessage]) -> list[str]:
+        """One transaction: claim every id, handle the new ones, store their outcomes."""
+        if self._batch_handler is None:
+            raise RuntimeError("no batch handler")
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(self._claim_many, self.consumer_name, [m.message_id for m in incoming])
+            new = {row["message_id"] for row in rows}
+            fresh: list[IncomingMessage] = []
+            outcomes: list[str] = []
+            for message in incoming:
+                if message.message_id in new:
+                    new.discard(message.message_id)  # a second copy in the batch is a repeat
+                    fresh.append(message)
+                    outcomes.append("processed")
+                else:
+                    outcomes.append("duplicate")
+            if fresh:
+                answers = list(await self._batch_handler(conn, fresh))
+                if len(answers) != len(fresh):
+                    raise RuntimeError(f"the batch handler answered {len(answers)} outcomes for {len(fresh)}")
+                await conn.execute(
+                    self._store_many,
+                    self.consumer_name,
+                    [m.message_id for m in fresh],
+                    [orjson.dumps(dict(a or {}), default=str).decode() for a in answers],
+                )
+        return outcomes
+
+    async def _ack_batch(
+        self, queue: str, messages: list[aio_pika.abc.AbstractIncomingMessage], outcomes: list[str]
+    ) -> None:
+        """After the commit: one ack up to the last message when they share a channel (every
+        earlier delivery of that channel is settled: one batch at a time), else one each (a
+        reconnect in between: the old channel's acks fail and those come back as repeats)."""
+        last = messages[-1]
+        try:
+            channel = last.channel
+            one_channel = all(m.channel is channel for m in messages)
+        except Exception:
+            one_channel = False
+        if not one_channel:
+            for message, outcome in zip(messages, outcomes, strict=True):
+                await self._ack(queue, message, outcome)
+            return
+        try:
+            await last.ack(multiple=True)
+        except Exception as exc:
+            log.warning("consumer: ack failed; the batch will come back as repeats", error=type(exc).__name__)
+            return
+        for outcome in outcomes:
+            self.metrics.messages.labels(queue, outcome).inc()
+
+    async def _handle(
+        self, queue: str, message: aio_pika.abc.AbstractIncomingMessage, *, counted: bool = False
+    ) -> None:
+        if message.redelivered and not counted:
             self.metrics.redeliveries.labels(queue).inc()
         request_id = (message.headers or {}).get(REQUEST_ID_HEADER)
         token = REQUEST_ID.set(request_id if isinstance(request_id, str) else Ellipsis)

@@ -3,10 +3,12 @@ HTTP app for ``/health``, ``/ready`` (database, broker and the consumer) and ``/
 
 At start it connects to PostgreSQL as the wallet database's application role and to RabbitMQ,
 declares the top-up topology itself (idempotent: whoever starts first declares it), and
-consumes every partition with prefetch 1 (the queues are single-active-consumer: another
-instance is a standby). At stop (SIGTERM, Ctrl-C) it takes no new message, finishes the one in
-hand, and closes; a message it could not finish is redelivered, and its processed_events row
-makes that harmless.
+consumes every partition with a prefetch of ``prefetch`` (200), handling what each queue has
+delivered in batches of up to ``max_batch`` (100) in delivery order, one transaction a batch
+(core.consumer's batch mode; the queues are single-active-consumer: another instance is a
+standby). At stop (SIGTERM, Ctrl-C) it takes no new batch, finishes the one in hand, and
+closes; a message it could not finish is redelivered, and its processed_events row makes that
+harmless.
 """
 
 from __future__ import annotations
@@ -100,18 +102,21 @@ def create_wallet_consumer_app(
             await broker.start()
             await broker.declare(topology_of(settings))
             ledger = Ledger(LedgerStore.from_settings(pool, core), Fees.from_settings(core))
+            handler = TopupHandler(ledger, topup_metrics)
             consumer = Consumer(
                 broker=broker,
                 pool=pool,
                 queues=partition_queues(settings.exchange, settings.partitions),
                 consumer_name=CONSUMER_NAME,
-                handler=TopupHandler(ledger, topup_metrics),
+                handler=handler,
                 dead_letter_exchange=settings.dead_letter_exchange,
                 dead_letter_key=settings.dead_letter_key,
                 max_attempts=settings.max_attempts,
                 is_transient=is_transient,
                 metrics=consumer_metrics,
                 prefetch=settings.prefetch,
+                batch_handler=handler.batch if settings.max_batch > 1 else None,
+                max_batch=settings.max_batch,
             )
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)

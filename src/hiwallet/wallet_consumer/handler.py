@@ -28,7 +28,7 @@ Every answer of the ledger is mapped here, deliberately:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -49,6 +49,7 @@ from hiwallet.ledger import (
     NotFound,
     NothingToExpire,
     NotRefundable,
+    PostResult,
     TransactionIdReused,
     TxType,
     cash_account,
@@ -57,12 +58,14 @@ from hiwallet.ledger import (
 from hiwallet.wallet_consumer.metrics import TopupMetrics
 from hiwallet.wallet_consumer.topups import (
     MESSAGE_TYPE,
+    Q,
     TopupRecorded,
     Unattributed,
     credited_under_key,
     outcome,
     record_unattributed,
     unattributed_of,
+    wallet_bucket,
     why_not_creditable,
 )
 
@@ -108,6 +111,87 @@ class TopupHandler:
             self.metrics.count(done["result"])
         return done
 
+    async def batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        """``core.consumer.BatchHandler``: the batch's top-ups in the consumer's transaction, an
+        outcome each in order. A malformed body (Unprocessable) fails the batch: the consumer
+        then takes its messages one at a time and dead-letters that one only."""
+        done = await self.handle_batch(conn, [parse(m) for m in messages])
+        if self.metrics is not None:
+            for one in done:
+                self.metrics.count(one["result"])
+        return list(done)
+
+    async def handle_batch(
+        self, conn: asyncpg.Connection, bodies: Sequence[TopupRecorded]
+    ) -> list[dict[str, Any]]:
+        """The common case in two statements: one reads every wallet's state (and any
+        unattributed row of the payments), one posts every creditable top-up through the
+        ledger's batched path (postings decided in the given order: one wallet's lines in
+        message order). Any other top-up (not creditable now, unattributed before, or refused
+        by the ledger) is answered as :meth:`handle` answers it, each outcome the same as one
+        at a time. Those others touch no wallet's balance, and no two top-ups of the batch
+        share a payment (else all go one by one, in order), so the order between them and the
+        postings changes nothing."""
+        if len({b.payment_id for b in bodies}) < len(bodies):
+            # One payment twice in a batch: the second must see what the first did.
+            return [await self.handle(conn, body) for body in bodies]
+        buckets = [wallet_bucket(b.wallet) if b.wallet is not None else None for b in bodies]
+        rows = await conn.fetch(
+            Q["batch_state"],
+            [b.payment_id for b in bodies],
+            buckets,
+            [b.wallet if bucket is not None else None for b, bucket in zip(bodies, buckets, strict=True)],
+            [
+                cash_account(b.wallet) if bucket is not None and b.wallet is not None else None
+                for b, bucket in zip(bodies, buckets, strict=True)
+            ],
+        )
+        if len(rows) != len(bodies):
+            raise RuntimeError(f"batch_state answered {len(rows)} rows for {len(bodies)} top-ups")
+        answers: list[dict[str, Any] | None] = [None] * len(bodies)
+        creditable = [
+            i
+            for i, (body, row, bucket) in enumerate(zip(bodies, rows, buckets, strict=True))
+            if bucket is not None
+            and not row["unattributed"]
+            and row["currency"] == body.currency
+            and row["closed_at"] is None
+        ]
+        if creditable:
+            postings = [
+                self.ledger.topup_posting(
+                    bodies[i].payment_id,
+                    bodies[i].wallet or "",
+                    bodies[i].amount_minor,
+                    bodies[i].currency,
+                    provider=bodies[i].provider,
+                    actor=bodies[i].actor,
+                    ref=bodies[i].provider_payment_id,
+                )
+                for i in creditable
+            ]
+            try:
+                raw = await conn.fetchval(Q["post_topups"], self.ledger.batch_arguments(postings))
+            except Exception as exc:
+                # LedgerUnavailable pauses the consumer; anything else fails the batch, whose
+                # messages then go one at a time.
+                raise self.ledger.error_of(exc) from exc
+            if len(raw) != len(creditable):
+                raise RuntimeError(f"ledger.post_batch answered {len(raw)} for {len(creditable)} postings")
+            for i, answer in zip(creditable, raw, strict=True):
+                try:
+                    posted = self.ledger.answer(answer)
+                except LedgerError as exc:
+                    answers[i] = await self._refused(conn, bodies[i], exc)
+                else:
+                    answers[i] = self._credited(bodies[i], posted)
+        done: list[dict[str, Any]] = []
+        for body, answer in zip(bodies, answers, strict=True):
+            done.append(answer if answer is not None else await self.handle(conn, body))
+        return done
+
     async def handle(self, conn: asyncpg.Connection, body: TopupRecorded) -> dict[str, Any]:
         # A payment that was unattributed is the operator's: credited only by its attribution
         # (which may have chosen a wallet in another bucket, where the key would not replay).
@@ -130,23 +214,33 @@ class TopupHandler:
                 ref=body.provider_payment_id,
                 conn=conn,
             )
-        except TransactionIdReused as exc:
+        except LedgerError as exc:
+            return await self._refused(conn, body, exc)
+        return self._credited(body, posted)
+
+    async def _refused(
+        self, conn: asyncpg.Connection, body: TopupRecorded, exc: LedgerError
+    ) -> dict[str, Any]:
+        """The ledger's refusal of the top-up: an outcome, or raised (see the module's list)."""
+        wallet = body.wallet or ""
+        if isinstance(exc, TransactionIdReused):
             return await self._reused(body, exc)
-        except AccountNotFound as exc:
+        if isinstance(exc, AccountNotFound):
             if exc.fields.get("account") in (cash_account(wallet), promo_account(wallet)):
                 return await self._unattributed(conn, body, Unattributed.UNKNOWN_WALLET)
             # No clearing account for this provider or currency: fixable, then replayable.
             raise Unprocessable(f"no ledger account {str(exc.fields.get('account'))[:120]}") from exc
-        except CurrencyMismatch:
+        if isinstance(exc, CurrencyMismatch):
             return await self._unattributed(conn, body, Unattributed.CURRENCY_MISMATCH)
-        except InvalidRequest as exc:
+        if isinstance(exc, InvalidRequest):
             raise Unprocessable(f"the ledger refused the top-up as invalid ({exc.code})") from exc
-        except LedgerUnavailable:
-            raise  # a retry cures it: the consumer pauses (is_transient)
-        except _IMPOSSIBLE as exc:
+        if isinstance(exc, LedgerUnavailable):
+            raise exc  # a retry cures it: the consumer pauses (is_transient)
+        if isinstance(exc, _IMPOSSIBLE):
             raise Unprocessable(f"the ledger refused a top-up with {exc.code}: a defect") from exc
-        except LedgerError as exc:
-            raise Unprocessable(f"unknown ledger refusal {exc.code}: a defect") from exc
+        raise Unprocessable(f"unknown ledger refusal {exc.code}: a defect") from exc
+
+    def _credited(self, body: TopupRecorded, posted: PostResult) -> dict[str, Any]:
         log.info(
             "top-up credited" if not posted.replayed else "top-up credited before",
             payment_id=body.payment_id,

@@ -14,3 +14,19 @@ UPDATE {table} SET outcome = $3::text::jsonb WHERE consumer = $1 AND message_id 
 
 -- name: probe
 SELECT 1
+
+-- name: claim_events
+-- First of a batch's transaction: one statement claims every message of the batch and returns
+-- the ids that are new (the others are repeats: processed before). A message twice in one
+-- batch is claimed once (DO NOTHING skips the second row of the same statement). As for
+-- claim_event, a concurrent claim of one of these ids waits for this transaction.
+INSERT INTO {table} (consumer, message_id)
+SELECT $1, m FROM unnest($2::text[]) AS m
+ON CONFLICT (consumer, message_id) DO NOTHING
+RETURNING message_id
+
+-- name: store_outcomes
+UPDATE {table} AS t
+   SET outcome = o.outcome::jsonb
+  FROM unnest($2::text[], $3::text[]) AS o (message_id, outcome)
+ WHERE t.consumer = $1 AND t.message_id = o.message_id

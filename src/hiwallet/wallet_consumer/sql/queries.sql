@@ -68,3 +68,22 @@ SELECT t.id, t.type, t.ref, t.metadata
     ON t.bucket = b AND t.id = lpad(b::text, 4, '0') || ':' || $1
  ORDER BY t.posted_at
  LIMIT 1
+
+-- name: batch_state
+-- citus: multi-bucket read (a batch's wallets are in many buckets; not yet tried on Citus,
+-- as wallet.transfer_batch: docs/ledger-citus.md)
+-- wallet_state and unattributed_of_payment for a batch of top-ups in one statement, one row per
+-- top-up in the order given (n, 1-based). A top-up whose row shows anything but an open wallet
+-- of its currency and no unattributed row goes the single way (TopupHandler.handle).
+SELECT i.n, a.currency, w.closed_at, (u.payment_id IS NOT NULL) AS unattributed
+  FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[])
+       WITH ORDINALITY AS i (payment_id, bucket, wallet, account, n)
+  LEFT JOIN ledger.accounts a ON a.bucket = i.bucket AND a.id = i.account
+  LEFT JOIN wallet.wallets w ON w.bucket = i.bucket AND w.id = i.wallet
+  LEFT JOIN wallet.unattributed_topups u ON u.payment_id = i.payment_id
+ ORDER BY i.n
+
+-- name: post_topups
+-- The ledger's batched posting path (migrations/wallet/0008): an answer per posting, a refusal
+-- leaving nothing and not stopping the others. In the consumer's transaction.
+SELECT ledger.post_batch($1)
