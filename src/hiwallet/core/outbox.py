@@ -48,6 +48,7 @@ __all__ = [
     "OutboxMetrics",
     "Relay",
     "RelayFault",
+    "RelayHint",
     "RelayStopped",
     "enqueue",
     "outbox_lag",
@@ -76,14 +77,20 @@ def _query(name: str, table: str) -> str:
     return _QUERIES[name].format(table=checked_identifier(table))
 
 
-def outbox_table_sql(table: str = "outbox", channel: str = "outbox") -> str:
+def outbox_table_sql(table: str = "outbox", channel: str = "outbox", *, notify_trigger: bool = True) -> str:
     """The outbox's DDL for ``table`` (e.g. ``topup.outbox``), whose inserts notify ``channel``
-    (e.g. ``topup_outbox``). Each database that publishes copies it into a migration."""
+    (e.g. ``topup_outbox``). Each database that publishes copies it into a migration.
+
+    ``notify_trigger=False`` leaves the NOTIFY trigger out: the service then wakes its relay
+    itself after each commit that wrote rows (:class:`RelayHint`). A transaction that has sent
+    a NOTIFY holds PostgreSQL's one notify-queue lock from its commit until the commit is
+    flushed, so every writer of a trigger-notified outbox commits one after the other: fine for
+    a few writes a second, the bound for a service that writes hundreds (topup-webhook)."""
     table = checked_identifier(table)
     channel = checked_identifier(channel)
     schema, _, bare = table.rpartition(".")
     function = f"{schema}.{bare}_notify" if schema else f"{bare}_notify"
-    return f"""\
+    ddl = f"""\
 -- The transactional outbox (core/outbox.py): messages written in the same transaction as the
 -- change they announce, published by the relay, marked sent after the broker's confirm.
 CREATE TABLE {table} (
@@ -100,6 +107,13 @@ CREATE TABLE {table} (
 -- The relay's claim and the lag gauge read only the unsent rows: a small index, however many
 -- sent rows wait for the purge.
 CREATE INDEX {bare}_unsent ON {table} (id) WHERE sent_at IS NULL;
+"""
+    if not notify_trigger:
+        return ddl + f"""\
+-- No NOTIFY trigger: the service wakes the relay itself after each commit that wrote rows
+-- (core.outbox.RelayHint, on channel {channel}); the relay's poll is the safety net.
+"""
+    return ddl + f"""\
 
 -- A hint to the relay that rows are due, so a message leaves within milliseconds instead of at
 -- the next poll. Sent at commit (NOTIFY is transactional: a rolled-back insert wakes nobody),
@@ -271,6 +285,7 @@ class Relay:
         self._on_published = on_published
         self._fault = fault
         self._leader = False
+        self._wake: asyncio.Event | None = None  # the leading session's: set, it passes again
         self._worked = False  # a pass completed in the current session (resets the back-off)
         self._claim = _query("claim", table)
         self._mark = _query("mark_sent", table)
@@ -279,6 +294,18 @@ class Relay:
     def leader(self) -> bool:
         """Whether this relay holds the lock (and works) now."""
         return self._leader
+
+    def wake(self) -> bool:
+        """A hint from a writer in this process, after its commit: rows are due. True when this
+        relay leads (it passes again at once, or once more after the pass it is in); False when
+        it does not (another instance's relay leads, or none does this moment: a NOTIFY is
+        what reaches the one elsewhere, and a new leader's first pass finds every committed
+        row)."""
+        wake = self._wake
+        if not self._leader or wake is None:
+            return False
+        wake.set()
+        return True
 
     async def run(self) -> None:
         """Forever (until cancelled): connect, wait for the lock (standby), then lead until the
@@ -316,6 +343,7 @@ class Relay:
                 if self._leader:
                     log.info("relay no longer leads", table=self.table)
                 self._leader = False
+                self._wake = None
                 await _close(conn)
             await asyncio.sleep(self._retry_delay_s(failures))
 
@@ -336,7 +364,9 @@ class Relay:
             await asyncio.sleep(self.takeover_poll_s)
         self._leader = True
         log.info("relay leads", table=self.table, lock_key=self.lock_key)
-        wake = asyncio.Event()
+        # Set by the NOTIFY below and by writers in this process (wake()); a commit before
+        # the first pass is found by it.
+        wake = self._wake = asyncio.Event()
         lost = asyncio.Event()
 
         def hint(*_: object) -> None:
@@ -432,3 +462,74 @@ async def _close(conn: asyncpg.Connection) -> None:
         if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
             log.warning("relay connection close failed", error=type(exc).__name__)
         conn.terminate()
+
+
+class RelayHint:
+    """Wakes the relay after a commit that wrote outbox rows, for an outbox without the NOTIFY
+    trigger (``outbox_table_sql(..., notify_trigger=False)``): the writer calls
+    :meth:`committed` once its transaction has committed.
+
+    When ``relay`` (this process's) leads, it is woken directly: no round trip. Otherwise one
+    ``pg_notify(channel)`` reaches the leader in another instance, sent on a pooled connection
+    in a transaction of its own, never inside a writer's (a NOTIFY serializes commits on the
+    server's notify-queue lock). Coalesced: at most one in flight; commits while one is in
+    flight cause exactly one more after it (never zero: the one in flight may have reached the
+    relay before their rows were committed, so none is lost). Only a hint: one that fails is
+    logged, and the relay's poll finds the rows."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        channel: str,
+        *,
+        relay: Relay | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("the hint's timeout must be positive")
+        self._pool = pool
+        self.channel = checked_identifier(channel)
+        self.relay = relay
+        self.timeout_s = timeout_s
+        self._query = _QUERIES["notify"]
+        self._sending: asyncio.Task[None] | None = None
+        self._again = False
+        self.sent = 0  # NOTIFYs sent (tests, and what the coalescing saved)
+
+    def committed(self) -> None:
+        """Rows were committed: wake the relay. Never blocks, never raises."""
+        if self.relay is not None and self.relay.wake():
+            return
+        if self._sending is not None:
+            self._again = True  # one more after the one in flight
+            return
+        self._sending = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                self._again = False  # before the round trip: a commit during it asks again
+                try:
+                    await asyncio.wait_for(self._pool.execute(self._query, self.channel), self.timeout_s)
+                    self.sent += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the poll is the safety net
+                    log.warning("relay hint not sent", channel=self.channel, error=type(exc).__name__)
+                if not self._again:
+                    return
+        finally:
+            self._sending = None
+
+    async def aclose(self) -> None:
+        """Let the hint in flight (and the one it owes) go out, within the timeout; before the
+        pool closes."""
+        task = self._sending
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 2 * self.timeout_s)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -32,6 +32,15 @@ class TopupWebhookSettings(BaseSettings):
     tolerance_s: int = 300
     max_body_bytes: int = 65_536
 
+    # Concurrent notifications share one statement and one commit (topup.ingest_batch through
+    # core/coalesce.py): how many batches may be in flight at once (0: each notification alone)
+    # and how many notifications one holds. One writer drains (the next batch gathers while one
+    # runs: the biggest batches); another starts only when a batch has been in flight for
+    # ingest_spare_after_ms with notifications waiting (a lock held elsewhere).
+    ingest_writers: int = 4
+    ingest_max_batch: int = 64
+    ingest_spare_after_ms: int = 50
+
     # Where TopupRecorded goes (the relay declares core.broker.topups_topology() at start; tests
     # pass their own names).
     exchange: str = TOPUPS_EXCHANGE
