@@ -109,11 +109,16 @@ CREATE TABLE {table} (
 CREATE INDEX {bare}_unsent ON {table} (id) WHERE sent_at IS NULL;
 """
     if not notify_trigger:
-        return ddl + f"""\
+        return (
+            ddl
+            + f"""\
 -- No NOTIFY trigger: the service wakes the relay itself after each commit that wrote rows
 -- (core.outbox.RelayHint, on channel {channel}); the relay's poll is the safety net.
 """
-    return ddl + f"""\
+        )
+    return (
+        ddl
+        + f"""\
 
 -- A hint to the relay that rows are due, so a message leaves within milliseconds instead of at
 -- the next poll. Sent at commit (NOTIFY is transactional: a rolled-back insert wakes nobody),
@@ -130,6 +135,7 @@ $$;
 CREATE TRIGGER {bare}_notify AFTER INSERT ON {table}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}();
 """
+    )
 
 
 # The documented shape (the contract's names): table ``outbox``, channel ``outbox``. A

@@ -158,7 +158,7 @@ def create_topup_webhook_app(
         pool = await create_topup_pool(settings, core)
         # The outbox has no NOTIFY trigger (migration 0002): each commit that wrote rows wakes
         # the relay from here, directly when the relay below leads, else by a pg_notify.
-        hint = RelayHint(pool, OUTBOX_CHANNEL)
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
         store = TopupStore.from_settings(pool, settings, hint.committed)
         service = TopupService(store, verifiers, metrics)
         app.state.store = store

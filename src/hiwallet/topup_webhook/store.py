@@ -64,7 +64,7 @@ _BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 
 
 @dataclass(frozen=True, slots=True)
-class _Ingest:
+class IngestItem:
     notification: Notification
     route: str
     request_id: str | None
@@ -96,7 +96,7 @@ class TopupStore:
         self.on_recorded = on_recorded
         # Two notifications of one payment or one event id may share a batch: topup.ingest_batch
         # takes them one after the other in one transaction, as if sequential (no conflict_key).
-        self._coalescer: Coalescer[_Ingest, Outcome] | None = (
+        self._coalescer: Coalescer[IngestItem, Outcome] | None = (
             Coalescer(
                 self.ingest_batch,
                 writers=writers,
@@ -125,13 +125,13 @@ class TopupStore:
         """One notification, stored (committed) when this returns; :class:`Unstorable` or
         :class:`StoreUnavailable` when it was not."""
         if self._coalescer is not None:
-            return await self._coalescer.submit(_Ingest(notification, route, request_id))
-        outcome = await self._ingest_alone(_Ingest(notification, route, request_id))
+            return await self._coalescer.submit(IngestItem(notification, route, request_id))
+        outcome = await self._ingest_alone(IngestItem(notification, route, request_id))
         if outcome is Outcome.RECORDED and self.on_recorded is not None:
             self.on_recorded()
         return outcome
 
-    async def _ingest_alone(self, item: _Ingest) -> Outcome:
+    async def _ingest_alone(self, item: IngestItem) -> Outcome:
         notification, p = item.notification, item.notification.payment
         try:
             answer = await self.pool.fetchval(
@@ -158,7 +158,7 @@ class TopupStore:
             raise error from exc
         return Outcome(answer)
 
-    async def ingest_batch(self, items: Sequence[_Ingest]) -> list[Outcome | Exception]:
+    async def ingest_batch(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
         """Many notifications in one statement (one transaction, one commit); an answer each,
         in order: its outcome, or :class:`Unstorable` / :class:`StoreUnavailable`.
 
@@ -194,7 +194,7 @@ class TopupStore:
             self.on_recorded()
         return outcomes
 
-    async def _each_alone(self, items: Sequence[_Ingest]) -> list[Outcome | Exception]:
+    async def _each_alone(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
         outcomes: list[Outcome | Exception] = []
         for item in items:
             try:
@@ -208,7 +208,7 @@ class TopupStore:
             self.on_recorded()
         return outcomes
 
-    def _batch_arguments(self, items: Sequence[_Ingest]) -> tuple[object, ...]:
+    def _batch_arguments(self, items: Sequence[IngestItem]) -> tuple[object, ...]:
         payments = [i.notification.payment for i in items]
         return (
             [i.notification.provider for i in items],
