@@ -70,10 +70,6 @@ class IngestItem:
     request_id: str | None
 
 
-def _is_busy(exc: BaseException) -> bool:
-    return isinstance(exc, _BUSY)
-
-
 class TopupStore:
     """``writers`` > 0: concurrent :meth:`ingest` calls share one statement and one commit
     (``topup.ingest_batch``, up to ``max_batch`` notifications; core/coalesce.py). 0: each
