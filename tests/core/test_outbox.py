@@ -386,3 +386,25 @@ async def test_the_hint_wakes_the_relay_of_its_own_process_directly(
     assert took_s < 1.5, took_s
     assert got.message_id == message.message_id
     assert hint.sent == 0  # no round trip
+
+
+async def test_under_a_stream_of_wake_ups_passes_are_spaced_a_lone_row_is_not_held(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    at: list[float] = []
+    relay = _relay(
+        spine_db, broker, min_pass_interval_s=0.4, on_published=lambda n: at.append(time.monotonic())
+    )
+    async with _running(relay):
+        await _until(lambda: relay.leader)
+        await asyncio.sleep(0.5)  # quiet: the next wake-up passes at once
+        committed = time.monotonic()
+        await _enqueue(spine_db, _message(names))  # the trigger wakes the relay
+        await _until(lambda: len(at) == 1)
+        assert at[0] - committed < 1.5  # not the 5 s poll, and not held
+        await _enqueue(spine_db, _message(names))  # right behind it: the next pass waits
+        await _until(lambda: len(at) == 2)
+        await spine.collect(broker, names.queues, 2, timeout_s=10)
+    assert at[1] - at[0] >= 0.3, at
+    with pytest.raises(ValueError, match="min_pass_interval_s"):
+        _relay(spine_db, broker, min_pass_interval_s=2.0)

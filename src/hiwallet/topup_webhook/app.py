@@ -193,6 +193,7 @@ def create_topup_webhook_app(
                 lock_key=RELAY_LOCK_KEY,
                 batch_size=settings.relay_batch,
                 poll_interval_s=settings.relay_poll_s,
+                min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
                 on_published=outbox_metrics.on_published,
             )
             app.state.relay = hint.relay = relay
