@@ -73,6 +73,39 @@ BEGIN
     RETURN 'reported';
 END $$;
 
+-- Name: ingest_batch(text[], text[], text[], text[], text[], text[], text[], text[], text[], bigint[], text[], text[], text, text[]); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.ingest_batch(p_providers text[], p_event_ids text[], p_event_types text[], p_routes text[], p_payloads text[], p_payment_ids text[], p_provider_payment_ids text[], p_wallets text[], p_references text[], p_amounts_minor bigint[], p_currencies text[], p_message_ids text[], p_exchange text, p_request_ids text[]) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'topup', 'pg_temp'
+    AS $$
+DECLARE
+    n int := coalesce(cardinality(p_event_ids), 0);
+    answers text[] := array_fill(NULL::text, ARRAY[n]);
+BEGIN
+    IF n > 1000 THEN
+        RAISE EXCEPTION 'a batch holds at most 1000 notifications, not %', n
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF coalesce(cardinality(p_providers), 0) <> n OR coalesce(cardinality(p_event_types), 0) <> n
+       OR coalesce(cardinality(p_routes), 0) <> n OR coalesce(cardinality(p_payloads), 0) <> n
+       OR coalesce(cardinality(p_payment_ids), 0) <> n
+       OR coalesce(cardinality(p_provider_payment_ids), 0) <> n
+       OR coalesce(cardinality(p_wallets), 0) <> n OR coalesce(cardinality(p_references), 0) <> n
+       OR coalesce(cardinality(p_amounts_minor), 0) <> n OR coalesce(cardinality(p_currencies), 0) <> n
+       OR coalesce(cardinality(p_message_ids), 0) <> n OR coalesce(cardinality(p_request_ids), 0) <> n
+    THEN
+        RAISE EXCEPTION 'topup.ingest_batch: the arrays differ in length' USING ERRCODE = 'array_subscript_error';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        answers[i] := topup.ingest(
+            p_providers[i], p_event_ids[i], p_event_types[i], p_routes[i], p_payloads[i]::jsonb,
+            p_payment_ids[i], p_provider_payment_ids[i], p_wallets[i], p_references[i],
+            p_amounts_minor[i], p_currencies[i], p_message_ids[i], p_exchange, p_request_ids[i]);
+    END LOOP;
+    RETURN answers;
+END $$;
+
 -- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: topup; Owner: -
 
 CREATE FUNCTION topup.outbox_keeps_unsent() RETURNS trigger
@@ -84,16 +117,6 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     RETURN OLD;
-END $$;
-
--- Name: outbox_notify(); Type: FUNCTION; Schema: topup; Owner: -
-
-CREATE FUNCTION topup.outbox_notify() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM pg_notify('topup_outbox', '');
-    RETURN NULL;
 END $$;
 
 -- Name: purge_inbox(interval, integer); Type: FUNCTION; Schema: topup; Owner: -
@@ -244,10 +267,6 @@ CREATE INDEX outbox_unsent ON topup.outbox USING btree (id) WHERE (sent_at IS NU
 
 CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON topup.outbox FOR EACH ROW EXECUTE FUNCTION topup.outbox_keeps_unsent();
 
--- Name: outbox outbox_notify; Type: TRIGGER; Schema: topup; Owner: -
-
-CREATE TRIGGER outbox_notify AFTER INSERT ON topup.outbox FOR EACH STATEMENT EXECUTE FUNCTION topup.outbox_notify();
-
 -- Name: SCHEMA topup; Type: ACL; Schema: -; Owner: -
 
 GRANT USAGE ON SCHEMA topup TO hiwallet_topup_app;
@@ -258,13 +277,14 @@ GRANT USAGE ON SCHEMA topup TO hiwallet_topup_readonly;
 REVOKE ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION topup.ingest(p_provider text, p_event_id text, p_event_type text, p_route text, p_payload jsonb, p_payment_id text, p_provider_payment_id text, p_wallet text, p_reference text, p_amount_minor bigint, p_currency text, p_message_id text, p_exchange text, p_request_id text) TO hiwallet_topup_app;
 
+-- Name: FUNCTION ingest_batch(p_providers text[], p_event_ids text[], p_event_types text[], p_routes text[], p_payloads text[], p_payment_ids text[], p_provider_payment_ids text[], p_wallets text[], p_references text[], p_amounts_minor bigint[], p_currencies text[], p_message_ids text[], p_exchange text, p_request_ids text[]); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.ingest_batch(p_providers text[], p_event_ids text[], p_event_types text[], p_routes text[], p_payloads text[], p_payment_ids text[], p_provider_payment_ids text[], p_wallets text[], p_references text[], p_amounts_minor bigint[], p_currencies text[], p_message_ids text[], p_exchange text, p_request_ids text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION topup.ingest_batch(p_providers text[], p_event_ids text[], p_event_types text[], p_routes text[], p_payloads text[], p_payment_ids text[], p_provider_payment_ids text[], p_wallets text[], p_references text[], p_amounts_minor bigint[], p_currencies text[], p_message_ids text[], p_exchange text, p_request_ids text[]) TO hiwallet_topup_app;
+
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: topup; Owner: -
 
 REVOKE ALL ON FUNCTION topup.outbox_keeps_unsent() FROM PUBLIC;
-
--- Name: FUNCTION outbox_notify(); Type: ACL; Schema: topup; Owner: -
-
-REVOKE ALL ON FUNCTION topup.outbox_notify() FROM PUBLIC;
 
 -- Name: FUNCTION purge_inbox(p_older_than interval, p_batch integer); Type: ACL; Schema: topup; Owner: -
 

@@ -16,7 +16,16 @@ import pytest
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.ids import new_id
 from hiwallet.core.logging import REQUEST_ID
-from hiwallet.core.outbox import Relay, RelayFault, RelayStopped, enqueue, outbox_lag, purge_sent
+from hiwallet.core.outbox import (
+    Relay,
+    RelayFault,
+    RelayHint,
+    RelayStopped,
+    enqueue,
+    outbox_lag,
+    outbox_table_sql,
+    purge_sent,
+)
 from hiwallet.core.settings import get_settings
 from tests.core import spine
 from tests.faultproxy import FaultProxy
@@ -273,3 +282,129 @@ async def test_a_relay_without_its_table_keeps_trying(
     async with _running(relay) as task:
         await asyncio.sleep(1.0)
         assert not task.done()  # a defect is logged and retried, the task does not end
+
+
+QUIET = "spine.quiet_outbox"
+QUIET_CHANNEL = "spine_quiet"
+
+
+async def _quiet_outbox(database: str) -> None:
+    """An outbox without the NOTIFY trigger: its writers wake the relay themselves."""
+    conn = await spine.owner_connect(database)
+    try:
+        await conn.execute(outbox_table_sql(QUIET, QUIET_CHANNEL, notify_trigger=False))
+        assert not await conn.fetchval(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal", QUIET
+        )
+    finally:
+        await conn.close()
+
+
+async def _enqueue_quiet(database: str, message: OutgoingMessage) -> None:
+    conn = await spine.owner_connect(database)
+    try:
+        async with conn.transaction():
+            await enqueue(conn, message, table=QUIET)
+    finally:
+        await conn.close()
+
+
+async def test_without_the_trigger_the_hint_after_commit_wakes_a_relay_elsewhere(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    await _quiet_outbox(spine_db)
+    published: list[int] = []
+    relay = _relay(spine_db, broker, table=QUIET, channel=QUIET_CHANNEL, on_published=published.append)
+    pool = await asyncpg.create_pool(spine.dsn_via(spine_db, 5432), min_size=1, max_size=2)
+    hint = RelayHint(pool, QUIET_CHANNEL)  # no relay of its own: the one above is "elsewhere"
+    try:
+        async with _running(relay):
+            await _until(lambda: relay.leader)
+            await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+            message = _message(names)
+            await _enqueue_quiet(spine_db, message)
+            committed = time.monotonic()
+            hint.committed()
+            (got,) = await spine.collect(broker, names.queues, 1, timeout_s=10)
+            took_s = time.monotonic() - committed
+            await _until(lambda: sum(published) == 1)
+    finally:
+        await hint.aclose()
+        await pool.close()
+    assert took_s < 1.5, took_s  # the hint, not the 5 s poll
+    assert got.message_id == message.message_id
+    assert hint.sent == 1
+
+
+async def test_the_hint_is_coalesced_and_never_loses_a_wake_up(spine_db: str) -> None:
+    pool = await asyncpg.create_pool(spine.dsn_via(spine_db, 5432), min_size=1, max_size=1)
+    listener = await spine.owner_connect(spine_db)
+    heard: list[str] = []
+    await listener.add_listener(QUIET_CHANNEL, lambda *args: heard.append(args[2]))
+    hint = RelayHint(pool, QUIET_CHANNEL)
+    try:
+        # Many commits before the hint goes out: one NOTIFY, sent after all of them, covers all.
+        for _ in range(20):
+            hint.committed()
+        await hint.aclose()
+        assert hint.sent == 1
+        # A commit while one is in flight: exactly one more after it (the one in flight may
+        # have reached the relay before that commit).
+        async with pool.acquire():  # the hint waits for the pool's one connection: in flight
+            hint.committed()
+            await asyncio.sleep(0.05)
+            hint.committed()
+            hint.committed()
+        await hint.aclose()
+        assert hint.sent == 3
+        await _until(lambda: len(heard) == 3)
+    finally:
+        await listener.close()
+        await pool.close()
+
+
+async def test_the_hint_wakes_the_relay_of_its_own_process_directly(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    await _quiet_outbox(spine_db)
+    relay = _relay(spine_db, broker, table=QUIET, channel=QUIET_CHANNEL)
+    pool = await asyncpg.create_pool(spine.dsn_via(spine_db, 5432), min_size=1, max_size=2)
+    hint = RelayHint(pool, QUIET_CHANNEL, relay=relay)
+    try:
+        assert not relay.wake()  # not leading (not running): a NOTIFY would be sent instead
+        async with _running(relay):
+            await _until(lambda: relay.leader)
+            message = _message(names)
+            await _enqueue_quiet(spine_db, message)
+            committed = time.monotonic()
+            hint.committed()
+            (got,) = await spine.collect(broker, names.queues, 1, timeout_s=10)
+            took_s = time.monotonic() - committed
+    finally:
+        await hint.aclose()
+        await pool.close()
+    assert took_s < 1.5, took_s
+    assert got.message_id == message.message_id
+    assert hint.sent == 0  # no round trip
+
+
+async def test_under_a_stream_of_wake_ups_passes_are_spaced_a_lone_row_is_not_held(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    at: list[float] = []
+    relay = _relay(
+        spine_db, broker, min_pass_interval_s=0.4, on_published=lambda n: at.append(time.monotonic())
+    )
+    async with _running(relay):
+        await _until(lambda: relay.leader)
+        await asyncio.sleep(0.5)  # quiet: the next wake-up passes at once
+        committed = time.monotonic()
+        await _enqueue(spine_db, _message(names))  # the trigger wakes the relay
+        await _until(lambda: len(at) == 1)
+        assert at[0] - committed < 1.5  # not the 5 s poll, and not held
+        await _enqueue(spine_db, _message(names))  # right behind it: the next pass waits
+        await _until(lambda: len(at) == 2)
+        await spine.collect(broker, names.queues, 2, timeout_s=10)
+    assert at[1] - at[0] >= 0.3, at
+    with pytest.raises(ValueError, match="min_pass_interval_s"):
+        _relay(spine_db, broker, min_pass_interval_s=2.0)

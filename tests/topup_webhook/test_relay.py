@@ -4,6 +4,7 @@ TopupRecorded (with confirms), within moments, and its outbox row is marked sent
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,13 +15,16 @@ import httpx
 
 from hiwallet.core.broker import Broker
 from hiwallet.core.ids import derived_id
-from hiwallet.core.settings import Settings
-from hiwallet.topup_webhook.app import create_topup_webhook_app
+from hiwallet.core.outbox import Relay
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.topup_webhook.app import RELAY_LOCK_KEY, create_topup_webhook_app, dedicated_connection
+from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests.core import spine
 from tests.topup_webhook.conftest import (
     post_bank,
     post_stripe,
+    running,
     stripe_events,
     topup_settings,
     wallet_id,
@@ -65,7 +69,7 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
             assert (await post_stripe(client, event)).status_code == 202
         response = await post_bank(client, w)
         assert response.status_code == 202
-        # the NOTIFY wakes the relay: far sooner than its 5 s poll
+        # the service wakes its relay after the commit (no trigger): far sooner than its 5 s poll
         await wait_sent(owner, 2)
         assert time.monotonic() - started < 4.0
         got = await spine.collect(broker, names.queues, 3, timeout_s=2.0)
@@ -105,3 +109,38 @@ async def test_ready_says_so_when_the_broker_is_away(topup_db: str, names: spine
         assert response.json()["checks"] == {"broker": "unavailable"}
         # notifications are still kept: the outbox holds them until the broker is back
         assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202
+
+
+async def test_a_relay_leading_in_another_instance_is_woken_by_the_hint(
+    topup_db: str, owner: asyncpg.Connection, broker: Broker, names: spine.Names
+) -> None:
+    """The outbox has no NOTIFY trigger: an instance whose relay does not lead sends one
+    pg_notify after its commit, which wakes the leader elsewhere far sooner than its poll."""
+    settings = topup_settings(topup_db, exchange=names.exchange)
+    await broker.declare(names.topology())
+    elsewhere = Relay(
+        connect=dedicated_connection(settings, get_settings()),
+        broker=broker,
+        table=OUTBOX_TABLE,
+        channel=OUTBOX_CHANNEL,
+        lock_key=RELAY_LOCK_KEY,
+        poll_interval_s=5.0,
+    )
+    task = asyncio.create_task(elsewhere.run())
+    try:
+        deadline = time.monotonic() + 10
+        while not elsewhere.leader and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+        async with running(settings) as client:  # this instance: the routes, no relay
+            started = time.monotonic()
+            assert (await post_stripe(client, stripe_events(wallet=wallet_id())[1])).status_code == 202
+            await wait_sent(owner, 1)
+            took_s = time.monotonic() - started
+            assert client.app.state.relay_hint.sent == 1  # type: ignore[attr-defined]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert took_s < 1.5, took_s
+    assert len(await spine.collect(broker, names.queues, 1, timeout_s=5.0)) == 1

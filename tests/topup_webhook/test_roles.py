@@ -1,6 +1,7 @@
 """The top-up database's roles (as tests/core/test_roles.py for the others; here to keep that
 file's sections apart): the application role writes inbox, payments and outbox only through
-topup.ingest and topup.purge_inbox, and the outbox only as its relay must."""
+topup.ingest (topup.ingest_batch: many at once) and topup.purge_inbox, and the outbox only as its
+relay must."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PINNED = "search_path=pg_catalog, topup, pg_temp"
 
 TOPUP_APP_WRITES: dict[str, set[str]] = {"topup.outbox": {"DELETE"}}
 TOPUP_APP_COLUMNS = {("topup.outbox", "sent_at", "UPDATE")}
-TOPUP_APP_FUNCTIONS = {"topup.ingest", "topup.purge_inbox"}
+TOPUP_APP_FUNCTIONS = {"topup.ingest", "topup.ingest_batch", "topup.purge_inbox"}
 
 INGEST = (
     "SELECT topup.ingest('stripe', $1, 'payment_intent.succeeded', 'webhook', '{}', $2, $3, $4, NULL,"
@@ -39,7 +40,7 @@ async def test_the_topup_roles_may_do_exactly_what_their_services_need(owner: as
         " AND has_function_privilege($1, p.oid, 'EXECUTE')",
         APP,
     )
-    assert {r["proname"] for r in rows} == {"ingest", "purge_inbox"}
+    assert {r["proname"] for r in rows} == {"ingest", "ingest_batch", "purge_inbox"}
     assert all(r["prosecdef"] and PINNED in (r["proconfig"] or []) for r in rows)
 
 
@@ -70,7 +71,7 @@ TOPUP_REFUSED = [
     "CREATE TABLE topup.shadow (id int)",
     "CREATE FUNCTION topup.shadow() RETURNS int LANGUAGE sql AS 'SELECT 1'",
     "ALTER FUNCTION topup.ingest SECURITY INVOKER",
-    "SELECT topup.outbox_notify()",
+    "ALTER FUNCTION topup.ingest_batch SECURITY INVOKER",
     "SELECT * FROM public.schema_migrations",
 ]
 

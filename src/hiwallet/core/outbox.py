@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "OutboxMetrics",
     "Relay",
     "RelayFault",
+    "RelayHint",
     "RelayStopped",
     "enqueue",
     "outbox_lag",
@@ -76,14 +78,20 @@ def _query(name: str, table: str) -> str:
     return _QUERIES[name].format(table=checked_identifier(table))
 
 
-def outbox_table_sql(table: str = "outbox", channel: str = "outbox") -> str:
+def outbox_table_sql(table: str = "outbox", channel: str = "outbox", *, notify_trigger: bool = True) -> str:
     """The outbox's DDL for ``table`` (e.g. ``topup.outbox``), whose inserts notify ``channel``
-    (e.g. ``topup_outbox``). Each database that publishes copies it into a migration."""
+    (e.g. ``topup_outbox``). Each database that publishes copies it into a migration.
+
+    ``notify_trigger=False`` leaves the NOTIFY trigger out: the service then wakes its relay
+    itself after each commit that wrote rows (:class:`RelayHint`). A transaction that has sent
+    a NOTIFY holds PostgreSQL's one notify-queue lock from its commit until the commit is
+    flushed, so every writer of a trigger-notified outbox commits one after the other: fine for
+    a few writes a second, the bound for a service that writes hundreds (topup-webhook)."""
     table = checked_identifier(table)
     channel = checked_identifier(channel)
     schema, _, bare = table.rpartition(".")
     function = f"{schema}.{bare}_notify" if schema else f"{bare}_notify"
-    return f"""\
+    ddl = f"""\
 -- The transactional outbox (core/outbox.py): messages written in the same transaction as the
 -- change they announce, published by the relay, marked sent after the broker's confirm.
 CREATE TABLE {table} (
@@ -100,6 +108,18 @@ CREATE TABLE {table} (
 -- The relay's claim and the lag gauge read only the unsent rows: a small index, however many
 -- sent rows wait for the purge.
 CREATE INDEX {bare}_unsent ON {table} (id) WHERE sent_at IS NULL;
+"""
+    if not notify_trigger:
+        return (
+            ddl
+            + f"""\
+-- No NOTIFY trigger: the service wakes the relay itself after each commit that wrote rows
+-- (core.outbox.RelayHint, on channel {channel}); the relay's poll is the safety net.
+"""
+        )
+    return (
+        ddl
+        + f"""\
 
 -- A hint to the relay that rows are due, so a message leaves within milliseconds instead of at
 -- the next poll. Sent at commit (NOTIFY is transactional: a rolled-back insert wakes nobody),
@@ -116,6 +136,7 @@ $$;
 CREATE TRIGGER {bare}_notify AFTER INSERT ON {table}
     FOR EACH STATEMENT EXECUTE FUNCTION {function}();
 """
+    )
 
 
 # The documented shape (the contract's names): table ``outbox``, channel ``outbox``. A
@@ -254,11 +275,14 @@ class Relay:
         on_published: Callable[[int], None] | None = None,
         fault: RelayFault | None = None,
         backoff_cap_s: float = BACKOFF_CAP_S,
+        min_pass_interval_s: float = 0.0,
     ) -> None:
         if not 1 <= batch_size <= 10_000:
             raise ValueError(f"batch_size must be 1..10000, not {batch_size}")
         if poll_interval_s <= 0 or takeover_poll_s <= 0 or backoff_cap_s <= 0:
             raise ValueError("the relay's intervals must be positive")
+        if not 0 <= min_pass_interval_s <= 1:
+            raise ValueError(f"min_pass_interval_s must be 0..1 s, not {min_pass_interval_s}")
         self._connect = connect
         self._broker = broker
         self.table = checked_identifier(table)
@@ -268,9 +292,15 @@ class Relay:
         self.poll_interval_s = poll_interval_s
         self.takeover_poll_s = takeover_poll_s
         self.backoff_cap_s = backoff_cap_s
+        # Under a steady stream of wake-ups, passes start at most this often: each pass costs
+        # round trips of its own (claim, mark, commit; the broker's confirms) whatever it sends,
+        # so fewer, bigger passes send the same rows for less. A wake-up after a quiet moment
+        # passes at once: a lone row still leaves within milliseconds.
+        self.min_pass_interval_s = min_pass_interval_s
         self._on_published = on_published
         self._fault = fault
         self._leader = False
+        self._wake: asyncio.Event | None = None  # the leading session's: set, it passes again
         self._worked = False  # a pass completed in the current session (resets the back-off)
         self._claim = _query("claim", table)
         self._mark = _query("mark_sent", table)
@@ -279,6 +309,18 @@ class Relay:
     def leader(self) -> bool:
         """Whether this relay holds the lock (and works) now."""
         return self._leader
+
+    def wake(self) -> bool:
+        """A hint from a writer in this process, after its commit: rows are due. True when this
+        relay leads (it passes again at once, or once more after the pass it is in); False when
+        it does not (another instance's relay leads, or none does this moment: a NOTIFY is
+        what reaches the one elsewhere, and a new leader's first pass finds every committed
+        row)."""
+        wake = self._wake
+        if not self._leader or wake is None:
+            return False
+        wake.set()
+        return True
 
     async def run(self) -> None:
         """Forever (until cancelled): connect, wait for the lock (standby), then lead until the
@@ -316,6 +358,7 @@ class Relay:
                 if self._leader:
                     log.info("relay no longer leads", table=self.table)
                 self._leader = False
+                self._wake = None
                 await _close(conn)
             await asyncio.sleep(self._retry_delay_s(failures))
 
@@ -336,7 +379,9 @@ class Relay:
             await asyncio.sleep(self.takeover_poll_s)
         self._leader = True
         log.info("relay leads", table=self.table, lock_key=self.lock_key)
-        wake = asyncio.Event()
+        # Set by the NOTIFY below and by writers in this process (wake()); a commit before
+        # the first pass is found by it.
+        wake = self._wake = asyncio.Event()
         lost = asyncio.Event()
 
         def hint(*_: object) -> None:
@@ -353,7 +398,12 @@ class Relay:
         # poll_interval_s is what guarantees that nothing committed stays behind.
         await conn.add_listener(self.channel, hint)
         backoff_s = 0.0
+        last_pass = -math.inf
         while not lost.is_set():
+            gap_s = last_pass + self.min_pass_interval_s - time.monotonic()
+            if gap_s > 0:
+                await asyncio.sleep(gap_s)
+            last_pass = time.monotonic()
             wake.clear()  # before the pass: a commit during it wakes the next one
             try:
                 await self._drain(conn)
@@ -432,3 +482,74 @@ async def _close(conn: asyncpg.Connection) -> None:
         if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
             log.warning("relay connection close failed", error=type(exc).__name__)
         conn.terminate()
+
+
+class RelayHint:
+    """Wakes the relay after a commit that wrote outbox rows, for an outbox without the NOTIFY
+    trigger (``outbox_table_sql(..., notify_trigger=False)``): the writer calls
+    :meth:`committed` once its transaction has committed.
+
+    When ``relay`` (this process's) leads, it is woken directly: no round trip. Otherwise one
+    ``pg_notify(channel)`` reaches the leader in another instance, sent on a pooled connection
+    in a transaction of its own, never inside a writer's (a NOTIFY serializes commits on the
+    server's notify-queue lock). Coalesced: at most one in flight; commits while one is in
+    flight cause exactly one more after it (never zero: the one in flight may have reached the
+    relay before their rows were committed, so none is lost). Only a hint: one that fails is
+    logged, and the relay's poll finds the rows."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        channel: str,
+        *,
+        relay: Relay | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError("the hint's timeout must be positive")
+        self._pool = pool
+        self.channel = checked_identifier(channel)
+        self.relay = relay
+        self.timeout_s = timeout_s
+        self._query = _QUERIES["notify"]
+        self._sending: asyncio.Task[None] | None = None
+        self._again = False
+        self.sent = 0  # NOTIFYs sent (tests, and what the coalescing saved)
+
+    def committed(self) -> None:
+        """Rows were committed: wake the relay. Never blocks, never raises."""
+        if self.relay is not None and self.relay.wake():
+            return
+        if self._sending is not None:
+            self._again = True  # one more after the one in flight
+            return
+        self._sending = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                self._again = False  # before the round trip: a commit during it asks again
+                try:
+                    await asyncio.wait_for(self._pool.execute(self._query, self.channel), self.timeout_s)
+                    self.sent += 1
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the poll is the safety net
+                    log.warning("relay hint not sent", channel=self.channel, error=type(exc).__name__)
+                if not self._again:
+                    return
+        finally:
+            self._sending = None
+
+    async def aclose(self) -> None:
+        """Let the hint in flight (and the one it owes) go out, within the timeout; before the
+        pool closes."""
+        task = self._sending
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 2 * self.timeout_s)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

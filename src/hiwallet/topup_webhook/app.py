@@ -18,7 +18,7 @@ from hiwallet.core.broker import Broker, BrokerError, BrokerUnavailable, Topolog
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.outbox import OutboxMetrics, Relay
+from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
@@ -156,7 +156,10 @@ def create_topup_webhook_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_topup_pool(settings, core)
-        store = TopupStore(pool, settings.exchange)
+        # The outbox has no NOTIFY trigger (migration 0002): each commit that wrote rows wakes
+        # the relay from here, directly when the relay below leads, else by a pg_notify.
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        store = TopupStore.from_settings(pool, settings, hint.committed)
         service = TopupService(store, verifiers, metrics)
         app.state.store = store
         app.state.service = service
@@ -190,9 +193,10 @@ def create_topup_webhook_app(
                 lock_key=RELAY_LOCK_KEY,
                 batch_size=settings.relay_batch,
                 poll_interval_s=settings.relay_poll_s,
+                min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
                 on_published=outbox_metrics.on_published,
             )
-            app.state.relay = relay
+            app.state.relay = hint.relay = relay
             reconcile, purge = topup_jobs(service, settings, connect, app.state.reconciler)
 
             async def refresh_gauges() -> None:
@@ -224,6 +228,7 @@ def create_topup_webhook_app(
                 await broker.close()
             for client in clients.values():
                 await client.aclose()
+            await hint.aclose()
             await pool.close()
 
     app = create_app(

@@ -14,10 +14,12 @@ from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.outbox import RelayHint
 from hiwallet.core.settings import get_settings
 from hiwallet.topup_webhook.app import RECONCILE_LOCK_KEY, create_topup_pool, dedicated_connection
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
+from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL
 from hiwallet.topup_webhook.service import TopupService, verifiers_for
 from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
 from hiwallet.topup_webhook.store import TopupStore
@@ -32,9 +34,12 @@ async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
     core = get_settings()
     pool = await create_topup_pool(settings, core, max_size=2)
     clients = provider_clients(settings)
+    # what it records wakes the service's relay (by a pg_notify: no relay runs here)
+    hint = RelayHint(pool, OUTBOX_CHANNEL)
     try:
         metrics = TopupMetrics(CollectorRegistry())
-        service = TopupService(TopupStore(pool, settings.exchange), verifiers_for(settings), metrics)
+        store = TopupStore(pool, settings.exchange, on_recorded=hint.committed)
+        service = TopupService(store, verifiers_for(settings), metrics)
         reconciler = Reconciler(
             service, listings_for(clients, settings.reconcile_max_pages), settings.reconcile_window_s, metrics
         )
@@ -55,6 +60,7 @@ async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
     finally:
         for client in clients.values():
             await client.aclose()
+        await hint.aclose()
         await pool.close()
 
 

@@ -3,18 +3,25 @@ driver's errors at this edge (what a retry can cure: :class:`StoreUnavailable`).
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import structlog
 
+from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
 from hiwallet.topup_webhook.providers import Notification
+from hiwallet.topup_webhook.settings import TopupWebhookSettings
 
 Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
+log = structlog.get_logger(__name__)
+MAX_BATCH = 1_000  # as topup.ingest_batch bounds it
 
 
 class StoreUnavailable(Exception):
@@ -24,6 +31,20 @@ class StoreUnavailable(Exception):
 class Unstorable(Exception):
     """The database refused the notification's content itself (a JSON text jsonb cannot hold,
     such as a \\u0000): no retry changes that."""
+
+
+def _translated(exc: Exception) -> Exception:
+    """The driver's error as this store's (its cause kept): what the content caused
+    (Unstorable), what a retry can cure (StoreUnavailable), else the error itself (a defect)."""
+    error: Exception
+    if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
+        error = Unstorable(f"the database refused the notification: {exc.sqlstate}")
+    elif is_transient(exc):
+        error = StoreUnavailable(f"cannot store the notification: {type(exc).__name__}")
+    else:
+        return exc
+    error.__cause__ = exc
+    return error
 
 
 class Outcome(enum.StrEnum):
@@ -36,21 +57,85 @@ class Outcome(enum.StrEnum):
     MISMATCH = "mismatch"  # as REPORTED, but naming another amount or currency than the record
 
 
+# A batch that deadlocked (two batches, or instances, taking the same payments in another
+# order) is sent again whole, this many times, then each notification alone.
+BATCH_ATTEMPTS = 3
+_BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestItem:
+    notification: Notification
+    route: str
+    request_id: str | None
+
+
 class TopupStore:
-    def __init__(self, pool: asyncpg.Pool, exchange: str) -> None:
+    """``writers`` > 0: concurrent :meth:`ingest` calls share one statement and one commit
+    (``topup.ingest_batch``, up to ``max_batch`` notifications; core/coalesce.py). 0: each
+    notification alone (``topup.ingest``). ``on_recorded`` is called after each commit that
+    wrote outbox rows (core.outbox.RelayHint.committed: the outbox has no NOTIFY trigger)."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        exchange: str,
+        *,
+        writers: int = 0,
+        max_batch: int = 64,
+        spare_after_s: float | None = None,
+        on_recorded: Callable[[], None] | None = None,
+    ) -> None:
         self.pool = pool
         # where the TopupRecorded messages go (settings.exchange: hiwallet.topups)
         self.exchange = exchange
+        self.on_recorded = on_recorded
+        # Two notifications of one payment or one event id may share a batch: topup.ingest_batch
+        # takes them one after the other in one transaction, as if sequential (no conflict_key).
+        self._coalescer: Coalescer[IngestItem, Outcome] | None = (
+            Coalescer(
+                self.ingest_batch,
+                writers=writers,
+                max_batch=max(1, min(max_batch, MAX_BATCH)),
+                spare_after_s=spare_after_s,
+            )
+            if writers > 0
+            else None
+        )
+
+    @classmethod
+    def from_settings(
+        cls, pool: asyncpg.Pool, settings: TopupWebhookSettings, on_recorded: Callable[[], None] | None
+    ) -> TopupStore:
+        spare_after_ms = settings.ingest_spare_after_ms
+        return cls(
+            pool,
+            settings.exchange,
+            writers=max(0, settings.ingest_writers),
+            max_batch=settings.ingest_max_batch,
+            spare_after_s=spare_after_ms / 1000 if spare_after_ms > 0 else None,
+            on_recorded=on_recorded,
+        )
 
     async def ingest(self, notification: Notification, route: str, request_id: str | None) -> Outcome:
-        p = notification.payment
+        """One notification, stored (committed) when this returns; :class:`Unstorable` or
+        :class:`StoreUnavailable` when it was not."""
+        if self._coalescer is not None:
+            return await self._coalescer.submit(IngestItem(notification, route, request_id))
+        outcome = await self._ingest_alone(IngestItem(notification, route, request_id))
+        if outcome is Outcome.RECORDED and self.on_recorded is not None:
+            self.on_recorded()
+        return outcome
+
+    async def _ingest_alone(self, item: IngestItem) -> Outcome:
+        notification, p = item.notification, item.notification.payment
         try:
             answer = await self.pool.fetchval(
                 Q["ingest"],
                 notification.provider,
                 notification.event_id,
                 notification.event_type,
-                route,
+                item.route,
                 notification.payload,
                 None if p is None else p.id,
                 None if p is None else p.provider_payment_id,
@@ -60,15 +145,83 @@ class TopupStore:
                 None if p is None else p.currency,
                 new_id(),  # the TopupRecorded's message id, used if the payment is new
                 self.exchange,
-                request_id,
+                item.request_id,
             )
-        except asyncpg.DataError as exc:  # class 22: the value, not the moment
-            raise Unstorable(f"the database refused the notification: {exc.sqlstate}") from exc
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            if is_transient(exc):
-                raise StoreUnavailable(f"cannot store the notification: {type(exc).__name__}") from exc
-            raise
+            error = _translated(exc)
+            if error is exc:
+                raise
+            raise error from exc
         return Outcome(answer)
+
+    async def ingest_batch(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
+        """Many notifications in one statement (one transaction, one commit); an answer each,
+        in order: its outcome, or :class:`Unstorable` / :class:`StoreUnavailable`.
+
+        A deadlock is retried whole; a failure a retry can cure answers every item
+        StoreUnavailable (503: the provider sends it again); any other failure of a batch of
+        many (one item's content refused: a JSON text jsonb cannot hold) sends each item alone,
+        so that one notification cannot fail its neighbours."""
+        if not 0 < len(items) <= MAX_BATCH:
+            raise ValueError(f"a batch holds 1 to {MAX_BATCH} notifications, not {len(items)}")
+        args = self._batch_arguments(items)
+        answers: list[str] | None = None
+        for attempt in range(1, BATCH_ATTEMPTS + 1):
+            try:
+                answers = await self.pool.fetchval(Q["ingest_batch"], *args)
+                break
+            except _BUSY as exc:
+                if attempt == BATCH_ATTEMPTS:
+                    break
+                log.info("ingest batch deadlocked; again", attempt=attempt, error=type(exc).__name__)
+                await asyncio.sleep(0.005 * attempt)
+            except Exception as exc:
+                if is_transient(exc):  # a server away, a timeout: each alone would meet the same
+                    return [_translated(exc)] * len(items)
+                if not isinstance(exc, asyncpg.PostgresError):
+                    raise  # not the database's answer: a defect, for every caller
+                if len(items) == 1:
+                    return [_translated(exc)]
+                return await self._each_alone(items)
+        if answers is None:  # still deadlocking: alone, each finds its own way
+            return await self._each_alone(items)
+        outcomes: list[Outcome | Exception] = [Outcome(a) for a in answers]
+        if Outcome.RECORDED in outcomes and self.on_recorded is not None:
+            self.on_recorded()
+        return outcomes
+
+    async def _each_alone(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
+        outcomes: list[Outcome | Exception] = []
+        for item in items:
+            try:
+                outcome: Outcome | Exception = await self._ingest_alone(item)
+            except (Unstorable, StoreUnavailable) as answer:
+                outcome = answer
+            except asyncpg.PostgresError as defect:  # this one's own failure: a 500 for it alone
+                outcome = defect
+            outcomes.append(outcome)
+        if Outcome.RECORDED in outcomes and self.on_recorded is not None:
+            self.on_recorded()
+        return outcomes
+
+    def _batch_arguments(self, items: Sequence[IngestItem]) -> tuple[object, ...]:
+        payments = [i.notification.payment for i in items]
+        return (
+            [i.notification.provider for i in items],
+            [i.notification.event_id for i in items],
+            [i.notification.event_type for i in items],
+            [i.route for i in items],
+            [i.notification.payload for i in items],
+            [None if p is None else p.id for p in payments],
+            [None if p is None else p.provider_payment_id for p in payments],
+            [None if p is None else p.wallet for p in payments],
+            [None if p is None else p.reference for p in payments],
+            [None if p is None else p.amount_minor for p in payments],
+            [None if p is None else p.currency for p in payments],
+            [new_id() for _ in items],  # the TopupRecorded's message ids, used if a payment is new
+            self.exchange,
+            [i.request_id for i in items],
+        )
 
     async def recorded(self, provider: str, payment_ids: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(Q["recorded_payments"], provider, list(payment_ids))

@@ -43,3 +43,9 @@ DELETE FROM {table}
                WHERE sent_at IS NOT NULL AND sent_at < now() - make_interval(secs => $1)
                ORDER BY id
                LIMIT $2)
+
+-- name: notify
+-- The hint a writer sends after its commit (RelayHint), in a transaction of its own: a NOTIFY
+-- takes the server's one notify-queue lock at commit, so it is sent by nobody's write
+-- transaction and at most one at a time per process.
+SELECT pg_notify($1, '')

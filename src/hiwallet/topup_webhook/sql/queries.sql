@@ -6,6 +6,13 @@
 -- One notification: inbox, payment, outbox, in one statement (its own transaction).
 SELECT topup.ingest($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 
+-- name: ingest_batch
+-- Many notifications, each as ingest above, in one statement (one transaction, one commit): an
+-- array per argument (the payloads as JSON text), the exchange once; an outcome per item.
+SELECT topup.ingest_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                          $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[],
+                          $12::text[], $13, $14::text[])
+
 -- name: recorded_payments
 -- Which of these payments at a provider are recorded (the reconciliation leaves those alone).
 SELECT provider_payment_id FROM topup.payments

@@ -1,0 +1,146 @@
+"""Concurrent notifications share one statement and one commit (topup.ingest_batch through the
+store's coalescer): each answered exactly as if the notifications had come one after the other,
+and one that the database cannot hold does not fail its neighbours."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import orjson
+import pytest
+
+from hiwallet.core import db
+from hiwallet.core.settings import get_settings
+from hiwallet.topup_webhook import providers
+from hiwallet.topup_webhook.app import create_topup_pool
+from hiwallet.topup_webhook.providers import Notification
+from hiwallet.topup_webhook.store import IngestItem, Outcome, TopupStore, Unstorable
+from tests.topup_webhook.conftest import (
+    STRIPE_PATH,
+    bank_notification,
+    running,
+    stored,
+    stripe_events,
+    stripe_signed,
+    topup_settings,
+    wallet_id,
+    wire,
+)
+
+EXCHANGE = "hwt.topups"
+
+
+@pytest.fixture
+async def pool(topup_db: str) -> AsyncIterator[asyncpg.Pool]:
+    # as the service connects: the application role, through the SECURITY DEFINER functions
+    p = await create_topup_pool(topup_settings(topup_db), get_settings(), max_size=2)
+    yield p
+    await p.close()
+
+
+def stripe(event: dict[str, object]) -> Notification:
+    return providers.read("stripe", orjson.dumps(event))
+
+
+async def test_a_batch_answers_each_notification_as_one_after_the_other(
+    pool: asyncpg.Pool, owner: asyncpg.Connection
+) -> None:
+    wallet = wallet_id()
+    checkout, intent = stripe_events(wallet=wallet, amount=700)
+    other_checkout, other_intent = stripe_events(wallet=wallet, amount=300)
+    other_intent["data"]["object"].update(amount=999, amount_received=999)  # type: ignore[attr-defined]
+    w = wire(reference=None)
+    unknown = {**checkout, "id": "evt_unknown_type", "type": "customer.created"}
+    items = [
+        stripe(checkout),  # the payment recorded
+        stripe(intent),  # the same payment, another notification: its id appended
+        stripe(checkout),  # the same notification again: nothing new
+        stripe(unknown),  # a type we do nothing with: stored
+        stripe(other_checkout),
+        stripe(other_intent),  # another amount than the record: kept as it is
+        providers.read("bank", bank_notification(w), "msg_batch_1"),
+    ]
+    recorded: list[int] = []
+    store = TopupStore(pool, EXCHANGE, on_recorded=lambda: recorded.append(1))
+    answers = await store.ingest_batch([_item(n) for n in items])
+    assert answers == [
+        Outcome.RECORDED,
+        Outcome.REPORTED,
+        Outcome.DUPLICATE,
+        Outcome.STORED,
+        Outcome.RECORDED,
+        Outcome.MISMATCH,
+        Outcome.RECORDED,
+    ]
+    assert recorded == [1]  # one wake-up for the batch's commit
+    s = await stored(owner)
+    assert len(s.inbox) == 6
+    by_pi = {p["provider_payment_id"]: p for p in s.payments}
+    first = by_pi[intent["data"]["object"]["id"]]  # type: ignore[index]
+    assert first["reported_by"] == [checkout["id"], intent["id"]]  # in the batch's order
+    assert by_pi[other_intent["data"]["object"]["id"]]["amount_minor"] == 300  # type: ignore[index]
+    assert len(s.outbox) == 3  # one TopupRecorded per payment
+    assert sorted(json.loads(m["body"])["amount_minor"] for m in s.outbox) == [300, 700, 25_000]
+
+    # and the same notifications one at a time, after the batch: all seen
+    alone = TopupStore(pool, EXCHANGE)
+    assert {await alone.ingest(n, "webhook", None) for n in items} == {Outcome.DUPLICATE}
+
+
+async def test_a_notification_the_database_cannot_hold_does_not_fail_its_batch(
+    pool: asyncpg.Pool, owner: asyncpg.Connection
+) -> None:
+    good, _ = stripe_events(wallet=wallet_id())
+    also_good, _ = stripe_events(wallet=wallet_id())
+    bad = providers.read("stripe", b'{"type": "x", "id": "evt_nul", "data": {"object": {"note": "\\u0000"}}}')
+    store = TopupStore(pool, EXCHANGE)
+    answers = await store.ingest_batch([_item(stripe(good)), _item(bad), _item(stripe(also_good))])
+    assert answers[0] == answers[2] == Outcome.RECORDED
+    assert isinstance(answers[1], Unstorable)
+    s = await stored(owner)
+    assert sorted(r["event_id"] for r in s.inbox) == sorted([good["id"], also_good["id"]])
+    assert len(s.outbox) == 2
+
+
+async def test_concurrent_webhooks_share_statements_and_each_is_answered_after_its_commit(
+    topup_db: str, owner: asyncpg.Connection
+) -> None:
+    settings = topup_settings(topup_db, ingest_writers=1, ingest_max_batch=8)
+    readers = await asyncpg.create_pool(db.owner_dsn(topup_db), min_size=1, max_size=4)
+    async with readers, running(settings) as client:
+        store: TopupStore = client.app.state.store  # type: ignore[attr-defined]
+        batches: list[int] = []
+        call_batch = store.ingest_batch
+
+        async def counted(items: list[IngestItem]) -> list[Outcome | Exception]:
+            batches.append(len(items))
+            return await call_batch(items)
+
+        store._coalescer._call_batch = counted  # type: ignore[union-attr]
+        events = [e for _ in range(12) for e in stripe_events(wallet=wallet_id())]
+
+        async def post(event: dict[str, object]) -> httpx.Response:
+            body = orjson.dumps(event)
+            response = await client.post(STRIPE_PATH, content=body, headers=stripe_signed(body))
+            # 202 only once committed: the row is there for any other session to see
+            assert (
+                await readers.fetchval("SELECT count(*) FROM topup.inbox WHERE event_id = $1", event["id"])
+                == 1
+            )
+            return response
+
+        answers = await asyncio.gather(*(post(e) for e in events))
+    assert {a.status_code for a in answers} == {202}
+    assert sum(batches) == 24 and max(batches) <= 8
+    assert len(batches) < 24  # shared
+    s = await stored(owner)
+    assert (len(s.inbox), len(s.payments), len(s.outbox)) == (24, 12, 12)
+    assert all(len(p["reported_by"]) == 2 for p in s.payments)
+
+
+def _item(notification: Notification) -> IngestItem:
+    return IngestItem(notification, "webhook", None)
