@@ -1,7 +1,8 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
-Migrates, starts every deployable as its own process (both identity realms and wallet-api so
-far; every later service joins the list), waits until each is ready, seeds the demo data
+Migrates, starts every deployable as its own process (both identity realms, wallet-api,
+wallet-consumer, topup-webhook, stripe-fake and bank-fake so far; every later service joins the
+list), waits until each is ready, seeds the demo data
 (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
@@ -10,8 +11,9 @@ far; every later service joins the list), waits until each is ready, seeds the d
 - a crash loop (more than 5 restarts within 60 s) is reported at error level and that child is
   given up; the others keep running, and ``up`` keeps serving while any child runs. When none
   is left it exits with status 1;
-- only Ctrl-C or SIGTERM stops the whole system: the services that depend on identity first,
-  then identity, each with SIGTERM (uvicorn stops accepting and finishes the requests in
+- only Ctrl-C or SIGTERM stops the whole system, by tier (``Deployable.tier``): the fakes of
+  the outside institutions first (they send webhooks), then the services, identity last, each
+  with SIGTERM (uvicorn stops accepting and finishes the requests in
   flight), SIGKILL after 10 s. ``up`` then exits 0.
 
 Every event (started, ready, exited with its code or signal, restarting in N s, given up,
