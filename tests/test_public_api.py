@@ -15,6 +15,7 @@ PACKAGES = [
     "hiwallet.core.consumer",
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
+    "hiwallet.core.withdrawals",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
