@@ -393,11 +393,12 @@ def test_a_held_transfer_waits_for_its_decision(
 
 def test_rules_touch_only_their_transfers(bank_fake: Fake, client: httpx.Client, receiver: Receiver) -> None:
     mine, other = new_iban(), new_iban()
-    catch_all = rule(bank_fake, outcome="reject", failure_reason="everything", amount_minor=4_242)
-    once = rule(bank_fake, destination_iban=mine, outcome="reject", failure_reason="once", times=1)
+    # the more specific rule first: it must win by being specific, not by being the newest
     exact = rule(
         bank_fake, destination_iban=mine, amount_minor=4_242, outcome="reject", failure_reason="exact"
     )
+    catch_all = rule(bank_fake, outcome="reject", failure_reason="everything", amount_minor=4_242)
+    once = rule(bank_fake, destination_iban=mine, outcome="reject", failure_reason="once", times=1)
     assert once["matched"] == 0 and once["destination_iban"] == mine
 
     untouched = started(client, other, 100)  # no rule matches: accepted
@@ -425,8 +426,8 @@ def test_rules_touch_only_their_transfers(bank_fake: Fake, client: httpx.Client,
     }
     rules = httpx.get(f"{bank_fake.base_url}/_control/transfers").json()["data"]
     assert [(r["id"], r["matched"]) for r in rules] == [
-        (catch_all["id"], 1),
         (exact["id"], 1),
+        (catch_all["id"], 1),
     ]  # once: used up
     assert httpx.delete(f"{bank_fake.base_url}/_control/transfers/{exact['id']}").status_code == 204
     assert httpx.delete(f"{bank_fake.base_url}/_control/transfers/{exact['id']}").status_code == 404
