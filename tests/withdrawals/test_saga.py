@@ -73,7 +73,8 @@ async def history(service: WithdrawalService, saga_id: str) -> list[tuple[str | 
 
 async def commands(service: WithdrawalService, saga_id: str) -> list[tuple[str, dict[str, Any]]]:
     rows = await service.pool.fetch(
-        "SELECT message_type, body::text AS body FROM withdrawal.outbox WHERE body ->> 'saga_id' = $1 ORDER BY id",
+        "SELECT message_type, body::text AS body FROM withdrawal.outbox"
+        " WHERE body ->> 'saga_id' = $1 ORDER BY id",
         saga_id,
     )
     return [(r["message_type"], orjson.loads(r["body"])) for r in rows]
@@ -399,7 +400,8 @@ async def test_the_outbox_takes_only_the_command_the_saga_calls_for(service: Wit
         # the command its state calls for is taken (what the scan does)
         await conn.execute(
             "INSERT INTO withdrawal.outbox (message_id, exchange, routing_key, message_type, body)"
-            " VALUES ($1, 'hiwallet.withdrawals', 'DebitForWithdrawal', 'DebitForWithdrawal', $2::text::jsonb)",
+            " VALUES ($1, 'hiwallet.withdrawals', 'DebitForWithdrawal', 'DebitForWithdrawal',"
+            " $2::text::jsonb)",
             str(uuid.uuid4()),
             orjson.dumps(debit).decode(),
         )
