@@ -16,7 +16,6 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from hiwallet.core.http import ProblemError
 from hiwallet.core.jobs import PeriodicJob
@@ -92,18 +91,8 @@ withdrawals_app = typer.Typer(no_args_is_help=True, help="Withdrawals: the revie
 def review(limit: Annotated[int, typer.Option(min=1, max=1000)] = 100) -> None:
     """The withdrawals waiting for a review (above the review threshold), oldest first."""
     rows = _run(lambda s: s.under_review(limit))
-    table = Table("id", "amount", "currency", "wallet", "IBAN", "requested at")
-    for row in rows:
-        v = view(row)
-        table.add_row(
-            v["id"],
-            str(v["amount_minor"]),
-            v["currency"],
-            v["wallet"],
-            v["destination_iban"],
-            v["created_at"],
-        )
-    console.print(table)
+    for row in rows:  # one line each (no table: ids and IBANs are never cut)
+        _print(view(row))
     console.print(f"{len(rows)} withdrawal(s) under review")
 
 
