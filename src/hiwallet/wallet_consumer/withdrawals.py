@@ -295,16 +295,16 @@ class WithdrawalHandler:
                     f"the month's withdrawals would be {counted['used']} of a {limit} limit"
                     f" ({command.currency}, minor units)",
                 )
-        posting = self.ledger.withdrawal_posting(
-            ledger_key("withdrawal", command.saga_id),
-            command.wallet,
-            command.amount_minor,
-            command.currency,
-            actor=f"customer:{requester.subject}"[:MAX_TEXT],
-            ref=f"withdrawal:{command.saga_id}"[:MAX_TEXT],
-            provider=PROVIDER,
-        )
         try:
+            posting = self.ledger.withdrawal_posting(
+                ledger_key("withdrawal", command.saga_id),
+                command.wallet,
+                command.amount_minor,
+                command.currency,
+                actor=f"customer:{requester.subject}"[:MAX_TEXT],
+                ref=f"withdrawal:{command.saga_id}"[:MAX_TEXT],
+                provider=PROVIDER,
+            )
             posted = await self.ledger.post(posting, conn=conn)
         except InsufficientFunds as exc:
             raise _Refused(
@@ -337,7 +337,7 @@ class WithdrawalHandler:
     # -- SettleWithdrawal and RefundWithdrawal ------------------------------------------------------
 
     async def _saga_debit(
-        self, conn: asyncpg.Connection, saga_id: str, debit_transaction_id: str
+        self, conn: asyncpg.Connection, saga_id: str, debit_transaction_id: str, wallet: str
     ) -> dict[str, Any]:
         """This saga's stored WithdrawalDebited, which the command must name."""
         stored = await conn.fetchrow(Q["stored_response"], command_id(saga_id, "debit"))
@@ -346,6 +346,15 @@ class WithdrawalHandler:
         debit = _object(stored["response"])
         if debit.get("transaction_id") != debit_transaction_id:
             raise Unprocessable("the command names another transaction than the saga's debit")
+        try:
+            # committed by an earlier command: read on the ledger's own connection
+            posted = await self.ledger.transaction(debit_transaction_id)
+        except LedgerUnavailable:
+            raise
+        except LedgerError as exc:
+            raise Unprocessable(f"the saga's debit cannot be read ({exc.code})") from exc
+        if cash_account(wallet) not in {leg.account for leg in posted.legs}:
+            raise Unprocessable("the command's wallet is not the debit's")
         return debit
 
     async def _answered(
@@ -355,7 +364,7 @@ class WithdrawalHandler:
 
     async def _settle(self, conn: asyncpg.Connection, command: SettleWithdrawal) -> BaseModel:
         bucket = _debit_bucket(command.wallet, command.debit_transaction_id)
-        debit = await self._saga_debit(conn, command.saga_id, command.debit_transaction_id)
+        debit = await self._saga_debit(conn, command.saga_id, command.debit_transaction_id, command.wallet)
         if (debit.get("amount_minor"), debit.get("currency")) != (command.amount_minor, command.currency):
             raise Unprocessable("the settlement's amount or currency is not the debit's")
         if await self._answered(conn, command.saga_id, "refund"):
@@ -381,7 +390,7 @@ class WithdrawalHandler:
 
     async def _refund(self, conn: asyncpg.Connection, command: RefundWithdrawal) -> BaseModel:
         bucket = _debit_bucket(command.wallet, command.debit_transaction_id)
-        await self._saga_debit(conn, command.saga_id, command.debit_transaction_id)
+        await self._saga_debit(conn, command.saga_id, command.debit_transaction_id, command.wallet)
         if await self._answered(conn, command.saga_id, "settle"):
             raise Unprocessable("a settled withdrawal cannot be refunded")
         try:
