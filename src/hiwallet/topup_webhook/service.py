@@ -12,7 +12,7 @@ from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.providers import Notification
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from hiwallet.topup_webhook.store import Outcome, StoreUnavailable, TopupStore, Unstorable
-from hiwallet.topup_webhook.verify import (
+from hiwallet.core.webhooks import (
     StandardWebhookSignature,
     StripeSignature,
     VerificationFailed,
