@@ -152,6 +152,12 @@ BEGIN
         END);
 END $$;
 
+-- A transaction-level lock on one bank reference (an advisory lock: the transfer's row may not
+-- exist yet). Internal.
+CREATE FUNCTION bank.lock_reference(p_bank_reference text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('bank-transfer:' || p_bank_reference, 0))
+$$;
+
 -- The outcome of the pending transfer with this reference, once: 'recorded' (and announced, in
 -- this transaction), 'already' (its outcome was recorded before: nothing changes, nothing is
 -- announced again), 'unknown' (no transfer has this reference). Internal: the granted functions
@@ -208,6 +214,10 @@ BEGIN
         RETURN 'failed';
     END IF;
 
+    -- One at a time per reference with bank.receive_callback: a callback committed after this
+    -- transaction's look at the inbox below, whose own look found no transfer yet, would be
+    -- applied by neither (READ COMMITTED). The lock is held to the commit.
+    PERFORM bank.lock_reference(p_bank_reference);
     INSERT INTO bank.transfers (command_id, saga_id, amount_minor, currency, destination_iban, state,
                                 bank_reference)
     VALUES (p_command_id, p_saga_id, p_amount_minor, p_currency, p_destination_iban, 'pending',
@@ -250,6 +260,9 @@ DECLARE
     v_inbox bigint;
     v_outcome text;
 BEGIN
+    IF p_bank_reference IS NOT NULL THEN
+        PERFORM bank.lock_reference(p_bank_reference);  -- as bank.record_transfer, which see
+    END IF;
     INSERT INTO bank.inbox (webhook_id, type, bank_reference, body)
     VALUES (p_webhook_id, p_type, p_bank_reference, p_body)
     ON CONFLICT ON CONSTRAINT inbox_webhook_seen DO NOTHING
