@@ -88,6 +88,19 @@ async def topup_db(topup_template: str) -> AsyncIterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+async def bank_template() -> AsyncIterator[str]:
+    async with pgtemplate.temporary(pgtemplate.make_template("bank")) as name:
+        yield name
+
+
+@pytest.fixture
+async def bank_db(bank_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_bank`` for one test."""
+    async with pgtemplate.temporary(pgtemplate.clone(bank_template)) as name:
+        yield name
+
+
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the

@@ -86,6 +86,15 @@ BEGIN
     RETURN 'unknown';
 END $$;
 
+-- Name: lock_reference(text); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.lock_reference(p_bank_reference text) RETURNS void
+    LANGUAGE sql
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('bank-transfer:' || p_bank_reference, 0))
+$$;
+
 -- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: bank; Owner: -
 
 CREATE FUNCTION bank.outbox_keeps_unsent() RETURNS trigger
@@ -119,6 +128,9 @@ DECLARE
     v_inbox bigint;
     v_outcome text;
 BEGIN
+    IF p_bank_reference IS NOT NULL THEN
+        PERFORM bank.lock_reference(p_bank_reference);  -- as bank.record_transfer, which see
+    END IF;
     INSERT INTO bank.inbox (webhook_id, type, bank_reference, body)
     VALUES (p_webhook_id, p_type, p_bank_reference, p_body)
     ON CONFLICT ON CONSTRAINT inbox_webhook_seen DO NOTHING
@@ -172,6 +184,10 @@ BEGIN
         RETURN 'failed';
     END IF;
 
+    -- One at a time per reference with bank.receive_callback: a callback committed after this
+    -- transaction's look at the inbox below, whose own look found no transfer yet, would be
+    -- applied by neither (READ COMMITTED). The lock is held to the commit.
+    PERFORM bank.lock_reference(p_bank_reference);
     INSERT INTO bank.transfers (command_id, saga_id, amount_minor, currency, destination_iban, state,
                                 bank_reference)
     VALUES (p_command_id, p_saga_id, p_amount_minor, p_currency, p_destination_iban, 'pending',
@@ -363,6 +379,10 @@ REVOKE ALL ON FUNCTION bank.announce(p_transfer bank.transfers, p_message_id tex
 -- Name: FUNCTION apply_outcome(p_bank_reference text, p_succeeded boolean, p_reason text, p_source text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 
 REVOKE ALL ON FUNCTION bank.apply_outcome(p_bank_reference text, p_succeeded boolean, p_reason text, p_source text, p_message_id text, p_exchange text) FROM PUBLIC;
+
+-- Name: FUNCTION lock_reference(p_bank_reference text); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.lock_reference(p_bank_reference text) FROM PUBLIC;
 
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: bank; Owner: -
 
