@@ -144,7 +144,12 @@ class StubBank:
     @staticmethod
     def _problem(status: int, code: str) -> JSONResponse:
         return JSONResponse(
-            {"type": f"https://bank-fake.invalid/problems/{code}", "title": code, "status": status, "code": code},
+            {
+                "type": f"https://bank-fake.invalid/problems/{code}",
+                "title": code,
+                "status": status,
+                "code": code,
+            },
             status_code=status,
             media_type="application/problem+json",
         )
@@ -160,7 +165,8 @@ class StubBank:
         body = await request.body()
         data = orjson.loads(body)
         fingerprint = orjson.dumps(
-            {k: data.get(k) for k in ("amount_minor", "currency", "destination_iban")}, option=orjson.OPT_SORT_KEYS
+            {k: data.get(k) for k in ("amount_minor", "currency", "destination_iban")},
+            option=orjson.OPT_SORT_KEYS,
         )
         if key in self.by_key:
             seen, answer = self.by_key[key]
@@ -220,7 +226,9 @@ def start_command(amount_minor: int = 150_000, iban: str = IBAN) -> StartBankTra
     )
 
 
-def command_message(names: Names, command: StartBankTransfer, message_id: str | None = None) -> OutgoingMessage:
+def command_message(
+    names: Names, command: StartBankTransfer, message_id: str | None = None
+) -> OutgoingMessage:
     """As the orchestrator publishes it (CONTRACT-11, "Publishing")."""
     return OutgoingMessage(
         message_id=message_id or new_id(),
@@ -232,7 +240,9 @@ def command_message(names: Names, command: StartBankTransfer, message_id: str | 
     )
 
 
-def callback_body(kind: str, reference: str | None, client_reference: str = "", reason: str | None = None) -> bytes:
+def callback_body(
+    kind: str, reference: str | None, client_reference: str = "", reason: str | None = None
+) -> bytes:
     data: dict[str, Any] = {
         "reference": reference,
         "client_reference": client_reference,
@@ -281,8 +291,12 @@ async def webhook_client(settings: BankSettings) -> AsyncIterator[httpx.AsyncCli
 
 
 @asynccontextmanager
-async def adapter(settings: BankSettings, names: Names, bank: StubBank, **kwargs: Any) -> AsyncIterator[FastAPI]:
-    app = create_bank_adapter_app(settings, topology=names.topology(), bank_transport=bank.transport(), **kwargs)
+async def adapter(
+    settings: BankSettings, names: Names, bank: StubBank, **kwargs: Any
+) -> AsyncIterator[FastAPI]:
+    app = create_bank_adapter_app(
+        settings, topology=names.topology(), bank_transport=bank.transport(), **kwargs
+    )
     async with app.router.lifespan_context(app):
         yield app
 

@@ -71,11 +71,19 @@ async def test_a_success_is_recorded_once_and_announced_in_one_transaction(
     assert (answer.status_code, answer.content) == (202, b"")
 
     [row] = await inbox(owner)
-    assert (row["webhook_id"], row["type"], row["bank_reference"]) == ("msg_ok1", "transfer.succeeded", "trf_ok1")
+    assert (row["webhook_id"], row["type"], row["bank_reference"]) == (
+        "msg_ok1",
+        "transfer.succeeded",
+        "trf_ok1",
+    )
     assert row["applied_at"] is not None
     assert orjson.loads(row["body"]) == orjson.loads(body)
     [transfer] = await transfers(owner)
-    assert (transfer["state"], transfer["outcome_source"], transfer["reason"]) == ("succeeded", "callback", None)
+    assert (transfer["state"], transfer["outcome_source"], transfer["reason"]) == (
+        "succeeded",
+        "callback",
+        None,
+    )
     [message] = await outbox(owner)
     assert (message["exchange"], message["routing_key"], message["message_type"]) == (
         EXCHANGE,
@@ -101,7 +109,10 @@ async def test_a_failure_is_announced_with_the_banks_reason(
     [message] = await outbox(owner)
     assert message["message_type"] == "BankTransferFailed"
     assert BankTransferFailed.model_validate(body_of(message)) == BankTransferFailed(
-        command_id=command.command_id, saga_id=command.saga_id, bank_reference="trf_no1", reason="account_closed"
+        command_id=command.command_id,
+        saga_id=command.saga_id,
+        bank_reference="trf_no1",
+        reason="account_closed",
     )
 
 
@@ -184,7 +195,9 @@ async def test_what_the_bank_did_not_sign_is_refused_and_nothing_stored(
     assert (await transfers(owner))[0]["state"] == "pending"
 
 
-async def test_an_altered_body_is_refused(client: httpx.AsyncClient, bank_db: str, owner: asyncpg.Connection) -> None:
+async def test_an_altered_body_is_refused(
+    client: httpx.AsyncClient, bank_db: str, owner: asyncpg.Connection
+) -> None:
     command = start_command()
     await record_pending(bank_db, command, "trf_alt")
     genuine = callback_body("transfer.failed", "trf_alt", command.command_id, reason="x")
@@ -252,9 +265,13 @@ async def test_another_type_is_kept_and_announces_nothing(
     assert await outbox(owner) == []
 
 
-async def test_a_body_over_the_limit_is_413_and_nothing_stored(bank_db: str, owner: asyncpg.Connection) -> None:
+async def test_a_body_over_the_limit_is_413_and_nothing_stored(
+    bank_db: str, owner: asyncpg.Connection
+) -> None:
     async with webhook_client(bank_settings(bank_db, max_body_bytes=1_024)) as client:
-        body = orjson.dumps({"type": "transfer.succeeded", "data": {"reference": "trf_big", "pad": "x" * 2_000}})
+        body = orjson.dumps(
+            {"type": "transfer.succeeded", "data": {"reference": "trf_big", "pad": "x" * 2_000}}
+        )
         answer = await post_callback(client, body)
     assert answer.status_code == 413
     assert await inbox(owner) == []
