@@ -23,7 +23,10 @@ BANK_APP_FUNCTIONS = {
     "bank.republish_outcome",
 }
 
-RECORD = "SELECT bank.record_transfer('cmd1', 'saga1', 100, 'TRY', 'TR330006100519786457841326', $1, NULL, $2, 'x')"
+RECORD = (
+    "SELECT bank.record_transfer('cmd1', 'saga1', 100, 'TRY', 'TR330006100519786457841326', $1, NULL, $2,"
+    " 'x')"
+)
 CALLBACK = "SELECT bank.receive_callback($1, 'transfer.succeeded', $2, '{}', NULL, $3, 'x')"
 
 
