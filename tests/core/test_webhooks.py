@@ -1,5 +1,6 @@
-"""core/webhooks.py (the verifiers topup-webhook and bank-webhook share) against the providers' own packages: what they sign we accept, what their verify
-refuses we refuse, with several secrets and signatures at once."""
+"""core/webhooks.py (the verifiers topup-webhook and bank-webhook share) against the providers'
+own packages: what they sign we accept, what their verify refuses we refuse, with several
+secrets and signatures at once."""
 
 from __future__ import annotations
 
