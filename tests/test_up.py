@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -39,7 +40,19 @@ CHILDREN = (
     "topup-webhook",
     "stripe-fake",
     "bank-fake",
+    "withdrawal-orchestrator",
+    "bank-adapter",
+    "bank-webhook",
 )
+# The stop order's tiers (up.Deployable.tier): highest first.
+TIERS = {
+    name: 2
+    if "fake" in name or name == "withdrawal-orchestrator"
+    else 0
+    if name.startswith("identity")
+    else 1
+    for name in CHILDREN
+}
 
 
 def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -84,7 +97,7 @@ async def databases() -> AsyncIterator[dict[str, str]]:
     await harness.add_vhost(vhost)
     try:
         names["vhost"] = vhost
-        for key in ("wallet", "identity", "staff_identity", "topup"):
+        for key in ("wallet", "identity", "staff_identity", "topup", "withdrawal", "bank"):
             names[key] = await pgtemplate.clone("template0")
             await db.migrate(key, database=names[key])
         yield names
@@ -98,7 +111,18 @@ async def databases() -> AsyncIterator[dict[str, str]]:
 def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
     ports = {
         name: free_port()
-        for name in ("identity", "staff", "wallet-api", "topup-webhook", "wallet-consumer", "stripe", "bank")
+        for name in (
+            "identity",
+            "staff",
+            "wallet-api",
+            "topup-webhook",
+            "wallet-consumer",
+            "stripe",
+            "bank",
+            "withdrawal-orchestrator",
+            "bank-adapter",
+            "bank-webhook",
+        )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
     topup = f"http://127.0.0.1:{ports['topup-webhook']}/v1/webhooks/topup"
@@ -129,6 +153,17 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_WALLET_API_DATABASE": databases["wallet"],
         "HIWALLET_WALLET_API_CUSTOMER_ISSUER_BASE": customer,
         "HIWALLET_WALLET_API_STAFF_ISSUER_BASE": staff,
+        "HIWALLET_WITHDRAWAL_PORT": str(ports["withdrawal-orchestrator"]),
+        "HIWALLET_WITHDRAWAL_DATABASE": databases["withdrawal"],
+        "HIWALLET_WITHDRAWAL_CUSTOMER_ISSUER_BASE": customer,
+        "HIWALLET_WITHDRAWAL_WALLET_API_URL": f"http://127.0.0.1:{ports['wallet-api']}",
+        "HIWALLET_BANK_ADAPTER_PORT": str(ports["bank-adapter"]),
+        "HIWALLET_BANK_WEBHOOK_PORT": str(ports["bank-webhook"]),
+        "HIWALLET_BANK_DATABASE": databases["bank"],
+        "HIWALLET_BANK_BANK_URL": f"http://127.0.0.1:{ports['bank']}",
+        "BANK_FAKE_TRANSFER_CALLBACK_URL": f"http://127.0.0.1:{ports['bank-webhook']}/v1/webhooks/bank",
+        # The bank decides at once: the test waits for the saga, not for a clock.
+        "BANK_FAKE_TRANSFER_DECIDE_AFTER_S": "0",
     }
     return env, ports
 
@@ -200,7 +235,7 @@ def up_process(
 
 
 async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stops_all(
-    up_process: tuple[subprocess.Popen[bytes], dict[str, int], Output],
+    up_process: tuple[subprocess.Popen[bytes], dict[str, int], Output], databases: dict[str, str]
 ) -> None:
     proc, ports, out = up_process
     await asyncio.to_thread(
@@ -259,6 +294,42 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
             assert time.monotonic() < deadline, "the card top-up did not reach the wallet"
             await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
 
+        # A withdrawal, as the README shows: withdrawal-orchestrator, wallet-consumer,
+        # bank-adapter, bank-fake's callback to bank-webhook, back to completed; the wallet
+        # down by the amount and its fee.
+        orchestrator = f"http://127.0.0.1:{ports['withdrawal-orchestrator']}"
+        asked = await api.post(
+            f"{orchestrator}/v1/withdrawals",
+            headers={**me, "Idempotency-Key": str(uuid.uuid4())},
+            json={
+                "wallet": wallet,
+                "amount_minor": 2500,
+                "currency": "TRY",
+                "destination_iban": "TR33 0006 1005 1978 6457 8413 26",
+            },
+        )
+        assert asked.status_code == 202, asked.text
+        assert asked.json()["state"] == "initiated" and asked.json()["destination_iban"].endswith("1326")
+        location = asked.headers["Location"]
+        deadline = time.monotonic() + 30
+        while (saga := (await api.get(f"{orchestrator}{location}", headers=me)).json())[
+            "state"
+        ] != "completed":
+            assert saga["state"] in ("initiated", "debited", "bank_transfer_pending", "settling"), saga
+            assert time.monotonic() < deadline, f"the withdrawal did not complete: {saga}"
+            await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
+        assert await cash() == before + 5000 - 2500 - saga["fee_minor"]
+        # Each of the saga's databases is used by its own application role only.
+        owner = await asyncpg.connect(db.owner_dsn("postgres"))
+        try:
+            for key in ("withdrawal", "bank"):
+                roles = await owner.fetch(
+                    "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1", databases[key]
+                )
+                assert [r["usename"] for r in roles] == [db.app_role(key)], (key, roles)
+        finally:
+            await owner.close()
+
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0, out.path.read_text()
     for pid in (new_pid, identity_pid, *out.pids("child started", "identity (hiwallet-staff)")):
@@ -268,7 +339,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
     # The outside institutions (which send webhooks) first, then the services that use identity
     # (they drain while it still answers), identity last.
     stopping = [next(c for c in CHILDREN if f'"child":"{c}"' in line) for line in out.lines("child stopping")]
-    tiers = [2 if "fake" in c else 0 if c.startswith("identity") else 1 for c in stopping]
+    tiers = [TIERS[c] for c in stopping]
     assert sorted(stopping) == sorted(CHILDREN) and tiers == sorted(tiers, reverse=True), stopping
 
 

@@ -1,8 +1,8 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
 Migrates, starts every deployable as its own process (both identity realms, wallet-api,
-wallet-consumer, topup-webhook, stripe-fake and bank-fake so far; every later service joins the
-list), waits until each is ready, seeds the demo data
+wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, stripe-fake
+and bank-fake so far; every later service joins the list), waits until each is ready, seeds the demo data
 (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
@@ -62,7 +62,10 @@ class Deployable:
     """A process ``up`` runs: ``hiwallet <args>``, answering ``/ready`` on ``port``.
 
     ``tier`` orders the stop: higher tiers stop first. Identity is 0; services that verify its
-    tokens are 1, so they drain their requests while identity still answers."""
+    tokens are 1, so they drain their requests while identity still answers. A service that
+    calls another service while it serves a request (withdrawal-orchestrator asks wallet-api
+    whether the caller is a wallet's member) stops before it: 2, with the outside institutions'
+    fakes, which send webhooks to tier 1 (topup-webhook, bank-webhook)."""
 
     name: str
     args: tuple[str, ...]
@@ -77,15 +80,18 @@ class Deployable:
 
 
 def deployables() -> list[Deployable]:
+    from hiwallet.bank.settings import get_bank_settings
     from hiwallet.fakes.bank import get_bank_fake_settings
     from hiwallet.fakes.stripe import get_stripe_fake_settings
     from hiwallet.identity.settings import get_identity_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
     from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
+    from hiwallet.withdrawals.settings import get_withdrawal_settings
 
     identity = get_identity_settings()
     wallet = get_wallet_api_settings()
+    bank = get_bank_settings()
     # Stop order (highest tier first): the outside institutions, which send webhooks, stop
     # before topup-webhook stops taking them; the services that verify identity's tokens
     # before identity.
@@ -102,6 +108,18 @@ def deployables() -> list[Deployable]:
         Deployable("topup-webhook", ("run", "topup-webhook"), get_topup_webhook_settings().port, 1),
         Deployable("stripe-fake", ("run", "stripe-fake"), get_stripe_fake_settings().port, 2, "/health"),
         Deployable("bank-fake", ("run", "bank-fake"), get_bank_fake_settings().port, 2, "/health"),
+        # The withdrawal saga (docs/withdrawals.md). The orchestrator asks wallet-api while it
+        # serves (tier 2: it drains while wallet-api still answers); bank-webhook takes the
+        # bank's callbacks (1: bank-fake, 2, stops sending first); bank-adapter calls bank-fake,
+        # whose absence it rides out (the command stays unacked, is tried again).
+        Deployable(
+            "withdrawal-orchestrator",
+            ("run", "withdrawal-orchestrator"),
+            get_withdrawal_settings().port,
+            2,
+        ),
+        Deployable("bank-adapter", ("run", "bank-adapter"), bank.adapter_port, 1),
+        Deployable("bank-webhook", ("run", "bank-webhook"), bank.webhook_port, 1),
     ]
 
 
@@ -405,7 +423,14 @@ async def seed(
     return {"customer": account, "business": businesses[0]}
 
 
-def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url: str, bank_url: str) -> None:
+def _usage(
+    identity_url: str,
+    wallet_url: str,
+    demo: dict[str, Any],
+    stripe_url: str,
+    bank_url: str,
+    withdrawal_url: str = "http://127.0.0.1:8011",
+) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
     wire = json.dumps(
@@ -415,6 +440,15 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url:
             "amount_minor": 20000,
             "currency": "TRY",
             "reference": f"HiWallet {customer['id']}",
+        },
+        separators=(",", ":"),
+    )
+    withdrawal = json.dumps(
+        {
+            "wallet": customer["id"],
+            "amount_minor": 2500,
+            "currency": "TRY",
+            "destination_iban": "TR330006100519786457841326",
         },
         separators=(",", ":"),
     )
@@ -442,14 +476,24 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url:
   curl -s -H "Authorization: Bearer bank_dev_key" -H 'Content-Type: application/json' \\
     -d '{wire}' \\
     {bank_url}/v1/topups
+
+  Withdraw to a bank account (withdrawal-orchestrator, then wallet-consumer, bank-adapter,
+  bank-fake and bank-webhook through RabbitMQ; GET it until "completed"):
+  curl -s -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" \\
+    -H 'Content-Type: application/json' \\
+    -d '{withdrawal}' \\
+    {withdrawal_url}/v1/withdrawals
+  curl -s -H "Authorization: Bearer $TOKEN" "{withdrawal_url}/v1/withdrawals?wallet={customer["id"]}"
 """)
 
 
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
+    from hiwallet.bank.settings import get_bank_settings
     from hiwallet.identity.settings import get_identity_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
+    from hiwallet.withdrawals.settings import get_withdrawal_settings
 
     identity = get_identity_settings()
     return {
@@ -457,6 +501,8 @@ def _databases() -> dict[str, str]:
         "identity": identity.database_name("identity"),
         "staff_identity": identity.database_name("staff_identity"),
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
+        "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
+        "bank": get_bank_settings().database or db.DATABASES["bank"],
     }
 
 
@@ -498,6 +544,7 @@ def up() -> None:
                 demo,
                 supervisor.child("stripe-fake").deployable.url,
                 supervisor.child("bank-fake").deployable.url,
+                supervisor.child("withdrawal-orchestrator").deployable.url,
             )
             status = supervisor.run(stop)
     except RuntimeError as exc:
