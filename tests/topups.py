@@ -42,6 +42,11 @@ def consumer_settings(**overrides: Any) -> WalletConsumerSettings:
         "dead_letter_exchange": f"{prefix}.dead-letters",
         "dead_letter_key": f"{prefix}.topups",
         "dead_letter_queue": f"{prefix}.topups.dead",
+        # the withdrawal saga's topology, which wallet-consumer declares too, under the prefix
+        "withdrawals_exchange": f"{prefix}.withdrawals",
+        "withdrawals_queue_prefix": f"{prefix}.",
+        "withdrawals_dead_letter_key": f"{prefix}.withdrawals",
+        "withdrawals_dead_letter_queue": f"{prefix}.withdrawals.dead",
         "max_attempts": 2,
         **overrides,
     }

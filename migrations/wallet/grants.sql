@@ -44,6 +44,15 @@ GRANT SELECT ON public.processed_events TO :"readonly_role";
 GRANT INSERT, UPDATE (attributed_wallet, attributed_by, attributed_at) ON wallet.unattributed_topups
     TO :"app_role";
 
+-- 3c. wallet-consumer's withdrawal commands (migrations/wallet/0011): each command's response,
+--     stored once and never changed (a trigger refuses UPDATE and DELETE), and the outbox as
+--     the relay needs it: rows written in the command's transaction, claimed (FOR UPDATE
+--     needs an UPDATE privilege), marked sent, sent ones purged (a trigger refuses an unsent
+--     one). The monthly withdrawal limit is written only by wallet.count_withdrawal and
+--     wallet.return_withdrawal (below).
+GRANT INSERT ON wallet.processed_messages TO :"app_role";
+GRANT INSERT, UPDATE (sent_at), DELETE ON wallet.outbox TO :"app_role";
+
 -- 4. The ledger is written only by its functions, which check what they write: the service
 --    may call them and nothing else that writes. SECURITY DEFINER: they run as the owner,
 --    whatever the caller may do itself. The search path is pinned so that nothing the caller
@@ -56,7 +65,7 @@ DECLARE
     writers CONSTANT text[] := ARRAY[
         'ledger.post', 'ledger.post_batch', 'ledger.place_hold',
         'ledger.release_hold', 'ledger.ensure_system_accounts', 'ledger.open_account',
-        'wallet.transfer_batch'];
+        'wallet.transfer_batch', 'wallet.count_withdrawal', 'wallet.return_withdrawal'];
     missing text;
     f regprocedure;
 BEGIN

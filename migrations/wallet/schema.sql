@@ -770,6 +770,96 @@ BEGIN
                    WHERE l.bucket = ANY (v_tx.buckets) AND l.transaction_id = p_id));
 END $$;
 
+-- Name: count_withdrawal(smallint, text, text, date, text, bigint, bigint); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    v_used bigint;
+BEGIN
+    IF p_amount IS NULL OR p_amount <= 0 OR p_limit IS NULL OR p_limit < 0 THEN
+        RAISE EXCEPTION 'count_withdrawal: the amount must be positive and the limit not negative'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(
+        format('withdrawal-limit|%s|%s|%s|%s', p_bucket, p_account, p_month, p_currency), 0));
+    SELECT u.used INTO v_used FROM wallet.limit_usage u
+     WHERE u.bucket = p_bucket AND u.account_id = p_account AND u.month = p_month
+       AND u.kind = 'withdrawal' AND u.currency = p_currency;
+    v_used := coalesce(v_used, 0) + p_amount;
+    IF v_used > p_limit THEN
+        RETURN jsonb_build_object('counted', false, 'used', v_used, 'limit', p_limit);
+    END IF;
+    -- a debit is counted once (its primary key); a second count of it is a defect: it raises
+    INSERT INTO wallet.withdrawal_counts (bucket, command_id, account_id, month, currency, amount, counted_at)
+    VALUES (p_bucket, p_command_id, p_account, p_month, p_currency, p_amount, clock_timestamp());
+    INSERT INTO wallet.limit_usage AS u (bucket, account_id, month, kind, currency, used)
+    VALUES (p_bucket, p_account, p_month, 'withdrawal', p_currency, p_amount)
+    ON CONFLICT (bucket, account_id, month, kind, currency) DO UPDATE SET used = u.used + EXCLUDED.used;
+    RETURN jsonb_build_object('counted', true, 'used', v_used, 'limit', p_limit);
+END $$;
+
+-- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.outbox_keeps_unsent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.sent_at IS NULL THEN
+        RAISE EXCEPTION 'outbox message % has not been sent; it may not be deleted', OLD.message_id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN OLD;
+END $$;
+
+-- Name: outbox_notify(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.outbox_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('wallet_outbox', '');
+    RETURN NULL;
+END $$;
+
+-- Name: processed_messages_append_only(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.processed_messages_append_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'a stored command response is never changed or deleted'
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+-- Name: return_withdrawal(smallint, text); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+DECLARE
+    v_count wallet.withdrawal_counts;
+BEGIN
+    SELECT * INTO v_count FROM wallet.withdrawal_counts
+     WHERE bucket = p_bucket AND command_id = p_command_id AND returned_at IS NULL
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(
+        format('withdrawal-limit|%s|%s|%s|%s', v_count.bucket, v_count.account_id, v_count.month,
+               v_count.currency), 0));
+    UPDATE wallet.withdrawal_counts SET returned_at = clock_timestamp()
+     WHERE bucket = p_bucket AND command_id = p_command_id;
+    UPDATE wallet.limit_usage SET used = used - v_count.amount
+     WHERE bucket = v_count.bucket AND account_id = v_count.account_id AND month = v_count.month
+       AND kind = 'withdrawal' AND currency = v_count.currency;
+    RETURN v_count.amount;
+END $$;
+
 -- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], ledger.posting_in[]); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) RETURNS jsonb[]
@@ -1121,6 +1211,7 @@ CREATE TABLE wallet.limit_usage (
     kind text NOT NULL,
     currency character(3) NOT NULL,
     used bigint NOT NULL,
+    CONSTRAINT limit_usage_kind_known CHECK ((kind = ANY (ARRAY['transfer'::text, 'payment'::text, 'withdrawal'::text]))),
     CONSTRAINT limit_usage_used_not_negative CHECK ((used >= 0))
 );
 
@@ -1133,6 +1224,45 @@ CREATE TABLE wallet.members (
     subject text NOT NULL,
     added_by text NOT NULL,
     created_at timestamp with time zone NOT NULL
+);
+
+-- Name: outbox; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.outbox (
+    id bigint NOT NULL,
+    message_id text NOT NULL,
+    exchange text NOT NULL,
+    routing_key text NOT NULL,
+    message_type text NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    body jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone
+);
+
+-- Name: outbox_id_seq; Type: SEQUENCE; Schema: wallet; Owner: -
+
+ALTER TABLE wallet.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME wallet.outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- Name: processed_messages; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.processed_messages (
+    command_id text NOT NULL,
+    command_type text NOT NULL,
+    saga_id text NOT NULL,
+    response_type text NOT NULL,
+    response jsonb NOT NULL,
+    processed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT processed_messages_ids_length CHECK ((((length(command_id) >= 1) AND (length(command_id) <= 200)) AND ((length(saga_id) >= 1) AND (length(saga_id) <= 200)))),
+    CONSTRAINT processed_messages_response_fits_command CHECK ((((command_type = 'DebitForWithdrawal'::text) AND (response_type = ANY (ARRAY['WithdrawalDebited'::text, 'WithdrawalDebitRejected'::text]))) OR ((command_type = 'SettleWithdrawal'::text) AND (response_type = 'WithdrawalSettled'::text)) OR ((command_type = 'RefundWithdrawal'::text) AND (response_type = 'WithdrawalRefunded'::text)))),
+    CONSTRAINT processed_messages_response_object CHECK ((jsonb_typeof(response) = 'object'::text))
 );
 
 -- Name: unattributed_topups; Type: TABLE; Schema: wallet; Owner: -
@@ -1168,6 +1298,20 @@ CREATE TABLE wallet.wallets (
     closed_at timestamp with time zone,
     CONSTRAINT wallets_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
     CONSTRAINT wallets_number_format CHECK (((number ~ '^[0-9]{16}$'::text) AND (substr(number, 1, 4) = lpad((bucket)::text, 4, '0'::text))))
+);
+
+-- Name: withdrawal_counts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.withdrawal_counts (
+    bucket smallint NOT NULL,
+    command_id text NOT NULL,
+    account_id text NOT NULL,
+    month date NOT NULL,
+    currency character(3) NOT NULL,
+    amount bigint NOT NULL,
+    counted_at timestamp with time zone NOT NULL,
+    returned_at timestamp with time zone,
+    CONSTRAINT withdrawal_counts_amount_positive CHECK ((amount > 0))
 );
 
 -- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: ledger; Owner: -
@@ -1235,6 +1379,21 @@ ALTER TABLE ONLY wallet.limit_usage
 ALTER TABLE ONLY wallet.members
     ADD CONSTRAINT members_pkey PRIMARY KEY (bucket, account_id, issuer, subject);
 
+-- Name: outbox outbox_message_id_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.outbox
+    ADD CONSTRAINT outbox_message_id_unique UNIQUE (message_id);
+
+-- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+-- Name: processed_messages processed_messages_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.processed_messages
+    ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (command_id);
+
 -- Name: unattributed_topups unattributed_topups_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.unattributed_topups
@@ -1254,6 +1413,11 @@ ALTER TABLE ONLY wallet.wallets
 
 ALTER TABLE ONLY wallet.wallets
     ADD CONSTRAINT wallets_pkey PRIMARY KEY (bucket, id);
+
+-- Name: withdrawal_counts withdrawal_counts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.withdrawal_counts
+    ADD CONSTRAINT withdrawal_counts_pkey PRIMARY KEY (bucket, command_id);
 
 -- Name: lines_by_time; Type: INDEX; Schema: ledger; Owner: -
 
@@ -1278,6 +1442,14 @@ CREATE INDEX idempotency_keys_created ON wallet.idempotency_keys USING btree (cr
 -- Name: identity_accounts_one_personal; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE UNIQUE INDEX identity_accounts_one_personal ON wallet.identity_accounts USING btree (issuer, subject) WHERE (kind = 'personal'::text);
+
+-- Name: outbox_unsent; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX outbox_unsent ON wallet.outbox USING btree (id) WHERE (sent_at IS NULL);
+
+-- Name: processed_messages_saga; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX processed_messages_saga ON wallet.processed_messages USING btree (saga_id);
 
 -- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
 
@@ -1314,6 +1486,18 @@ CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transa
 -- Name: transactions transactions_no_truncate; Type: TRIGGER; Schema: ledger; Owner: -
 
 CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
+
+-- Name: outbox outbox_keeps_unsent; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON wallet.outbox FOR EACH ROW EXECUTE FUNCTION wallet.outbox_keeps_unsent();
+
+-- Name: outbox outbox_notify; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER outbox_notify AFTER INSERT ON wallet.outbox FOR EACH STATEMENT EXECUTE FUNCTION wallet.outbox_notify();
+
+-- Name: processed_messages processed_messages_append_only; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER processed_messages_append_only BEFORE DELETE OR UPDATE ON wallet.processed_messages FOR EACH ROW EXECUTE FUNCTION wallet.processed_messages_append_only();
 
 -- Name: unattributed_topups unattributed_topups_attributed_once; Type: TRIGGER; Schema: wallet; Owner: -
 
@@ -1353,6 +1537,11 @@ ALTER TABLE ONLY wallet.members
 
 ALTER TABLE ONLY wallet.wallets
     ADD CONSTRAINT wallets_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
+-- Name: withdrawal_counts withdrawal_counts_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.withdrawal_counts
+    ADD CONSTRAINT withdrawal_counts_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
 
 -- Name: SCHEMA ledger; Type: ACL; Schema: -; Owner: -
 
@@ -1419,6 +1608,28 @@ GRANT ALL ON FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_k
 -- Name: FUNCTION replay(p_home_bucket smallint, p_id text, p_request_hash bytea); Type: ACL; Schema: ledger; Owner: -
 
 REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_request_hash bytea) FROM PUBLIC;
+
+-- Name: FUNCTION count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.outbox_keeps_unsent() FROM PUBLIC;
+
+-- Name: FUNCTION outbox_notify(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.outbox_notify() FROM PUBLIC;
+
+-- Name: FUNCTION processed_messages_append_only(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.processed_messages_append_only() FROM PUBLIC;
+
+-- Name: FUNCTION return_withdrawal(p_bucket smallint, p_command_id text); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) FROM PUBLIC;
+GRANT ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) TO hiwallet_wallet_app;
 
 -- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]); Type: ACL; Schema: wallet; Owner: -
 
@@ -1505,6 +1716,20 @@ GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_readonly;
 GRANT SELECT,INSERT ON TABLE wallet.members TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.members TO hiwallet_wallet_readonly;
 
+-- Name: TABLE outbox; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.outbox TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.outbox TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN outbox.sent_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(sent_at) ON TABLE wallet.outbox TO hiwallet_wallet_app;
+
+-- Name: TABLE processed_messages; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.processed_messages TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.processed_messages TO hiwallet_wallet_readonly;
+
 -- Name: TABLE unattributed_topups; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT,INSERT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
@@ -1526,3 +1751,8 @@ GRANT UPDATE(attributed_at) ON TABLE wallet.unattributed_topups TO hiwallet_wall
 
 GRANT SELECT,INSERT ON TABLE wallet.wallets TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.wallets TO hiwallet_wallet_readonly;
+
+-- Name: TABLE withdrawal_counts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.withdrawal_counts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.withdrawal_counts TO hiwallet_wallet_readonly;

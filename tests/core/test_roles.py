@@ -42,6 +42,10 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     # Consumer finds it, and the top-ups it could not attribute
     "public.processed_events": {"SELECT", "INSERT"},
     "wallet.unattributed_topups": {"INSERT"},
+    # wallet-consumer's withdrawal commands (migrations/wallet/0011): each command's response,
+    # and the outbox as its relay needs it (claim, mark sent, purge sent rows)
+    "wallet.processed_messages": {"INSERT"},
+    "wallet.outbox": {"INSERT", "DELETE"},
 }
 WALLET_APP_COLUMNS = {
     ("wallet.accounts", "tier", "UPDATE"),
@@ -50,6 +54,7 @@ WALLET_APP_COLUMNS = {
     ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_at", "UPDATE"),
+    ("wallet.outbox", "sent_at", "UPDATE"),
 }
 WALLET_APP_FUNCTIONS = {
     "ledger.post",
@@ -59,6 +64,8 @@ WALLET_APP_FUNCTIONS = {
     "ledger.ensure_system_accounts",
     "ledger.open_account",
     "wallet.transfer_batch",
+    "wallet.count_withdrawal",
+    "wallet.return_withdrawal",
     "ledger.line_hash",  # pure (STABLE): verify's queries call it
 }
 IDENTITY_TABLES = (
@@ -318,6 +325,17 @@ WALLET_REFUSED = [
     "UPDATE wallet.unattributed_topups SET amount_minor = amount_minor + 1",
     "UPDATE wallet.unattributed_topups SET reason = 'no-reference'",
     "TRUNCATE wallet.unattributed_topups",
+    # a stored command response is never changed or deleted; the withdrawal limit changes only
+    # through wallet.count_withdrawal and wallet.return_withdrawal; an unsent outbox row stays
+    "UPDATE wallet.processed_messages SET response = '{}'",
+    "DELETE FROM wallet.processed_messages",
+    "TRUNCATE wallet.processed_messages",
+    "INSERT INTO wallet.limit_usage VALUES (1, '0001:x', '2026-01-01', 'withdrawal', 'TRY', 0)",
+    "UPDATE wallet.withdrawal_counts SET returned_at = now()",
+    "INSERT INTO wallet.withdrawal_counts VALUES (1, 'c', '0001:x', '2026-01-01', 'TRY', 1, now(), NULL)",
+    "DELETE FROM wallet.withdrawal_counts",
+    "UPDATE wallet.outbox SET body = '{}'",
+    "TRUNCATE wallet.outbox",
     "SELECT * FROM public.schema_migrations",
     "DELETE FROM public.schema_migrations",
     f"ALTER ROLE {APP} SUPERUSER",

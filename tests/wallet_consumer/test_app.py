@@ -18,6 +18,7 @@ from hiwallet.core.broker import Broker, topups_topology
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.settings import Settings
+from hiwallet.core.withdrawals import withdrawals_topology
 from hiwallet.ledger import Ledger, LedgerStore, cash_account
 from hiwallet.wallet_consumer.app import topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
@@ -39,7 +40,7 @@ async def processed(pool: asyncpg.Pool) -> int:
 
 
 def test_the_default_topology_is_the_contracts() -> None:
-    assert topology_of(WalletConsumerSettings()) == topups_topology()
+    assert topology_of(WalletConsumerSettings()) == topups_topology() + withdrawals_topology()
 
 
 async def test_the_app_credits_each_wallets_topups_once_and_in_order(

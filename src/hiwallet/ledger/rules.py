@@ -17,6 +17,7 @@ from typing import Any
 from hiwallet.core.ids import derived_id
 from hiwallet.core.text import has_control_characters
 from hiwallet.ledger.accounts import (
+    BUCKETS,
     CENTRAL_BUCKET,
     Role,
     bucket_of,
@@ -382,17 +383,31 @@ def settlement_topup(
 
 
 def settlement_withdrawal(
-    key: str, provider: str, currency: str, *, owed: int, actor: str, ref: str
+    key: str,
+    provider: str,
+    currency: str,
+    *,
+    owed: int,
+    actor: str,
+    ref: str,
+    bucket: int = CENTRAL_BUCKET,
 ) -> Posting:
-    """The bank's transfers left our account: clearing −owed, nostro +owed."""
+    """The bank's transfers left our account: clearing −owed, nostro +owed.
+
+    ``bucket``: whose clearing sub-account. The central one (after the sweep) for a settlement
+    of many; a withdrawal's own bucket for one withdrawal settled as its transfer succeeds (the
+    saga), which takes back what its debit put into that bucket's clearing, without waiting for
+    a sweep. Its home is that bucket."""
     owed, currency = check_amount(owed, "owed"), check_currency(currency)
+    if not isinstance(bucket, int) or isinstance(bucket, bool) or not 0 <= bucket < BUCKETS:
+        raise InvalidPosting(f"bucket {bucket!r} does not exist", field="bucket")
     legs = [
-        Leg(system_account(Role.CLEARING, currency, provider=provider), -owed, currency),
+        Leg(system_account(Role.CLEARING, currency, bucket=bucket, provider=provider), -owed, currency),
         Leg(system_account(Role.NOSTRO, currency), owed, currency),
     ]
     return _posting(
         key,
-        CENTRAL_BUCKET,
+        bucket,
         TxType.SETTLEMENT_WITHDRAWAL,
         actor,
         ref,

@@ -25,6 +25,7 @@ from hiwallet.core.ids import derived_id
 from hiwallet.core.settings import Settings
 from hiwallet.ledger import rules
 from hiwallet.ledger.accounts import (
+    CENTRAL_BUCKET,
     Role,
     cash_account,
     new_wallet_id,
@@ -361,10 +362,31 @@ class Ledger:
         )
 
     async def settle_withdrawals(
-        self, key: str, provider: str, currency: str = "TRY", *, owed: int, actor: str, ref: str
+        self,
+        key: str,
+        provider: str,
+        currency: str = "TRY",
+        *,
+        owed: int,
+        actor: str,
+        ref: str,
+        bucket: int | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
+        """clearing(provider) −owed, nostro +owed: the central clearing by default; with
+        ``bucket``, that bucket's clearing sub-account (one withdrawal settled in its own
+        bucket: the withdrawal saga). With ``conn``, in the caller's unit of work."""
         return await self.store.post(
-            rules.settlement_withdrawal(key, provider, currency, owed=owed, actor=actor, ref=ref)
+            rules.settlement_withdrawal(
+                key,
+                provider,
+                currency,
+                owed=owed,
+                actor=actor,
+                ref=ref,
+                bucket=CENTRAL_BUCKET if bucket is None else bucket,
+            ),
+            conn=conn,
         )
 
     async def provider_invoice(

@@ -1,5 +1,8 @@
 """The wallet-consumer process: core's Consumer on the top-up partitions, the handler, and an
 HTTP app for ``/health``, ``/ready`` (database, broker and the consumer) and ``/metrics`` only.
+Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's wallet
+commands, withdrawals.py, one message per transaction), the relay of ``wallet.outbox`` that
+publishes their responses, and that outbox's purge job.
 
 At start it connects to PostgreSQL as the wallet database's application role and to RabbitMQ,
 declares the top-up topology itself (idempotent: whoever starts first declares it), and
@@ -15,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import asyncpg
 import structlog
@@ -26,26 +30,97 @@ from hiwallet.core import db
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
 from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
-from hiwallet.wallet_consumer.metrics import TopupMetrics
+from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
 from hiwallet.wallet_consumer.topups import count_unattributed
+from hiwallet.wallet_consumer.withdrawals import (
+    OUTBOX_CHANNEL,
+    OUTBOX_TABLE,
+    WITHDRAWALS_CONSUMER_NAME,
+    WithdrawalHandler,
+    WithdrawalLimits,
+)
 
 log = structlog.get_logger(__name__)
 
+# Advisory lock keys in hiwallet_wallet (locks are per database): one relay of wallet.outbox,
+# one round of its purge at a time, across every instance.
+RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
+OUTBOX_PURGE_LOCK_KEY = 0x6877_7770  # "hwwp"
+# A background task that stopped on an error it did not expect starts again after this.
+RESTART_DELAY_S = 1.0
+
 
 def topology_of(settings: WalletConsumerSettings) -> Topology:
-    """What the consumer declares: core.broker.topups_topology() with the default settings."""
-    return partitioned_topology(
+    """What the consumer declares: core.broker.topups_topology() and
+    core.withdrawals.withdrawals_topology() with the default settings."""
+    topups = partitioned_topology(
         settings.exchange,
         partitions=settings.partitions,
         dead_letter_exchange=settings.dead_letter_exchange,
         dead_letter_key=settings.dead_letter_key,
         dead_letter_queue=settings.dead_letter_queue,
     )
+    return topups + withdrawal_topology_of(settings)
+
+
+def withdrawal_topology_of(settings: WalletConsumerSettings) -> Topology:
+    """The whole withdrawal topology (every process of the saga declares it), its queues'
+    names behind ``withdrawals_queue_prefix`` (empty: the real names)."""
+    topology = withdrawals_topology(
+        exchange=settings.withdrawals_exchange,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_key=settings.withdrawals_dead_letter_key,
+        dead_letter_queue=settings.withdrawals_dead_letter_queue,
+    )
+    prefix = settings.withdrawals_queue_prefix
+    if not prefix:
+        return topology
+    own = {settings.withdrawals_dead_letter_queue}  # named by the settings already
+    return Topology(
+        exchanges=topology.exchanges,
+        queues=tuple(q if q.name in own else replace(q, name=prefix + q.name) for q in topology.queues),
+    )
+
+
+def withdrawals_queue(settings: WalletConsumerSettings) -> str:
+    return settings.withdrawals_queue_prefix + WALLET_QUEUE
+
+
+def _dedicated_connection(database: str, core: Settings) -> Callable[[], Awaitable[asyncpg.Connection]]:
+    """A connection of its own, as the application role (the relay's session lock and LISTEN,
+    the purge job's lock: never a pooled one)."""
+    dsn = db.service_dsn(database, db.app_role("wallet"), core)
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(
+            dsn,
+            timeout=core.db_command_timeout_s,
+            command_timeout=core.db_command_timeout_s,
+            server_settings=db.server_settings(core),
+        )
+
+    return connect
+
+
+async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
+    """``work`` for as long as the process runs: started again if it stops on an error."""
+    while True:
+        try:
+            await work()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task stopped; starting it again", task=name)
+        await asyncio.sleep(RESTART_DELAY_S)
 
 
 async def _refresh_unattributed(pool: asyncpg.Pool, metrics: TopupMetrics, interval_s: float) -> None:
@@ -87,6 +162,8 @@ def create_wallet_consumer_app(
         registry = app.state.metrics_registry
         consumer_metrics = ConsumerMetrics(registry)
         topup_metrics = TopupMetrics(registry)
+        withdrawal_metrics = WithdrawalMetrics(registry)
+        outbox_metrics = OutboxMetrics(registry)
         name = database or settings.database or db.DATABASES["wallet"]
         pool = await db.create_pool(
             name,
@@ -98,6 +175,7 @@ def create_wallet_consumer_app(
         broker = Broker(core.amqp_url, client_name=settings.client_name)
         tasks: list[asyncio.Task[None]] = []
         consumer: Consumer | None = None
+        withdrawals: Consumer | None = None
         try:
             await broker.start()
             await broker.declare(topology_of(settings))
@@ -121,6 +199,79 @@ def create_wallet_consumer_app(
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)
             await _started(consumer, running, settings.start_timeout_s)
+            # The withdrawal saga's commands: one message per transaction (a few a second at
+            # most), the responses through wallet.outbox and its relay below.
+            withdrawals = Consumer(
+                broker=broker,
+                pool=pool,
+                queues=[withdrawals_queue(settings)],
+                consumer_name=WITHDRAWALS_CONSUMER_NAME,
+                handler=WithdrawalHandler(
+                    ledger,
+                    exchange=settings.withdrawals_exchange,
+                    limits=WithdrawalLimits(
+                        verified_minor=settings.limit_verified_withdrawal_minor,
+                        contracted_minor=settings.limit_contracted_withdrawal_minor,
+                    ),
+                    count=withdrawal_metrics.count,
+                ),
+                dead_letter_exchange=settings.dead_letter_exchange,
+                dead_letter_key=settings.withdrawals_dead_letter_key,
+                max_attempts=settings.max_attempts,
+                is_transient=is_transient,
+                metrics=consumer_metrics,
+            )
+            commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
+            tasks.append(commands)
+            await _started(withdrawals, commands, settings.start_timeout_s)
+            connect = _dedicated_connection(name, core)
+            relay = Relay(
+                connect=connect,
+                broker=broker,
+                table=OUTBOX_TABLE,
+                channel=OUTBOX_CHANNEL,
+                lock_key=RELAY_LOCK_KEY,
+                batch_size=settings.relay_batch,
+                poll_interval_s=settings.relay_poll_s,
+                on_published=outbox_metrics.on_published,
+            )
+            app.state.relay = relay
+
+            async def purge_round() -> int:
+                purged = 0
+                async with pool.acquire() as conn:
+                    while True:
+                        done = await purge_sent(
+                            conn, OUTBOX_TABLE, settings.outbox_retention_s, settings.outbox_purge_batch
+                        )
+                        purged += done
+                        if done < settings.outbox_purge_batch:
+                            return purged
+
+            purge = PeriodicJob(
+                "wallet-outbox-purge",
+                settings.outbox_purge_interval_s,
+                OUTBOX_PURGE_LOCK_KEY,
+                purge_round,
+                connect,
+            )
+
+            async def outbox_gauges() -> None:
+                while True:
+                    try:
+                        async with pool.acquire() as conn:
+                            await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+                    except Exception as exc:  # the next round tries again; /ready reports the database
+                        log.warning("outbox gauges failed", error=type(exc).__name__)
+                    await asyncio.sleep(settings.outbox_metrics_interval_s)
+
+            tasks.extend(
+                [
+                    asyncio.create_task(_supervised("relay", relay.run), name="wallet-outbox-relay"),
+                    asyncio.create_task(_supervised("purge", purge.run_forever), name="wallet-outbox-purge"),
+                    asyncio.create_task(outbox_gauges(), name="wallet-outbox-gauges"),
+                ]
+            )
             tasks.append(
                 asyncio.create_task(
                     _refresh_unattributed(pool, topup_metrics, settings.unattributed_refresh_s),
@@ -134,17 +285,21 @@ def create_wallet_consumer_app(
             async def consuming() -> None:
                 if running.done():
                     raise RuntimeError("the consumer stopped")
+                if commands.done():
+                    raise RuntimeError("the withdrawal commands' consumer stopped")
 
             checks.update({"database": database_ready, "broker": broker.check, "consumer": consuming})
             app.state.consumer = consumer
+            app.state.withdrawals = withdrawals
             app.state.pool = pool
             yield
         finally:
             checks.clear()
-            if consumer is not None:
-                await consumer.stop()
+            for stopping in (consumer, withdrawals):
+                if stopping is not None:
+                    await stopping.stop()
             for task in tasks:
-                if task.get_name() == "wallet-consumer":
+                if task.get_name() in ("wallet-consumer", "wallet-consumer-withdrawals"):
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         # the message in hand finishes; past the timeout it is given back
                         await asyncio.wait_for(task, settings.stop_timeout_s)

@@ -35,3 +35,22 @@ class TopupMetrics:
 
     def count(self, result: str) -> None:
         self.handled.labels(result if result in RESULTS else "other").inc()
+
+
+# The withdrawal commands' results (WithdrawalHandler): a bounded label set.
+WITHDRAWAL_RESULTS = ("debited", "rejected", "settled", "refunded", "republished")
+
+
+class WithdrawalMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.handled = Counter(
+            "hiwallet_withdrawal_commands_handled",
+            "Withdrawal commands handled, by result (republished: a command that came again, "
+            "answered with its stored response; counted when handled, as hiwallet_topups_handled)",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def count(self, result: str) -> None:
+        self.handled.labels(result if result in WITHDRAWAL_RESULTS else "other").inc()

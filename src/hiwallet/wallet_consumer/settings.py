@@ -14,6 +14,11 @@ from hiwallet.core.broker import (
     TOPUPS_DEAD_LETTER_QUEUE,
     TOPUPS_EXCHANGE,
 )
+from hiwallet.core.withdrawals import (
+    WITHDRAWALS_DEAD_LETTER_KEY,
+    WITHDRAWALS_DEAD_LETTER_QUEUE,
+    WITHDRAWALS_EXCHANGE,
+)
 
 
 class WalletConsumerSettings(BaseSettings):
@@ -45,8 +50,9 @@ class WalletConsumerSettings(BaseSettings):
     # then dead-lettered with its reason. A database outage is not counted (the consumer pauses).
     max_attempts: int = 5
     # A connection per partition being handled, one for the ledger's reads (a reused key), one
-    # for /ready and the unattributed count.
-    db_pool_max_size: int = 8
+    # for /ready and the unattributed count; one for the withdrawal commands, one for the
+    # ledger's read of a refunded debit, one for the outbox's gauges and purge.
+    db_pool_max_size: int = 11
     # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
     # At start: how long the broker and the consumer may take to be up before the process fails.
@@ -56,6 +62,33 @@ class WalletConsumerSettings(BaseSettings):
     stop_timeout_s: float = 15.0
     # The connection's name in RabbitMQ.
     client_name: str = "wallet-consumer"
+
+    # The withdrawal saga's wallet commands (core.withdrawals, CONTRACT-11 part B): consumed
+    # from <withdrawals_queue_prefix>hiwallet.withdrawals.wallet, the responses published to
+    # withdrawals_exchange through wallet.outbox and its relay (in this process). The whole
+    # core.withdrawals_topology() is declared at start; the prefix renames its queues (tests
+    # and a process started by them: never the real names), dead letters go to
+    # dead_letter_exchange under withdrawals_dead_letter_key.
+    withdrawals_exchange: str = WITHDRAWALS_EXCHANGE
+    withdrawals_queue_prefix: str = ""
+    withdrawals_dead_letter_key: str = WITHDRAWALS_DEAD_LETTER_KEY
+    withdrawals_dead_letter_queue: str = WITHDRAWALS_DEAD_LETTER_QUEUE
+    # Monthly withdrawal limits of personal accounts, per tier, per currency, in minor units
+    # (as wallet-api's transfer limits: 50,000.00 and 500,000.00 TRY). Unknown and unverified
+    # accounts may not withdraw; business accounts have no limit. A refund gives back what
+    # its debit counted.
+    limit_verified_withdrawal_minor: int = 50_000_00
+    limit_contracted_withdrawal_minor: int = 500_000_00
+    # The relay of wallet.outbox (core/outbox.py): rows a pass publishes, and its poll (the
+    # NOTIFY at commit wakes it first; the poll is the safety net).
+    relay_batch: int = 200
+    relay_poll_s: float = 1.0
+    # Sent outbox rows are deleted after this long (a PeriodicJob, one instance a round).
+    outbox_retention_s: float = 7 * 24 * 3600.0
+    outbox_purge_interval_s: float = 3600.0
+    outbox_purge_batch: int = 1000
+    # How often the outbox lag gauges are read.
+    outbox_metrics_interval_s: float = 15.0
 
 
 @lru_cache(maxsize=1)

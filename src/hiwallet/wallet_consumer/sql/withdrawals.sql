@@ -1,0 +1,49 @@
+-- wallet-consumer's named queries for the withdrawal saga's commands
+-- (src/hiwallet/wallet_consumer/withdrawals.py; migrations/wallet/0011_withdrawals.sql).
+-- wallet.processed_messages is not distributed (keyed by the command); every read of a
+-- distributed table names its bucket.
+
+-- name: lock_command
+-- One handling of a command id at a time, until the transaction ends: a command published
+-- again while its first delivery is being handled (another message id, so processed_events
+-- does not tell them apart) waits here, then finds the stored response. Its own statement,
+-- before the read below: a statement's snapshot is taken when it starts, so a read in the
+-- same statement as the lock could miss the response committed while it waited.
+SELECT pg_advisory_xact_lock(hashtextextended('wallet-command|' || $1, 0))
+
+-- name: stored_response
+SELECT command_type, saga_id, response_type, response
+  FROM wallet.processed_messages
+ WHERE command_id = $1
+
+-- name: store_response
+INSERT INTO wallet.processed_messages (command_id, command_type, saga_id, response_type, response, processed_at)
+VALUES ($1, $2, $3, $4, $5, clock_timestamp())
+
+-- name: debit_party
+-- What a debit is decided on, as wallet-api decides a transfer's source (its wallet_with_access):
+-- the wallet's record and currency, its account's kind and tier, and whether the requester is
+-- a member of that account. No row: no such wallet (wallet-api's record), answered as
+-- "membership", as wallet-api answers 404 to a stranger.
+SELECT w.currency, w.account_id, a.kind, a.tier,
+       EXISTS (SELECT 1 FROM wallet.members m
+                WHERE m.bucket = w.bucket AND m.account_id = w.account_id
+                  AND m.issuer = $3 AND m.subject = $4) AS member
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ WHERE w.bucket = $1 AND w.id = $2
+
+-- name: count_withdrawal
+-- The monthly withdrawal limit (migrations/wallet/0011): counted unless the month's total
+-- would pass it; nothing written then.
+SELECT wallet.count_withdrawal($1, $2, $3, $4, $5, $6, $7)
+
+-- name: return_withdrawal
+-- A refunded withdrawal gives back what its debit counted, once.
+SELECT wallet.return_withdrawal($1, $2)
+
+-- name: limit_used
+-- What an account has used of its withdrawal limit in a month (tests, an operator's question).
+SELECT coalesce((SELECT used FROM wallet.limit_usage
+                  WHERE bucket = $1 AND account_id = $2 AND month = $3 AND kind = 'withdrawal'
+                    AND currency = $4), 0)
