@@ -165,7 +165,8 @@ async def test_tokens_are_required_and_staff_tokens_refused(client: httpx.AsyncC
     assert expired.status_code == 401
     staff = {"Authorization": f"Bearer {token('staff-1', issuer=STAFF_ISSUER)}"}
     response = await client.post("/v1/withdrawals", json=withdrawal(c), headers={**staff, **key_header()})
-    assert response.status_code in (401, 403)
+    assert response.status_code == 403
+    assert response.json()["type"] == f"{PROBLEM}caller-not-allowed"
     got = await client.get(f"/v1/withdrawals/{uuid.uuid4()}")
     assert got.status_code == 401
 

@@ -87,7 +87,10 @@ def verifier_for(settings: WithdrawalSettings) -> TokenVerifier:
         [
             TrustedIssuer.keycloak(
                 settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
-            )
+            ),
+            TrustedIssuer.keycloak(
+                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+            ),
         ]
     )
 
