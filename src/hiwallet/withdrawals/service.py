@@ -171,6 +171,14 @@ def _is_busy_or_raced(exc: BaseException) -> bool:
 _WROTE_OUTBOX: contextvars.ContextVar[bool] = contextvars.ContextVar("withdrawal_wrote_outbox", default=False)
 
 
+def staff_actor(actor: str) -> str:
+    """Who decided a review, as the history and the reversal entry record them."""
+    actor = actor.strip()
+    if not 1 <= len(actor) <= MAX_ACTOR or not actor.isprintable():
+        raise errors.InvalidActor(f"the actor must be 1 to {MAX_ACTOR} printable characters", field="actor")
+    return actor
+
+
 class HintingPool:
     """The consumer's pool: it releases a connection after the message's transaction ended
     (committed, or rolled back by an exception), and then wakes the relay if the handler wrote
@@ -547,7 +555,8 @@ class WithdrawalService:
 
     async def release(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal goes to the bank: under_review → bank_transfer_pending, with
-        StartBankTransfer. Raises SagaNotFound, NotUnderReview."""
+        StartBankTransfer. Raises SagaNotFound, NotUnderReview, InvalidActor."""
+        actor = staff_actor(actor)
 
         async def work(conn: asyncpg.Connection) -> asyncpg.Record:
             saga = await self._under_review(conn, saga_id)
@@ -565,7 +574,8 @@ class WithdrawalService:
     async def cancel(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal is refused: under_review → cancelling, with RefundWithdrawal
         whose actor is the member of staff (the reversal entry names them). Raises
-        SagaNotFound, NotUnderReview."""
+        SagaNotFound, NotUnderReview, InvalidActor."""
+        actor = staff_actor(actor)
 
         async def work(conn: asyncpg.Connection) -> asyncpg.Record:
             saga = await self._under_review(conn, saga_id)
@@ -590,9 +600,6 @@ class WithdrawalService:
         actor: str,
         what: str,
     ) -> dict[str, Any]:
-        actor = actor.strip()
-        if not 1 <= len(actor) <= MAX_ACTOR:
-            raise ValueError(f"the actor must be 1 to {MAX_ACTOR} characters")
         row = await self._in_transaction(work)
         self.on_committed()
         log.info("withdrawal reviewed", saga_id=saga_id, decision=what, actor=actor)
