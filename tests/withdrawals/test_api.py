@@ -207,6 +207,16 @@ async def test_another_member_sees_it_and_anyone_else_gets_404(
     assert (stranger.subject, c.wallet) in stub.asked
     stub.status = 403
     assert (await client.get(f"/v1/withdrawals/{created['id']}", headers=partner.auth)).status_code == 404
+    stub.status = 401  # wallet-api no longer takes the token: neither do we
+    assert (await client.get(f"/v1/withdrawals/{created['id']}", headers=partner.auth)).status_code == 401
+
+
+async def test_the_document_describes_the_routes(client: httpx.AsyncClient) -> None:
+    document = (await client.get("/openapi.json")).json()
+    post = document["paths"]["/v1/withdrawals"]["post"]
+    assert any(p["name"] == "Idempotency-Key" and p["required"] for p in post["parameters"])
+    assert "202" in post["responses"]
+    assert "/v1/withdrawals/{withdrawal_id}" in document["paths"]
 
 
 async def test_wallet_api_unreachable_is_503_not_a_guess(
