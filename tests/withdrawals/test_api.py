@@ -4,7 +4,9 @@ written (the saga, its history, its first command in the outbox), visibility."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -276,3 +278,14 @@ async def test_a_wallets_withdrawals_page_newest_first_for_its_members(
     assert bad.status_code == 422
     missing = await client.get("/v1/withdrawals", headers=c.auth)
     assert missing.status_code == 422
+
+
+async def test_the_logs_show_the_iban_masked_only(client: httpx.AsyncClient) -> None:
+    c = customer()
+    response = await client.post("/v1/withdrawals", json=withdrawal(c), headers={**c.auth, **key_header()})
+    assert response.status_code == 202
+    text = await asyncio.to_thread(Path(os.environ["HIWALLET_LOG_FILE"]).read_text)
+    assert f'"saga_id":"{response.json()["id"]}"' in text  # this run's lines are in the file
+    assert "TR** **** **** 1326" in text
+    assert IBAN not in text
+    assert c.subject not in text
