@@ -88,6 +88,19 @@ async def topup_db(topup_template: str) -> AsyncIterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+async def withdrawal_template() -> AsyncIterator[str]:
+    async with pgtemplate.temporary(pgtemplate.make_template("withdrawal")) as name:
+        yield name
+
+
+@pytest.fixture
+async def withdrawal_db(withdrawal_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_withdrawal`` for one test."""
+    async with pgtemplate.temporary(pgtemplate.clone(withdrawal_template)) as name:
+        yield name
+
+
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the

@@ -20,6 +20,7 @@ PACKAGES = [
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
     "hiwallet.fakes",
+    "hiwallet.withdrawals",
 ]
 
 

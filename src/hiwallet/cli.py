@@ -74,7 +74,7 @@ def run(
         str,
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
-            "stripe-fake, bank-fake."
+            "stripe-fake, bank-fake, withdrawal-orchestrator."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -112,6 +112,11 @@ def run(
         configure_logging("bank-fake")
         run_bank_fake(port, host)
         return
+    if name == "withdrawal-orchestrator":
+        from hiwallet.withdrawals.app import run_withdrawal_orchestrator
+
+        run_withdrawal_orchestrator(port, host)
+        return
     if name == "wallet-consumer":
         from hiwallet.wallet_consumer.app import run_wallet_consumer
 
@@ -147,6 +152,9 @@ def _register_subcommands() -> None:
     register_topup_webhook(topups_app)
     register_wallet_consumer(topups_app)
     app.add_typer(topups_app, name="topups")
+    from hiwallet.withdrawals.cli import withdrawals_app
+
+    app.add_typer(withdrawals_app, name="withdrawals")
 
 
 _register_subcommands()

@@ -38,6 +38,7 @@ DATABASES: dict[str, str] = {
     "identity": "hiwallet_identity",
     "staff_identity": "hiwallet_staff_identity",
     "topup": "hiwallet_topup",
+    "withdrawal": "hiwallet_withdrawal",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity

@@ -1,0 +1,300 @@
+"""The withdrawal-orchestrator app: the shared HTTP factory, the pool (as the withdrawal
+database's application role), the routes, and what runs beside them in this one process: the
+whole ``hiwallet.withdrawals`` topology declared at start, the results consumer on
+``hiwallet.withdrawals.orchestrator``, the relay of ``withdrawal.outbox``, the stuck saga scan
+and the retention (core.jobs.PeriodicJob), and the refresh of the gauges."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import cast
+
+import asyncpg
+import httpx
+import structlog
+from fastapi import FastAPI
+
+from hiwallet.core import db
+from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerError, BrokerUnavailable, Topology
+from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
+from hiwallet.withdrawals.domain import State
+from hiwallet.withdrawals.metrics import WithdrawalMetrics
+from hiwallet.withdrawals.routes import router
+from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, CommitHookPool, WithdrawalService
+from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
+from hiwallet.withdrawals.visibility import WalletDirectory
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "withdrawal-orchestrator"
+CONSUMER_NAME = "withdrawal-orchestrator"
+# Advisory lock keys in hiwallet_withdrawal (locks are per database): one relay, one round of
+# each job at a time, across every instance.
+RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
+STUCK_SCAN_LOCK_KEY = 0x6877_7773  # "hwws"
+RETENTION_LOCK_KEY = 0x6877_7764  # "hwwd"
+# A background task that stopped on an error it did not expect starts again after this.
+RESTART_DELAY_S = 1.0
+DECLARE_RETRY_MAX_S = 10.0
+
+
+def database_of(settings: WithdrawalSettings) -> str:
+    return settings.database or db.DATABASES["withdrawal"]
+
+
+async def create_withdrawal_pool(
+    settings: WithdrawalSettings, core: Settings, *, max_size: int | None = None
+) -> asyncpg.Pool:
+    # As the withdrawal database's application role whatever the database's name (tests use
+    # clones): db.create_pool refuses the owner or a superuser.
+    return await db.create_pool(
+        database_of(settings),
+        role=db.app_role("withdrawal"),
+        settings=core,
+        max_size=max_size or settings.db_pool_max_size,
+    )
+
+
+def dedicated_connection(
+    settings: WithdrawalSettings, core: Settings
+) -> Callable[[], Awaitable[asyncpg.Connection]]:
+    """A connection of its own, as the application role (the relay's session lock and LISTEN,
+    each job round's lock: never a pooled one)."""
+    dsn = db.service_dsn(database_of(settings), db.app_role("withdrawal"), core)
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(
+            dsn,
+            timeout=core.db_command_timeout_s,
+            command_timeout=core.db_command_timeout_s,
+            server_settings=db.server_settings(core),
+        )
+
+    return connect
+
+
+def verifier_for(settings: WithdrawalSettings) -> TokenVerifier:
+    return TokenVerifier(
+        [
+            TrustedIssuer.keycloak(
+                settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
+            ),
+            TrustedIssuer.keycloak(
+                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+            ),
+        ]
+    )
+
+
+def stuck_scan_job(
+    service: WithdrawalService,
+    settings: WithdrawalSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    return PeriodicJob(
+        "withdrawal-stuck-scan",
+        settings.stuck_scan_interval_s,
+        STUCK_SCAN_LOCK_KEY,
+        service.scan_stuck,
+        connect,
+    )
+
+
+def retention_job(
+    service: WithdrawalService,
+    settings: WithdrawalSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    async def purge() -> int:
+        purged = await service.purge_idempotency()
+        async with service.pool.acquire() as conn:
+            for _ in range(settings.retention_max_batches):
+                sent = await purge_sent(
+                    conn, OUTBOX_TABLE, settings.retention_h * 3_600.0, settings.retention_batch
+                )
+                if sent < settings.retention_batch:
+                    break
+        return purged
+
+    return PeriodicJob(
+        "withdrawal-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, purge, connect
+    )
+
+
+async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
+    """``work`` for as long as the process runs: started again if it stops on an error."""
+    while True:
+        try:
+            await work()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task stopped; starting it again", task=name)
+        await asyncio.sleep(RESTART_DELAY_S)
+
+
+async def _declare(broker: Broker, topology: Topology) -> None:
+    """Connect and declare the topology, retrying while RabbitMQ is away (the outbox keeps the
+    commands meanwhile; /ready says the broker is not there)."""
+    delay_s = 0.5
+    while True:
+        try:
+            await broker.start()
+            await broker.declare(topology)
+            log.info("topology declared", exchanges=[e.name for e in topology.exchanges])
+            return
+        except BrokerError as exc:
+            log.warning("cannot declare the topology yet", error=str(exc), retry_in_s=delay_s)
+        await asyncio.sleep(delay_s)
+        delay_s = min(DECLARE_RETRY_MAX_S, delay_s * 2)
+
+
+async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next round tries again
+            log.warning("background work failed", work=name, error=type(exc).__name__)
+        await asyncio.sleep(interval_s)
+
+
+def create_withdrawal_app(
+    settings: WithdrawalSettings | None = None,
+    *,
+    core_settings: Settings | None = None,
+    background: bool = True,
+    verifier: TokenVerifier | None = None,
+    wallet_api: httpx.AsyncClient | None = None,
+) -> FastAPI:
+    """``background=False``: the routes alone, without the broker, the consumer, the relay and
+    the jobs (tests that run those by hand). ``verifier`` and ``wallet_api`` stand in for the
+    identity provider's keys and wallet-api's HTTP in unit tests."""
+    settings = settings or get_withdrawal_settings()
+    core = core_settings or get_settings()
+    checks: dict[str, ReadyCheck] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_withdrawal_pool(settings, core)
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        service = WithdrawalService(pool, settings, metrics, on_committed=hint.committed)
+        app.state.service = service
+        app.state.verifier = verifier or verifier_for(settings)
+        app.state.directory = WalletDirectory(
+            settings.wallet_api_url,
+            timeout_s=settings.wallet_api_timeout_s,
+            max_connections=settings.wallet_api_max_connections,
+            client=wallet_api,
+        )
+
+        async def database_ready() -> None:
+            await pool.fetchval("SELECT 1")
+
+        checks["database"] = database_ready
+        tasks: list[asyncio.Task[None]] = []
+        broker: Broker | None = None
+        consumer: Consumer | None = None
+        if background:
+            bus = broker = Broker(core.amqp_url, client_name=SERVICE)
+            declared = asyncio.Event()
+
+            async def broker_ready() -> None:
+                if not declared.is_set():
+                    raise BrokerUnavailable("the topology is not declared yet")
+                await bus.check()
+
+            checks["broker"] = broker_ready
+            connect = dedicated_connection(settings, core)
+            relay = Relay(
+                connect=connect,
+                broker=bus,
+                table=OUTBOX_TABLE,
+                channel=OUTBOX_CHANNEL,
+                lock_key=RELAY_LOCK_KEY,
+                batch_size=settings.relay_batch,
+                poll_interval_s=settings.relay_poll_s,
+                on_published=outbox_metrics.on_published,
+            )
+            app.state.relay = hint.relay = relay
+            consumer = app.state.consumer = Consumer(
+                broker=bus,
+                # What a result's transaction wrote wakes the relay once committed.
+                pool=cast(asyncpg.Pool, CommitHookPool(pool)),
+                queues=[ORCHESTRATOR_QUEUE],
+                consumer_name=CONSUMER_NAME,
+                handler=service.handle,
+                dead_letter_exchange=DEAD_LETTER_EXCHANGE,
+                dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
+                metrics=consumer_metrics,
+                table="withdrawal.processed_events",
+            )
+            scan = app.state.stuck_scan = stuck_scan_job(service, settings, connect)
+            retention = retention_job(service, settings, connect)
+
+            async def refresh_gauges() -> None:
+                counts = await service.count_by_state()
+                for state in State:  # every state, zero when none is in it
+                    metrics.sagas.labels(state.value).set(counts.get(state.value, 0))
+                async with pool.acquire() as conn:
+                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+            async def declare_then_work() -> None:
+                # Publishing before the exchange exists would only be refused (unroutable), and
+                # the results queue must exist before it is consumed.
+                await _declare(bus, withdrawals_topology())
+                declared.set()
+                assert consumer is not None
+                await asyncio.gather(_supervised("relay", relay.run), _supervised("consumer", consumer.run))
+
+            tasks = [
+                asyncio.create_task(declare_then_work()),
+                asyncio.create_task(_supervised("stuck-scan", scan.run_forever)),
+                asyncio.create_task(_supervised("retention", retention.run_forever)),
+                asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)),
+            ]
+        try:
+            yield
+        finally:
+            if consumer is not None:
+                await consumer.stop()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with suppress(asyncio.CancelledError):
+                    await task
+            if broker is not None:
+                await broker.close()
+            await app.state.directory.aclose()
+            if verifier is None:
+                await app.state.verifier.aclose()
+            await hint.aclose()
+            await pool.close()
+
+    app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
+    registry = app.state.metrics_registry
+    metrics = WithdrawalMetrics(registry)
+    outbox_metrics = OutboxMetrics(registry)
+    consumer_metrics = ConsumerMetrics(registry)
+    app.state.withdrawal_metrics = metrics
+    app.include_router(router)
+    return app
+
+
+def run_withdrawal_orchestrator(port: int | None, host: str) -> None:
+    """Serve withdrawal-orchestrator (the process entry point): one process, the consumer, the
+    relay and the jobs in it."""
+    configure_logging(SERVICE)
+    settings = get_withdrawal_settings()
+    serve(settle_heap_once_started(create_withdrawal_app(settings)), host=host, port=port or settings.port)

@@ -1,0 +1,184 @@
+"""withdrawal-orchestrator's HTTP routes: they only translate between HTTP and the service.
+
+- ``POST /v1/withdrawals`` (Idempotency-Key required): 202, the saga initiated; nothing has
+  moved yet, the rest happens through the queues.
+- ``GET /v1/withdrawals/{id}``: the requester sees their withdrawal; any other caller only if
+  wallet-api says they are a member of its wallet; else 404, as for a missing one.
+- ``GET /v1/withdrawals?wallet=…``: a wallet's withdrawals for its members, newest first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from hiwallet.core.auth import Principal, bearer_token
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE
+from hiwallet.core.withdrawals import Requester
+from hiwallet.withdrawals import errors
+from hiwallet.withdrawals.service import WithdrawalService, view
+from hiwallet.withdrawals.visibility import WalletDirectory
+
+# As the saga's messages bound a wallet id (core.withdrawals); a UUIDv7 for a withdrawal.
+WALLET_PATTERN = r"^[A-Za-z0-9:_.\-|]{1,200}$"
+SAGA_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+_SAGA = re.compile(SAGA_PATTERN)
+MAX_PAGE = 100
+
+
+class WithdrawalIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    wallet: Annotated[StrictStr, Field(pattern=WALLET_PATTERN)]
+    amount_minor: Annotated[StrictInt, Field(gt=0, le=10**15, description="Minor units (kuruş, cents).")]
+    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")]
+    destination_iban: Annotated[
+        StrictStr, Field(min_length=15, max_length=50, description="The IBAN, with or without spaces.")
+    ]
+
+
+class WithdrawalOut(BaseModel):
+    id: str
+    state: str
+    wallet: str
+    amount_minor: int
+    fee_minor: int | None
+    currency: str
+    destination_iban: str = Field(description="Masked: the country and the last four characters.")
+    reason: str | None
+    created_at: str
+    state_changed_at: str
+
+
+class WithdrawalsOut(BaseModel):
+    wallet: str
+    withdrawals: list[WithdrawalOut]
+    next_cursor: str | None
+
+
+_PROBLEM: dict[str, Any] = {"content": {PROBLEM_CONTENT_TYPE: {}}}
+_COMMON: dict[int | str, dict[str, Any]] = {
+    400: {**_PROBLEM, "description": "A missing or malformed Idempotency-Key"},
+    401: {**_PROBLEM, "description": "No valid access token"},
+    403: {**_PROBLEM, "description": "This kind of caller may not do this"},
+    404: {**_PROBLEM, "description": "Not found, or not the caller's"},
+    409: {**_PROBLEM, "description": "The first request with this key is still running"},
+    413: {**_PROBLEM, "description": "Body too large"},
+    422: {**_PROBLEM, "description": "Invalid input (IBAN, amount, currency) or the key reused"},
+    503: {**_PROBLEM, "description": "A dependency is not reachable; retry (with the same key)"},
+}
+_IDEMPOTENCY_HEADER = {
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": True,
+            "description": "A unique key per withdrawal (a UUID): 1 to 255 visible ASCII characters. The "
+            "same key with the same body answers the first answer; with another body 422; while the "
+            "first runs 409.",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+        }
+    ]
+}
+
+_bearer = HTTPBearer(
+    auto_error=False, bearerFormat="JWT", description="An access token with audience hiwallet-api."
+)
+
+
+async def _caller(
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    principal: Principal = await request.app.state.verifier.verify(bearer_token(request))
+    if principal.kind != "customer":
+        raise errors.StaffNotAllowed("staff tokens are not accepted on customer endpoints")
+    return principal
+
+
+async def _service(request: Request) -> WithdrawalService:
+    service: WithdrawalService = request.app.state.service
+    return service
+
+
+async def _directory(request: Request) -> WalletDirectory:
+    directory: WalletDirectory = request.app.state.directory
+    return directory
+
+
+CallerDep = Annotated[Principal, Depends(_caller)]
+ServiceDep = Annotated[WithdrawalService, Depends(_service)]
+DirectoryDep = Annotated[WalletDirectory, Depends(_directory)]
+
+
+def _actor(principal: Principal) -> str:
+    if principal.is_service_account:
+        return f"client:{principal.azp}:{principal.subject}"[:200]
+    return f"customer:{principal.subject}"[:200]
+
+
+router = APIRouter(prefix="/v1", responses=_COMMON, tags=["withdrawals"])
+
+
+@router.post(
+    "/withdrawals",
+    response_model=WithdrawalOut,
+    status_code=202,
+    responses={202: {"headers": {"Location": {"schema": {"type": "string"}}}}},
+    openapi_extra=_IDEMPOTENCY_HEADER,
+)
+async def request_withdrawal(
+    body: WithdrawalIn, request: Request, who: CallerDep, svc: ServiceDep
+) -> Response:
+    """Withdraw money from a wallet to a bank account. Accepted (202) once the request is
+    kept: the wallet is debited, the bank paid and the outcome known later (GET it)."""
+    answer = await svc.request(
+        Requester(issuer=who.issuer, subject=who.subject),
+        _actor(who),
+        request.headers.get("idempotency-key"),
+        wallet=body.wallet,
+        amount_minor=body.amount_minor,
+        currency=body.currency,
+        destination_iban=body.destination_iban,
+    )
+    headers = {"Location": f"/v1/withdrawals/{answer.saga_id}"}
+    if answer.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(answer.body, status_code=answer.status, headers=headers)
+
+
+@router.get("/withdrawals/{withdrawal_id}", response_model=WithdrawalOut)
+async def get_withdrawal(
+    withdrawal_id: str, request: Request, who: CallerDep, svc: ServiceDep, directory: DirectoryDep
+) -> Any:
+    """A withdrawal and its state, for its requester and the members of its wallet."""
+    if not _SAGA.fullmatch(withdrawal_id):
+        raise errors.NotFound("no such withdrawal")
+    saga = await svc.saga(withdrawal_id)
+    if saga is None:
+        raise errors.NotFound("no such withdrawal")
+    requester = saga["requested_by_issuer"] == who.issuer and saga["requested_by_subject"] == who.subject
+    if not requester and not await directory.is_member(saga["wallet"], bearer_token(request)):
+        raise errors.NotFound("no such withdrawal")
+    return view(saga)
+
+
+@router.get("/withdrawals", response_model=WithdrawalsOut)
+async def list_withdrawals(
+    request: Request,
+    who: CallerDep,
+    svc: ServiceDep,
+    directory: DirectoryDep,
+    wallet: Annotated[str, Query(pattern=WALLET_PATTERN)],
+    cursor: Annotated[str | None, Query(pattern=SAGA_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+) -> Any:
+    """A wallet's withdrawals, newest first, for its members; pass ``next_cursor`` back for more."""
+    if not await directory.is_member(wallet, bearer_token(request)):
+        raise errors.NotFound("no such wallet")
+    rows, next_cursor = await svc.of_wallet(wallet, cursor, limit)
+    return {"wallet": wallet, "withdrawals": [view(r) for r in rows], "next_cursor": next_cursor}

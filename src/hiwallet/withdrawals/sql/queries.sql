@@ -1,0 +1,82 @@
+-- withdrawal-orchestrator's named queries (core/queries.load_queries). The triggers of
+-- migrations/withdrawal/0001_withdrawal.sql guard every write: a saga starts initiated and
+-- moves only along withdrawal.allowed_transitions, each move leaves its history row, and the
+-- outbox takes only the command the saga's state calls for.
+
+-- name: idempotency_begin
+-- Try, never wait: a second request with a key whose first request is still running is
+-- answered 409 at once; and the stored answer, if any (as wallet-api's idempotency.py).
+SELECT pg_try_advisory_xact_lock($3) AS locked, k.request_hash, k.status, k.body
+  FROM (VALUES (1)) AS one (x)
+  LEFT JOIN withdrawal.idempotency_keys k ON k.scope = $1 AND k.key = $2
+
+-- name: idempotency_put
+INSERT INTO withdrawal.idempotency_keys (scope, key, request_hash, status, body, saga_id)
+VALUES ($1, $2, $3, $4, $5::text::jsonb, $6)
+
+-- name: idempotency_purge
+-- One bounded batch of records older than the retention.
+DELETE FROM withdrawal.idempotency_keys
+ WHERE ctid = ANY (ARRAY(SELECT ctid FROM withdrawal.idempotency_keys
+                          WHERE created_at < now() - make_interval(hours => $1) LIMIT $2))
+
+-- name: create_saga
+INSERT INTO withdrawal.sagas (id, wallet, amount_minor, currency, destination_iban, requested_by_issuer,
+                              requested_by_subject, state, state_actor, last_command)
+VALUES ($1, $2, $3, $4, $5, $6, $7, 'initiated', $8, $9::text::jsonb)
+RETURNING *
+
+-- name: saga
+SELECT * FROM withdrawal.sagas WHERE id = $1
+
+-- name: saga_for_update
+-- The saga a result, a review or the scan changes: locked until its transaction ends, so two
+-- results of one saga (two consumers, or a result and the scan) change it one after the other.
+SELECT * FROM withdrawal.sagas WHERE id = $1 FOR UPDATE
+
+-- name: move
+-- A change of state (the guard trigger refuses one the diagram does not have; the history
+-- trigger writes its row). The columns a step learns are kept when the step learns nothing.
+UPDATE withdrawal.sagas
+   SET state = $2, state_actor = $3, state_changed_at = now(),
+       fee_minor = coalesce($4, fee_minor),
+       debit_transaction_id = coalesce($5, debit_transaction_id),
+       bank_reference = coalesce($6, bank_reference),
+       reason = coalesce($7, reason),
+       reason_detail = coalesce($8, reason_detail),
+       reviewed_by = coalesce($9, reviewed_by),
+       last_command = $10::text::jsonb,
+       last_published_at = now()
+ WHERE id = $1
+RETURNING *
+
+-- name: republished
+UPDATE withdrawal.sagas SET last_published_at = now(), republished = republished + 1 WHERE id = $1
+
+-- name: stuck
+-- The sagas that waited on their command's answer longer than $1 seconds, oldest publish
+-- first, at most $2; locked, and those another transaction holds (a result being handled)
+-- skipped: they are moving.
+SELECT * FROM withdrawal.sagas
+ WHERE state IN ('initiated', 'bank_transfer_pending', 'settling', 'compensating', 'cancelling')
+   AND last_published_at < now() - make_interval(secs => $1)
+ ORDER BY last_published_at
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED
+
+-- name: list_by_wallet
+-- A wallet's withdrawals, newest first (ids are UUIDv7: time-ordered); $2 is the cursor (the
+-- last id of the previous page) or NULL.
+SELECT * FROM withdrawal.sagas
+ WHERE wallet = $1 AND ($2::text IS NULL OR id < $2)
+ ORDER BY id DESC
+ LIMIT $3
+
+-- name: under_review
+SELECT * FROM withdrawal.sagas WHERE state = 'under_review' ORDER BY id LIMIT $1
+
+-- name: history
+SELECT from_state, to_state, actor, at FROM withdrawal.transitions WHERE saga_id = $1 ORDER BY id
+
+-- name: count_by_state
+SELECT state, count(*) AS n FROM withdrawal.sagas GROUP BY state
