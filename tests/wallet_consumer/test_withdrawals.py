@@ -411,3 +411,42 @@ async def test_the_application_role_cannot_rewrite_a_response_or_drop_an_unsent_
             await pool.execute(statement)
     assert len(await outbox(pool)) == 1
     assert await withdrawal_used(pool, ayla) == 100 * TL
+
+
+async def test_two_debits_at_the_limit_at_once_do_not_both_pass(pool: asyncpg.Pool, ledger: Ledger) -> None:
+    """Two sagas of one account at the same moment, each within the limit, together over it:
+    the limit's lock decides them one after the other; one is debited, one refused."""
+    handler = WithdrawalHandler(ledger, exchange="x", limits=LIMITS)
+    ayla = await holder(pool, ledger, bucket=19, funded=3_000 * TL)
+    results = await asyncio.gather(
+        *(consume(pool, handler, command("DebitForWithdrawal", debit_body(ayla, 600 * TL))) for _ in range(2))
+    )
+    assert sorted((r["result"], r.get("reason")) for r in results if r is not None) == [
+        ("debited", None),
+        ("rejected", "limit"),
+    ]
+    assert await withdrawal_used(pool, ayla) == 600 * TL
+    assert await cash(ledger, ayla.wallet) == 3_000 * TL - 600 * TL - FEE
+    await verified(ledger)
+
+
+async def test_a_refund_gives_the_limit_back_to_the_month_of_its_debit(
+    pool: asyncpg.Pool, ledger: Ledger
+) -> None:
+    month = date(2026, 12, 1)
+    handler = WithdrawalHandler(ledger, exchange="x", limits=LIMITS, this_month=lambda: month)
+    ayla = await holder(pool, ledger, bucket=23, funded=3_000 * TL)
+    body = debit_body(ayla, 700 * TL)
+    debit_id = await debited(pool, handler, body)
+    month = date(2027, 1, 1)
+    await debited(pool, handler, debit_body(ayla, 100 * TL))
+    await consume(pool, handler, command("RefundWithdrawal", refund_body(body, debit_id)))
+    rows = await pool.fetch(
+        "SELECT month, used FROM wallet.limit_usage WHERE account_id = $1 AND kind = 'withdrawal'"
+        " ORDER BY month",
+        ayla.account,
+    )
+    assert [(r["month"], r["used"]) for r in rows] == [(date(2026, 12, 1), 0), (date(2027, 1, 1), 100 * TL)]
+    # given back once: the function asked again gives nothing
+    assert await pool.fetchval("SELECT wallet.return_withdrawal(23::smallint, $1)", body["command_id"]) == 0
+    await verified(ledger)

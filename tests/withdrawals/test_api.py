@@ -4,7 +4,9 @@ written (the saga, its history, its first command in the outbox), visibility."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -165,7 +167,8 @@ async def test_tokens_are_required_and_staff_tokens_refused(client: httpx.AsyncC
     assert expired.status_code == 401
     staff = {"Authorization": f"Bearer {token('staff-1', issuer=STAFF_ISSUER)}"}
     response = await client.post("/v1/withdrawals", json=withdrawal(c), headers={**staff, **key_header()})
-    assert response.status_code in (401, 403)
+    assert response.status_code == 403
+    assert response.json()["type"] == f"{PROBLEM}caller-not-allowed"
     got = await client.get(f"/v1/withdrawals/{uuid.uuid4()}")
     assert got.status_code == 401
 
@@ -206,6 +209,16 @@ async def test_another_member_sees_it_and_anyone_else_gets_404(
     assert (stranger.subject, c.wallet) in stub.asked
     stub.status = 403
     assert (await client.get(f"/v1/withdrawals/{created['id']}", headers=partner.auth)).status_code == 404
+    stub.status = 401  # wallet-api no longer takes the token: neither do we
+    assert (await client.get(f"/v1/withdrawals/{created['id']}", headers=partner.auth)).status_code == 401
+
+
+async def test_the_document_describes_the_routes(client: httpx.AsyncClient) -> None:
+    document = (await client.get("/openapi.json")).json()
+    post = document["paths"]["/v1/withdrawals"]["post"]
+    assert any(p["name"] == "Idempotency-Key" and p["required"] for p in post["parameters"])
+    assert "202" in post["responses"]
+    assert "/v1/withdrawals/{withdrawal_id}" in document["paths"]
 
 
 async def test_wallet_api_unreachable_is_503_not_a_guess(
@@ -265,3 +278,14 @@ async def test_a_wallets_withdrawals_page_newest_first_for_its_members(
     assert bad.status_code == 422
     missing = await client.get("/v1/withdrawals", headers=c.auth)
     assert missing.status_code == 422
+
+
+async def test_the_logs_show_the_iban_masked_only(client: httpx.AsyncClient) -> None:
+    c = customer()
+    response = await client.post("/v1/withdrawals", json=withdrawal(c), headers={**c.auth, **key_header()})
+    assert response.status_code == 202
+    text = await asyncio.to_thread(Path(os.environ["HIWALLET_LOG_FILE"]).read_text)
+    assert f'"saga_id":"{response.json()["id"]}"' in text  # this run's lines are in the file
+    assert "TR** **** **** 1326" in text
+    assert IBAN not in text
+    assert c.subject not in text

@@ -5,6 +5,7 @@ nothing; the review's release and cancel; the stuck saga scan; and the database'
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,10 +24,10 @@ from hiwallet.core.withdrawals import (
     command_id,
 )
 from hiwallet.withdrawals import errors
-from hiwallet.withdrawals.app import create_withdrawal_pool
+from hiwallet.withdrawals.app import create_withdrawal_pool, dedicated_connection, retention_job
 from hiwallet.withdrawals.domain import ALLOWED, State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.service import WithdrawalService
+from hiwallet.withdrawals.service import CommitHookPool, WithdrawalService
 from tests.withdrawals.conftest import IBAN, result, settings_for
 
 REVIEW_ABOVE = 1_000_000
@@ -264,8 +265,9 @@ async def test_a_cancelled_review_is_refunded_in_the_name_of_its_reviewer(servic
         ("cancelling", "mehmet.ops"),
         ("cancelled", "system"),
     ]
-    with pytest.raises(ValueError):
-        await service.cancel(s, "  ")
+    for bad in ("  ", "x" * 201, "a\nb"):
+        with pytest.raises(errors.InvalidActor):
+            await service.cancel(s, bad)
 
 
 async def age(service: WithdrawalService, owner: asyncpg.Connection, saga_id: str, seconds: int) -> None:
@@ -405,3 +407,54 @@ async def test_the_outbox_takes_only_the_command_the_saga_calls_for(service: Wit
             str(uuid.uuid4()),
             orjson.dumps(debit).decode(),
         )
+
+
+async def test_results_of_one_saga_at_once_move_it_once(service: WithdrawalService) -> None:
+    """Several consumers (instances) handling copies of one result at the same moment: the
+    saga's row lock makes them one after the other; one moves it, the others find it moved."""
+    s = await start(service)
+    outcomes = await asyncio.gather(*(deliver(service, "WithdrawalDebited", debited(s)) for _ in range(4)))
+    assert sorted(o.get("state", "-") for o in outcomes) == ["-", "-", "-", "bank_transfer_pending"]
+    assert [k for k, _ in await commands(service, s)] == ["DebitForWithdrawal", "StartBankTransfer"]
+    assert len(await history(service, s)) == 3
+
+
+async def test_the_retention_purges_old_keys_and_sent_commands_only(
+    service: WithdrawalService, owner: asyncpg.Connection
+) -> None:
+    old, fresh = await start(service), await start(service)
+    await owner.execute(
+        "UPDATE withdrawal.idempotency_keys SET created_at = now() - interval '49 hours' WHERE saga_id = $1",
+        old,
+    )
+    assert await service.purge_idempotency() == 1
+    assert await owner.fetchval("SELECT array_agg(saga_id) FROM withdrawal.idempotency_keys") == [fresh]
+    await owner.execute("UPDATE withdrawal.outbox SET created_at = now() - interval '49 hours'")
+    await owner.execute(
+        "UPDATE withdrawal.outbox SET sent_at = now() - interval '49 hours' WHERE body ->> 'saga_id' = $1",
+        old,
+    )
+    job = retention_job(service, service.settings, dedicated_connection(service.settings, get_settings()))
+    assert await job.run_once()
+    remaining = await owner.fetch("SELECT body ->> 'saga_id' AS s FROM withdrawal.outbox")
+    assert [r["s"] for r in remaining] == [fresh]  # the unsent one stays, however old
+
+
+async def test_a_rolled_back_result_is_neither_counted_nor_announced(service: WithdrawalService) -> None:
+    """The consumer's pool runs what a result asked for after its commit only (the relay's
+    wake-up, the transition's count): a transaction that rolls back leaves no trace."""
+    pool = CommitHookPool(service.pool)
+    s = await start(service)
+    service.woken.clear()  # type: ignore[attr-defined]
+    moved = service.metrics.transitions.labels("initiated", "debited")
+    with pytest.raises(RuntimeError):
+        async with pool.acquire() as conn, conn.transaction():
+            await service.handle(conn, result("WithdrawalDebited", debited(s)))
+            raise RuntimeError("the consumer failed to store the outcome")
+    assert not service.woken  # type: ignore[attr-defined]
+    assert moved._value.get() == 0
+    assert (await saga(service, s))["state"] == "initiated"
+    async with pool.acquire() as conn, conn.transaction():
+        await service.handle(conn, result("WithdrawalDebited", debited(s)))
+    assert service.woken == [1]  # type: ignore[attr-defined]
+    assert moved._value.get() == 1

@@ -94,6 +94,7 @@ PROVIDER = "bank"
 # Who the ledger records for a settlement: the bank's transfer, reported through the saga.
 SETTLE_ACTOR = "system:withdrawal-saga"
 _KEY = re.compile(r"^[A-Za-z0-9:_.\-]+$")
+Command = DebitForWithdrawal | SettleWithdrawal | RefundWithdrawal
 
 
 class _Refused(Exception):
@@ -174,7 +175,7 @@ class WithdrawalHandler:
         return done
 
     async def handle(self, conn: asyncpg.Connection, command: BaseModel) -> dict[str, Any]:
-        if not isinstance(command, DebitForWithdrawal | SettleWithdrawal | RefundWithdrawal):
+        if not isinstance(command, Command):
             raise Unprocessable(f"not a wallet command: {type(command).__name__}")
         await conn.execute(Q["lock_command"], command.command_id)
         stored = await conn.fetchrow(Q["stored_response"], command.command_id)
@@ -211,7 +212,7 @@ class WithdrawalHandler:
     # -- the stored response, published again ---------------------------------------------------
 
     async def _republish(
-        self, conn: asyncpg.Connection, command: BaseModel, stored: asyncpg.Record
+        self, conn: asyncpg.Connection, command: Command, stored: asyncpg.Record
     ) -> dict[str, Any]:
         kind = type(command).__name__
         if stored["command_type"] != kind:
@@ -227,7 +228,7 @@ class WithdrawalHandler:
         )
         return {
             "result": "republished",
-            "command_id": getattr(command, "command_id", ""),
+            "command_id": command.command_id,
             "response": stored["response_type"],
             **_ids(body),
         }

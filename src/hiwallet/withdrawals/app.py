@@ -29,7 +29,7 @@ from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTE
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import router
-from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, HintingPool, WithdrawalService
+from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, CommitHookPool, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
 from hiwallet.withdrawals.visibility import WalletDirectory
 
@@ -87,7 +87,10 @@ def verifier_for(settings: WithdrawalSettings) -> TokenVerifier:
         [
             TrustedIssuer.keycloak(
                 settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
-            )
+            ),
+            TrustedIssuer.keycloak(
+                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+            ),
         ]
     )
 
@@ -227,8 +230,8 @@ def create_withdrawal_app(
             app.state.relay = hint.relay = relay
             consumer = app.state.consumer = Consumer(
                 broker=bus,
-                # The consumer's transactions wake the relay once committed (HintingPool).
-                pool=cast(asyncpg.Pool, HintingPool(pool, hint.committed)),
+                # What a result's transaction wrote wakes the relay once committed.
+                pool=cast(asyncpg.Pool, CommitHookPool(pool)),
                 queues=[ORCHESTRATOR_QUEUE],
                 consumer_name=CONSUMER_NAME,
                 handler=service.handle,

@@ -78,3 +78,9 @@ class NotUnderReview(ProblemError):
     status = 409
     slug = "withdrawal-not-under-review"
     title = "The withdrawal is not waiting for a review"
+
+
+class InvalidActor(ProblemError):
+    status = 422
+    slug = "invalid-actor"
+    title = "The reviewer's name is not valid"

@@ -6,7 +6,7 @@ command through ``withdrawal.outbox``; the relay publishes it): the saga never w
 command that was not sent, nor sends one for a state it did not reach. A result is handled
 in the results consumer's transaction (core.consumer: its message id recorded with the
 effect). After each commit that wrote outbox rows, ``on_committed`` wakes the relay
-(core.outbox.RelayHint)."""
+(core.outbox.RelayHint; :func:`after_commit`)."""
 
 from __future__ import annotations
 
@@ -166,38 +166,62 @@ def _is_busy_or_raced(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
-# Set by a results handler that wrote outbox rows, read when the consumer's connection goes back
-# to the pool (its transaction has ended): the relay is woken only after the commit.
-_WROTE_OUTBOX: contextvars.ContextVar[bool] = contextvars.ContextVar("withdrawal_wrote_outbox", default=False)
+# What is to happen once the current transaction has committed (wake the relay, count a
+# transition): gathered while it runs, run after its commit, dropped with a rollback.
+_AFTER_COMMIT: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "withdrawal_after_commit", default=None
+)
 
 
-class HintingPool:
-    """The consumer's pool: it releases a connection after the message's transaction ended
-    (committed, or rolled back by an exception), and then wakes the relay if the handler wrote
-    to the outbox and the transaction committed. core.consumer runs the handler inside
-    ``async with pool.acquire() as conn, conn.transaction()``, and has no hook after the
-    commit; the relay's poll would find the rows, only later."""
+def after_commit(callback: Callable[[], None], *, once: bool = False) -> None:
+    """Run ``callback`` once the transaction this runs in has committed; ``once``: however
+    often it is asked for in that transaction (a wake-up)."""
+    pending = _AFTER_COMMIT.get()
+    if pending is None:
+        callback()  # a transaction of the caller's own (tests): nothing tracks it, so now
+    elif not (once and callback in pending):
+        pending.append(callback)
 
-    def __init__(self, pool: asyncpg.Pool, on_committed: Callable[[], None]) -> None:
+
+@asynccontextmanager
+async def _committing() -> AsyncIterator[None]:
+    """Around a transaction (outside it): what it asked for after its commit, run once the
+    block ended without an exception (committed); nothing if it raised (rolled back)."""
+    pending: list[Callable[[], None]] = []
+    token = _AFTER_COMMIT.set(pending)
+    try:
+        yield
+    finally:
+        _AFTER_COMMIT.reset(token)
+    for callback in pending:
+        callback()
+
+
+def staff_actor(actor: str) -> str:
+    """Who decided a review, as the history and the reversal entry record them."""
+    actor = actor.strip()
+    if not 1 <= len(actor) <= MAX_ACTOR or not actor.isprintable():
+        raise errors.InvalidActor(f"the actor must be 1 to {MAX_ACTOR} printable characters", field="actor")
+    return actor
+
+
+class CommitHookPool:
+    """The results consumer's pool. core.consumer runs each handler inside ``async with
+    pool.acquire() as conn, conn.transaction()`` and has no hook after the commit; this pool's
+    ``acquire`` ends after the transaction did, and then runs what the handler asked for after
+    the commit (:func:`after_commit`: wake the relay, count the transition). Without it the
+    relay's poll would find the commands, only later."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._on_committed = on_committed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._pool, name)
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
-        token = _WROTE_OUTBOX.set(False)
-        committed = False
-        try:
-            async with self._pool.acquire() as conn:
-                yield conn
-            committed = True
-        finally:
-            wrote = _WROTE_OUTBOX.get()
-            _WROTE_OUTBOX.reset(token)
-            if committed and wrote:
-                self._on_committed()
+        async with _committing(), self._pool.acquire() as conn:
+            yield conn
 
 
 class WithdrawalService:
@@ -233,7 +257,7 @@ class WithdrawalService:
             ),
             table=OUTBOX_TABLE,
         )
-        _WROTE_OUTBOX.set(True)
+        after_commit(self.on_committed, once=True)
 
     async def _in_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """``work`` in one transaction, tried again after a deadlock, a serialization failure
@@ -241,7 +265,7 @@ class WithdrawalService:
         (ProblemError) rolls everything back, anything else is a defect (500)."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                async with self.pool.acquire() as conn, conn.transaction():
+                async with _committing(), self.pool.acquire() as conn, conn.transaction():
                     return await work(conn)
             except ProblemError:
                 raise
@@ -336,7 +360,6 @@ class WithdrawalService:
         if answer.replayed:
             self.metrics.requested.labels("replayed").inc()
         else:
-            self.on_committed()
             self.metrics.requested.labels("created").inc()
             self.metrics.transitions.labels("", State.INITIATED.value).inc()
             log.info(
@@ -416,7 +439,7 @@ class WithdrawalService:
             raise AssertionError(f"saga {saga['id']} vanished while locked")
         if stored is not None:
             await self._enqueue(conn, str(saga["id"]), stored)
-        self.metrics.transitions.labels(current.value, target.value).inc()
+        after_commit(self.metrics.transitions.labels(current.value, target.value).inc)
         log.info("withdrawal moved", saga_id=saga["id"], from_state=current.value, to_state=target.value)
         return row
 
@@ -462,7 +485,7 @@ class WithdrawalService:
         state = State(saga["state"])
         moved = await self._apply(conn, saga, state, result)
         if moved is None:
-            self.metrics.ignored.labels(message.type, state.value).inc()
+            after_commit(self.metrics.ignored.labels(message.type, state.value).inc)
             log.info(
                 "withdrawal result ignored: late or duplicate",
                 saga_id=saga_id,
@@ -547,7 +570,8 @@ class WithdrawalService:
 
     async def release(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal goes to the bank: under_review → bank_transfer_pending, with
-        StartBankTransfer. Raises SagaNotFound, NotUnderReview."""
+        StartBankTransfer. Raises SagaNotFound, NotUnderReview, InvalidActor."""
+        actor = staff_actor(actor)
 
         async def work(conn: asyncpg.Connection) -> asyncpg.Record:
             saga = await self._under_review(conn, saga_id)
@@ -565,7 +589,8 @@ class WithdrawalService:
     async def cancel(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal is refused: under_review → cancelling, with RefundWithdrawal
         whose actor is the member of staff (the reversal entry names them). Raises
-        SagaNotFound, NotUnderReview."""
+        SagaNotFound, NotUnderReview, InvalidActor."""
+        actor = staff_actor(actor)
 
         async def work(conn: asyncpg.Connection) -> asyncpg.Record:
             saga = await self._under_review(conn, saga_id)
@@ -590,11 +615,7 @@ class WithdrawalService:
         actor: str,
         what: str,
     ) -> dict[str, Any]:
-        actor = actor.strip()
-        if not 1 <= len(actor) <= MAX_ACTOR:
-            raise ValueError(f"the actor must be 1 to {MAX_ACTOR} characters")
         row = await self._in_transaction(work)
-        self.on_committed()
         log.info("withdrawal reviewed", saga_id=saga_id, decision=what, actor=actor)
         return view(row)
 
@@ -622,8 +643,6 @@ class WithdrawalService:
             return sum(counts.values())
 
         done = await self._in_transaction(work)
-        if done:
-            self.on_committed()
         for state, n in counts.items():
             self.metrics.republished.labels(state).inc(n)
         if done:

@@ -21,6 +21,10 @@ class WithdrawalSettings(BaseSettings):
     # accounts) for the audience every internal service shares.
     customer_issuer_base: str = "http://127.0.0.1:8080"
     customer_realm: str = "hiwallet"
+    # Staff tokens are recognised (and refused, 403, as wallet-api refuses them on customer
+    # endpoints); staff decide through the review's operations.
+    staff_issuer_base: str = "http://127.0.0.1:8180"
+    staff_realm: str = "hiwallet-staff"
     audience: str = "hiwallet-api"
     currencies: list[str] = ["TRY", "EUR", "USD"]
 
