@@ -200,12 +200,20 @@ class Deliverer:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def submit(self, batch: Sequence[Notification]) -> None:
+    def submit(self, batch: Sequence[Notification], faults: Faults | None = None) -> None:
         """Report one payment's notifications, in this order, after ``notify_after_s``: each
         one's first attempt waits for the previous one's (so the order is the order sent);
-        retries go on independently. The current faults apply (and clear, if ``once``)."""
+        retries go on independently. The current faults apply (and clear, if ``once``) unless
+        ``faults`` are given: then those apply to this batch alone and the current ones are left
+        as they are (a fake's per-object rules, which must not bend another test's
+        notifications)."""
         for notification in batch:
             self._keep(notification)
+        if faults is not None:
+            # Its own faults: no reordering, and the notifications held back by the current
+            # faults stay held (they wait for the next batch of those faults' kind).
+            self._spawn(self._send_batch(list(batch), faults, self._settings.notify_after_s))
+            return
         faults = self._faults
         touched = [n for n in batch if faults.touches(n)]
         if touched and faults.once:
