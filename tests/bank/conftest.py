@@ -4,9 +4,10 @@ PostgreSQL and, for the adapter, real RabbitMQ under names of the test's own.
 
 The bank's HTTP side is :class:`StubBank`, a minimal app with CONTRACT-11's transfer API (Part D:
 ``POST /v1/transfers`` with Idempotency-Key, ``GET /v1/transfers/{reference}``), served
-in-process through httpx's ASGI transport (or on a socket, tests.servers, for the command line)
-until bank-fake's transfers land. Callbacks are signed by the standardwebhooks package, as the
-bank signs them."""
+in-process through httpx's ASGI transport (or on a socket, tests.servers, for the processes):
+what the real bank-fake does not offer (down on demand, an idempotency conflict, a status set by
+hand) for the unit tests; test_with_bank_fake.py runs the whole path against the real bank-fake.
+Callbacks are signed by the standardwebhooks package, as the bank signs them."""
 
 from __future__ import annotations
 
