@@ -1,14 +1,15 @@
 """The withdrawal saga's benchmark (issue 11, "Speed"): one command, every figure measured in the
 same run on the same machine.
 
-    make bench-withdrawal         # or: .venv/bin/python bench/withdrawal_bench.py [--duration 20]
+    make bench-withdrawal         # or: .venv/bin/python bench/withdrawal_bench.py [--duration 30]
     make bench                    # the ledger's and the top-up path's benchmarks, then this one
 
 The whole saga as real processes, each ``hiwallet run NAME`` as it runs in production:
 withdrawal-orchestrator, wallet-consumer, bank-adapter, bank-webhook and bank-fake (the bank
-deciding each transfer at once: ``BANK_FAKE_TRANSFER_DECIDE_AFTER_S=0``), the customer realm's
-identity service for real tokens, on databases of their own (wallet, withdrawal, bank, identity)
-and a RabbitMQ virtual host of their own. ``--customers`` people (200 by default), each with a
+deciding each transfer at once and calling back then: ``BANK_FAKE_TRANSFER_DECIDE_AFTER_S=0``,
+``BANK_FAKE_NOTIFY_AFTER_S=0``), the customer realm's identity service for real tokens, on
+databases of their own (wallet, withdrawal, bank, identity) and a RabbitMQ virtual host of
+their own. ``--customers`` people (200 by default), each with a
 personal Verified account funded in the ledger and a token from the password grant, withdraw
 from their own wallets.
 
@@ -699,7 +700,10 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         "HIWALLET_BANK_DATABASE": dbs["bank"],
         "HIWALLET_BANK_BANK_URL": bank_url,
         "BANK_FAKE_TRANSFER_CALLBACK_URL": f"http://127.0.0.1:{ports['bank-webhook']}/v1/webhooks/bank",
+        # The bank answering at once: the outcome decided when the transfer is accepted, and its
+        # callback sent then (not 0.1 s later, the fake's default "moments later").
         "BANK_FAKE_TRANSFER_DECIDE_AFTER_S": "0",
+        "BANK_FAKE_NOTIFY_AFTER_S": "0",
     }
     procs: list[Proc] = []
     observer = Observer(dbs, amqp)
