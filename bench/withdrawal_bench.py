@@ -30,7 +30,10 @@ from their own wallets.
 
 Where the time goes: each process's CPU as a share of one core during (i) and (ii) (near 1.0:
 that process is the bound, one core being all its event loop can use), PostgreSQL's and
-RabbitMQ's too; with ``--py-spy PATH`` a py-spy dump of the busiest service during (i).
+RabbitMQ's too; each saga consumer's messages a second and its cycle (one message's
+transaction to the next one's); the services' database sessions (pg_stat_activity, every 50 ms);
+with ``--py-spy PATH`` a 5 s profile of withdrawal-orchestrator and wallet-consumer in the
+middle of (i) (how much of the time their event loop waited, and on what the rest went).
 
 The targets are reported, not asserted. The run ends with ``ledger verify`` over the wallet
 database and the sagas counted by state (every one completed, none twice at the bank). Results
@@ -641,21 +644,68 @@ async def consumer_rates(observer: Observer, since: float, until: float) -> dict
     return out
 
 
-async def py_spy_dump(py_spy: str, proc: Proc) -> str:
-    """One dump of ``proc``'s threads (what its event loop is doing at that moment)."""
+SPY_S = 5.0
+
+
+async def py_spy_profile(py_spy: str, proc: Proc, seconds: float = SPY_S) -> dict[str, Any]:
+    """``py-spy record`` of ``proc`` for ``seconds`` at 100 Hz, idle samples included: the share
+    of samples its event loop waited (the stack ending in the loop's run: nothing to do but
+    wait for the database, the broker or a client), and where the other samples were: the
+    leaf functions (self) and our own functions (inclusive), the first 12 of each."""
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"hiwallet-bench-spy-{proc.pid}.txt"
     try:
         child = await asyncio.create_subprocess_exec(
             py_spy,
-            "dump",
+            "record",
             "--pid",
             str(proc.pid),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "100",
+            "--nonblocking",
+            "--idle",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
         )
-        out, _ = await asyncio.wait_for(child.communicate(), 30)
-        return out.decode(errors="replace")
+        await asyncio.wait_for(child.wait(), seconds + 30)
+        lines = out.read_text().splitlines()
     except (OSError, TimeoutError) as exc:
-        return f"py-spy failed: {exc}"
+        return {"failed": f"{type(exc).__name__}: {exc}"}
+    finally:
+        out.unlink(missing_ok=True)
+    total = idle = 0
+    leaves: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    for line in lines:
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        if frames[-1].startswith(("Runner.run (asyncio/runners.py", "asyncio_run (uvicorn")):
+            idle += count
+            continue
+        leaves[frames[-1]] = leaves.get(frames[-1], 0) + count
+        for frame in {
+            f.split(" (")[0] + " (" + f.split(" (")[1].split(":")[0] + ")" for f in frames if "hiwallet/" in f
+        }:
+            ours[frame] = ours.get(frame, 0) + count
+
+    def top(counts: dict[str, int]) -> dict[str, float]:
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:12]
+        return {name: round(n / max(total, 1), 3) for name, n in ranked}
+
+    return {
+        "process": proc.name,
+        "samples": total,
+        "idle_share": round(idle / max(total, 1), 3),
+        "self_share": top(leaves),
+        "ours_inclusive_share": top(ours),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -735,11 +785,11 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         spying = None
         if args.py_spy:
 
-            async def spy_later() -> dict[str, str]:
-                await asyncio.sleep(args.duration / 2)
-                shares = cpu.shares()
-                busiest = max(services, key=lambda p: shares.get(p.name, 0.0))
-                return {"process": busiest.name, "dump": await py_spy_dump(args.py_spy, busiest)}
+            async def spy_later() -> list[dict[str, Any]]:
+                # In the middle of (i), the two saga consumers that carry most messages at once.
+                await asyncio.sleep(max(0.0, args.duration / 2 - SPY_S / 2))
+                chosen = [p for p in services if p.name in ("withdrawal-orchestrator", "wallet-consumer")]
+                return list(await asyncio.gather(*(py_spy_profile(args.py_spy, p) for p in chosen)))
 
             spying = asyncio.create_task(spy_later())
         completed_before = (await observer.by_state()).get("completed", 0)
@@ -887,7 +937,9 @@ def cli() -> None:
     parser.add_argument("--window", type=int, default=200, help="unfinished sagas kept in (i) (default 200)")
     parser.add_argument("--rate", type=float, help="withdrawals per second in (ii) (default: half of (i))")
     parser.add_argument("--latency-duration", type=float, default=30, help="seconds of (ii) (default 30)")
-    parser.add_argument("--py-spy", help="a py-spy binary: dump the busiest service during (i)")
+    parser.add_argument(
+        "--py-spy", help="a py-spy binary: profile withdrawal-orchestrator and wallet-consumer during (i)"
+    )
     args = parser.parse_args()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
