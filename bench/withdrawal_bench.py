@@ -32,8 +32,9 @@ Where the time goes: each process's CPU as a share of one core during (i) and (i
 that process is the bound, one core being all its event loop can use), PostgreSQL's and
 RabbitMQ's too; each saga consumer's messages a second and its cycle (one message's
 transaction to the next one's); the services' database sessions (pg_stat_activity, every 50 ms);
-with ``--py-spy PATH`` a 5 s profile of withdrawal-orchestrator and wallet-consumer in the
-middle of (i) (how much of the time their event loop waited, and on what the rest went).
+with py-spy (``--py-spy PATH``, found on the PATH or in the venv by default) a 5 s profile of
+withdrawal-orchestrator and wallet-consumer in the middle of (i) (how much of the time their
+event loop waited, and on what the rest went).
 
 The targets are reported, not asserted. The run ends with ``ledger verify`` over the wallet
 database and the sagas counted by state (every one completed, none twice at the bank). Results
@@ -48,6 +49,7 @@ import asyncio
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -937,8 +939,12 @@ def cli() -> None:
     parser.add_argument("--window", type=int, default=200, help="unfinished sagas kept in (i) (default 200)")
     parser.add_argument("--rate", type=float, help="withdrawals per second in (ii) (default: half of (i))")
     parser.add_argument("--latency-duration", type=float, default=30, help="seconds of (ii) (default 30)")
+    beside = Path(sys.executable).parent / "py-spy"
     parser.add_argument(
-        "--py-spy", help="a py-spy binary: profile withdrawal-orchestrator and wallet-consumer during (i)"
+        "--py-spy",
+        default=shutil.which("py-spy") or (str(beside) if beside.exists() else None),
+        help="a py-spy binary: profile withdrawal-orchestrator and wallet-consumer during (i)"
+        " (default: py-spy on the PATH or beside this Python, if there is one; none: no profile)",
     )
     args = parser.parse_args()
     report = uvloop.run(main(args))
