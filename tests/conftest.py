@@ -94,10 +94,23 @@ async def withdrawal_template() -> AsyncIterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+async def bank_template() -> AsyncIterator[str]:
+    async with pgtemplate.temporary(pgtemplate.make_template("bank")) as name:
+        yield name
+
+
 @pytest.fixture
 async def withdrawal_db(withdrawal_template: str) -> AsyncIterator[str]:
     """The name of a fresh, migrated ``hiwallet_withdrawal`` for one test."""
     async with pgtemplate.temporary(pgtemplate.clone(withdrawal_template)) as name:
+        yield name
+
+
+@pytest.fixture
+async def bank_db(bank_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_bank`` for one test."""
+    async with pgtemplate.temporary(pgtemplate.clone(bank_template)) as name:
         yield name
 
 

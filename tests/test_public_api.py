@@ -16,9 +16,11 @@ PACKAGES = [
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.webhooks",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
+    "hiwallet.bank",
     "hiwallet.fakes",
     "hiwallet.withdrawals",
 ]

@@ -74,7 +74,7 @@ def run(
         str,
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
-            "stripe-fake, bank-fake, withdrawal-orchestrator."
+            "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -122,6 +122,16 @@ def run(
 
         run_wallet_consumer(port, host)
         return
+    if name == "bank-adapter":
+        from hiwallet.bank.adapter import run_bank_adapter
+
+        run_bank_adapter(port, host)
+        return
+    if name == "bank-webhook":
+        from hiwallet.bank.webhook import run_bank_webhook
+
+        run_bank_webhook(port, host)
+        return
     raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
 
 
@@ -155,6 +165,9 @@ def _register_subcommands() -> None:
     from hiwallet.withdrawals.cli import withdrawals_app
 
     app.add_typer(withdrawals_app, name="withdrawals")
+    from hiwallet.bank.cli import bank_app
+
+    app.add_typer(bank_app, name="bank")
 
 
 _register_subcommands()

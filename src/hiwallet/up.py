@@ -447,9 +447,11 @@ def _usage(identity_url: str, wallet_url: str, demo: dict[str, Any], stripe_url:
 
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
+    from hiwallet.bank.settings import get_bank_settings
     from hiwallet.identity.settings import get_identity_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
+    from hiwallet.withdrawals.settings import get_withdrawal_settings
 
     identity = get_identity_settings()
     return {
@@ -457,6 +459,8 @@ def _databases() -> dict[str, str]:
         "identity": identity.database_name("identity"),
         "staff_identity": identity.database_name("staff_identity"),
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
+        "bank": get_bank_settings().database or db.DATABASES["bank"],
+        "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
     }
 
 

@@ -39,6 +39,7 @@ DATABASES: dict[str, str] = {
     "staff_identity": "hiwallet_staff_identity",
     "topup": "hiwallet_topup",
     "withdrawal": "hiwallet_withdrawal",
+    "bank": "hiwallet_bank",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity

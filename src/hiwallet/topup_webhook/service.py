@@ -7,17 +7,17 @@ from collections.abc import Mapping
 
 import structlog
 
-from hiwallet.topup_webhook import errors, providers
-from hiwallet.topup_webhook.metrics import TopupMetrics
-from hiwallet.topup_webhook.providers import Notification
-from hiwallet.topup_webhook.settings import TopupWebhookSettings
-from hiwallet.topup_webhook.store import Outcome, StoreUnavailable, TopupStore, Unstorable
-from hiwallet.topup_webhook.verify import (
+from hiwallet.core.webhooks import (
     StandardWebhookSignature,
     StripeSignature,
     VerificationFailed,
     Verifier,
 )
+from hiwallet.topup_webhook import errors, providers
+from hiwallet.topup_webhook.metrics import TopupMetrics
+from hiwallet.topup_webhook.providers import Notification
+from hiwallet.topup_webhook.settings import TopupWebhookSettings
+from hiwallet.topup_webhook.store import Outcome, StoreUnavailable, TopupStore, Unstorable
 
 log = structlog.get_logger(__name__)
 

@@ -1,5 +1,7 @@
 """Is this notification the provider's? Checked over the raw bytes of the body, before anything
-is parsed, for the two signature schemes of our providers:
+is parsed, for the two signature schemes of our providers. One copy for every service that
+receives webhooks: topup-webhook (Stripe, the bank's incoming wires) and bank-webhook (the
+bank's transfer outcomes).
 
 - Stripe (``Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>]``): HMAC-SHA256 with the secret's
   text as key over ``b"<t>." + body``, hex; refused when ``t`` is older than the tolerance
@@ -9,7 +11,7 @@ is parsed, for the two signature schemes of our providers:
   ``b"<id>.<timestamp>." + body``; refused when the timestamp is further than the tolerance
   from now in either direction.
 
-Our own code, not the libraries' verify functions (tests/topup_webhook/test_verify.py holds this
+Our own code, not the libraries' verify functions (tests/core/test_webhooks.py holds this
 code to what ``stripe`` and ``standardwebhooks`` sign and accept): ``standardwebhooks``'
 ``Webhook.verify`` has a fixed ±5 minute tolerance (``tolerance_s`` would not be honoured) and
 raises ``ValueError`` or ``binascii.Error``, not its own error, on a malformed header; stripe's
@@ -34,6 +36,18 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+__all__ = [
+    "MAX_HEADER_CHARS",
+    "MAX_SIGNATURES",
+    "REASONS",
+    "StandardWebhookSignature",
+    "StripeSignature",
+    "VerificationFailed",
+    "Verified",
+    "Verifier",
+    "standard_webhooks_key",
+]
 
 REASONS = ("unsigned", "malformed-signature", "signature-mismatch", "stale-timestamp", "future-timestamp")
 

@@ -1,5 +1,6 @@
-"""verify.py against the providers' own packages: what they sign we accept, what their verify
-refuses we refuse, with several secrets and signatures at once."""
+"""core/webhooks.py (the verifiers topup-webhook and bank-webhook share) against the providers'
+own packages: what they sign we accept, what their verify refuses we refuse, with several
+secrets and signatures at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import stripe
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from hiwallet.topup_webhook.verify import (
+from hiwallet.core.webhooks import (
     MAX_SIGNATURES,
     StandardWebhookSignature,
     StripeSignature,

@@ -1,0 +1,246 @@
+"""The bank-adapter process: core's Consumer on ``hiwallet.withdrawals.bank`` (StartBankTransfer,
+handler.TransferHandler), the relay of bank.outbox (the outcomes bank-webhook, the handler and
+the reconciliation record, to ``hiwallet.withdrawals``), the bank reconciliation (a PeriodicJob),
+and an HTTP app for ``/health``, ``/ready`` (database, broker, consumer) and ``/metrics`` only
+(port 9102).
+
+At start it connects to PostgreSQL as the bank database's application role and to RabbitMQ, and
+declares the whole withdrawals topology (core.withdrawals.withdrawals_topology(): every process
+of the saga does, whoever starts first). At stop it takes no new command, finishes the one in
+hand (its bank call included, within stop_timeout_s), and closes; a command it could not finish
+is redelivered, and the bank's idempotency key makes that harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import asyncpg
+import httpx
+import structlog
+from fastapi import FastAPI
+
+from hiwallet.bank.client import BankClient, BankUnavailable
+from hiwallet.bank.handler import CONSUMER_NAME, TransferHandler
+from hiwallet.bank.metrics import AdapterMetrics
+from hiwallet.bank.pool import create_bank_pool, dedicated_connection
+from hiwallet.bank.reconcile import Reconciler
+from hiwallet.bank.settings import BankSettings, get_bank_settings
+from hiwallet.bank.store import BankStore, StoreUnavailable
+from hiwallet.core.broker import Broker, Topology
+from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.outbox import OutboxMetrics, Relay
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.withdrawals import withdrawals_topology
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "bank-adapter"
+OUTBOX_TABLE = "bank.outbox"
+OUTBOX_CHANNEL = "bank_outbox"
+PROCESSED_TABLE = "bank.processed_events"
+# Advisory lock keys in hiwallet_bank (locks are per database): one relay, one reconciliation
+# round at a time, across every instance.
+RELAY_LOCK_KEY = 0x6877_6272  # "hwbr"
+RECONCILE_LOCK_KEY = 0x6877_6263  # "hwbc"
+RESTART_DELAY_S = 1.0
+
+
+def topology_of(settings: BankSettings) -> Topology:
+    """What bank-adapter declares: core.withdrawals.withdrawals_topology() with the default
+    settings."""
+    return withdrawals_topology(
+        exchange=settings.exchange,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_key=settings.dead_letter_key,
+        dead_letter_queue=settings.dead_letter_queue,
+    )
+
+
+def reconcile_job(
+    run: Callable[[], Awaitable[int | None]],
+    settings: BankSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """The reconciliation's rounds (``run``: Reconciler.run), one at a time across instances.
+    A round asks the bank once per transfer: bounded by the batch, and by its own timeout (at
+    most one interval, and never more than an hour)."""
+    return PeriodicJob(
+        "bank-reconcile",
+        settings.reconcile_interval_s,
+        RECONCILE_LOCK_KEY,
+        run,
+        connect,
+        timeout_s=min(settings.reconcile_interval_s, 3_600.0),
+    )
+
+
+async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
+    """``work`` for as long as the process runs: started again if it stops on an error."""
+    while True:
+        try:
+            await work()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background task stopped; starting it again", task=name)
+        await asyncio.sleep(RESTART_DELAY_S)
+
+
+async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        try:
+            await work()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next round tries again
+            log.warning("background work failed", work=name, error=type(exc).__name__)
+        await asyncio.sleep(interval_s)
+
+
+async def _started(consumer: Consumer, task: asyncio.Task[None], timeout_s: float) -> None:
+    """Wait until the consumer consumes its queue; its failure to start is raised."""
+    started = asyncio.ensure_future(consumer.wait_started())
+    try:
+        done, _ = await asyncio.wait({started, task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        started.cancel()
+    if task in done:
+        task.result()  # raises what stopped it
+        raise RuntimeError("the consumer stopped as it started")
+    if not done:
+        raise TimeoutError(f"the consumer did not start within {timeout_s} s")
+
+
+def create_bank_adapter_app(
+    settings: BankSettings | None = None,
+    *,
+    core_settings: Settings | None = None,
+    topology: Topology | None = None,
+    bank_transport: httpx.AsyncBaseTransport | None = None,
+    reconcile: bool = True,
+) -> FastAPI:
+    """``topology``: what it declares (default from the settings; tests pass their own names,
+    with ``settings.queue`` and ``settings.exchange`` among them). ``bank_transport``: the
+    bank's HTTP side in-process (tests). ``reconcile=False``: no periodic reconciliation (tests
+    run rounds by hand through ``app.state.reconciler``)."""
+    settings = settings or get_bank_settings()
+    core = core_settings or get_settings()
+    checks: dict[str, ReadyCheck] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry = app.state.metrics_registry
+        consumer_metrics = ConsumerMetrics(registry)
+        outbox_metrics = OutboxMetrics(registry)
+        metrics = app.state.bank_metrics = AdapterMetrics(registry)
+        pool = await create_bank_pool(settings, core)
+        bank = BankClient.from_settings(settings, bank_transport)
+        store = BankStore(pool, settings.exchange)
+        reconciler = app.state.reconciler = Reconciler(
+            store,
+            bank,
+            metrics,
+            stale_after_s=settings.reconcile_stale_after_s,
+            batch=settings.reconcile_batch,
+        )
+        broker = Broker(core.amqp_url, client_name=settings.client_name)
+        tasks: list[asyncio.Task[None]] = []
+        consumer: Consumer | None = None
+        running: asyncio.Task[None] | None = None
+        try:
+            await broker.start()
+            await broker.declare(topology or topology_of(settings))
+            handler = TransferHandler(store, bank, metrics)
+            consumer = Consumer(
+                broker=broker,
+                pool=pool,
+                queues=[settings.queue],
+                consumer_name=CONSUMER_NAME,
+                handler=handler,
+                dead_letter_exchange=settings.dead_letter_exchange,
+                dead_letter_key=settings.dead_letter_key,
+                max_attempts=settings.max_attempts,
+                metrics=consumer_metrics,
+                # the bank away, or our database: the command waits, nothing dead-lettered
+                transient_errors=(BankUnavailable, StoreUnavailable),
+                table=PROCESSED_TABLE,
+            )
+            running = asyncio.create_task(consumer.run(), name="bank-adapter-consumer")
+            await _started(consumer, running, settings.start_timeout_s)
+            connect = dedicated_connection(settings, core)
+            relay = app.state.relay = Relay(
+                connect=connect,
+                broker=broker,
+                table=OUTBOX_TABLE,
+                channel=OUTBOX_CHANNEL,
+                lock_key=RELAY_LOCK_KEY,
+                batch_size=settings.relay_batch,
+                poll_interval_s=settings.relay_poll_s,
+                on_published=outbox_metrics.on_published,
+            )
+
+            async def refresh_gauges() -> None:
+                for state, count in (await store.transfers_by_state()).items():
+                    metrics.transfers.labels(state).set(count)
+                async with pool.acquire() as conn:
+                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+            tasks.append(asyncio.create_task(_supervised("relay", relay.run), name="bank-adapter-relay"))
+            tasks.append(asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)))
+            if reconcile:
+                job = reconcile_job(reconciler.run, settings, connect)
+                tasks.append(asyncio.create_task(_supervised("reconcile", job.run_forever)))
+
+            async def database_ready() -> None:
+                await pool.fetchval("SELECT 1")
+
+            async def consuming() -> None:
+                if running is None or running.done():
+                    raise RuntimeError("the consumer stopped")
+
+            checks.update({"database": database_ready, "broker": broker.check, "consumer": consuming})
+            app.state.consumer = consumer
+            app.state.pool = pool
+            app.state.store = store
+            yield
+        finally:
+            checks.clear()
+            if consumer is not None:
+                await consumer.stop()
+            if running is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    # the command in hand finishes; past the timeout it is given back
+                    await asyncio.wait_for(running, settings.stop_timeout_s)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await broker.close()
+            await bank.aclose()
+            await pool.close()
+            log.info("bank-adapter stopped")
+
+    return create_app(SERVICE, ready_checks=checks, lifespan=lifespan)
+
+
+def run_bank_adapter(port: int | None, host: str) -> None:
+    """Serve bank-adapter (the process entry point): the consumer, the relay and the
+    reconciliation in one process; more instances share the queue (the transfers' command ids
+    and the bank's idempotency keep a command's effect single), one relay and one
+    reconciliation round at a time among them (advisory locks)."""
+    configure_logging(SERVICE)
+    settings = get_bank_settings()
+    serve(
+        settle_heap_once_started(create_bank_adapter_app(settings)),
+        host=host,
+        port=port or settings.adapter_port,
+    )

@@ -1,0 +1,73 @@
+"""``hiwallet bank reconcile``: one bank reconciliation round by hand, under the same lock as
+bank-adapter's rounds (never two at once). What it records is announced by bank-adapter's relay
+(bank.outbox's NOTIFY wakes it)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+
+from hiwallet.bank.adapter import reconcile_job
+from hiwallet.bank.client import BankClient
+from hiwallet.bank.metrics import AdapterMetrics
+from hiwallet.bank.pool import create_bank_pool, dedicated_connection
+from hiwallet.bank.reconcile import Reconciler
+from hiwallet.bank.settings import BankSettings, get_bank_settings
+from hiwallet.bank.store import BankStore
+from hiwallet.core.settings import get_settings
+
+__all__ = ["bank_app", "reconcile_once"]
+
+console = Console(emoji=False, soft_wrap=True)
+
+
+async def reconcile_once(settings: BankSettings) -> int | None:
+    """One round; None when another instance holds the round's lock (it is running one)."""
+    core = get_settings()
+    pool = await create_bank_pool(settings, core, max_size=2)
+    bank = BankClient.from_settings(settings)
+    try:
+        reconciler = Reconciler(
+            BankStore(pool, settings.exchange),
+            bank,
+            AdapterMetrics(CollectorRegistry()),
+            stale_after_s=settings.reconcile_stale_after_s,
+            batch=settings.reconcile_batch,
+        )
+        found: list[int] = []
+
+        async def round_() -> int:
+            found.append(await reconciler.run())
+            return found[-1]
+
+        job = reconcile_job(round_, settings, dedicated_connection(settings, core))
+        return found[0] if await job.run_once() else None
+    finally:
+        await bank.aclose()
+        await pool.close()
+
+
+bank_app = typer.Typer(no_args_is_help=True, help="The bank side of withdrawals (operator commands).")
+
+
+@bank_app.command()
+def reconcile(
+    stale_after_s: Annotated[
+        float | None,
+        typer.Option(help="Ask about transfers pending longer than this (default: the setting)."),
+    ] = None,
+) -> None:
+    """Ask the bank about every transfer pending for longer than the stale age and record the
+    outcomes no callback reported (once: a transfer with an outcome is left alone)."""
+    settings = get_bank_settings()
+    if stale_after_s is not None:
+        settings = settings.model_copy(update={"reconcile_stale_after_s": stale_after_s})
+    found = asyncio.run(reconcile_once(settings))
+    if found is None:
+        console.print("[yellow]busy[/yellow]: a reconciliation round is running elsewhere; try again")
+        raise typer.Exit(1)
+    console.print(f"recorded [bold]{found}[/bold] transfer outcome(s) no callback had reported")

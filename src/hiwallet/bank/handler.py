@@ -1,0 +1,108 @@
+"""bank-adapter's StartBankTransfer handler (core.consumer.Handler), inside the consumer's
+transaction ("every handler stores its response", CONTRACT-11):
+
+1. the body read as core.withdrawals.StartBankTransfer (malformed: Unprocessable, dead-lettered
+   after the attempts);
+2. its transfer looked up under the command id: with an outcome, that outcome announced again
+   (a new message id, the same body: a command published again by the stuck saga scan moves the
+   saga on); pending, nothing (the callback or the reconciliation will bring the outcome);
+3. else the bank asked (``POST /v1/transfers``, Idempotency-Key = the command id) and the
+   transfer recorded: pending with the bank's reference, or failed when the bank refused it
+   (announced). A callback that came before the record is applied then (bank.record_transfer).
+
+The bank is called before the row is written, inside the transaction: a process killed in
+between leaves no row and an unacked command, whose redelivery asks again with the same key and
+gets the same reference. The bank away (BankUnavailable, after the client's own attempts) is
+transient: the consumer pauses and tries the same command again, nothing dead-lettered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+import structlog
+from pydantic import ValidationError
+
+from hiwallet.bank.client import Accepted, BankClient, BankUnavailable
+from hiwallet.bank.metrics import AdapterMetrics
+from hiwallet.bank.store import BankStore, Recorded
+from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.withdrawals import StartBankTransfer
+
+log = structlog.get_logger(__name__)
+
+CONSUMER_NAME = "bank-adapter"
+COMMAND_TYPE = "StartBankTransfer"
+
+
+def _fields(exc: ValidationError) -> str:
+    """Which fields were wrong: their names only (the values may be an IBAN)."""
+    return ", ".join(sorted({".".join(str(p) for p in e["loc"]) or "body" for e in exc.errors()}))
+
+
+class TransferHandler:
+    def __init__(self, store: BankStore, bank: BankClient, metrics: AdapterMetrics) -> None:
+        self.store = store
+        self.bank = bank
+        self.metrics = metrics
+
+    async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        if message.type and message.type != COMMAND_TYPE:
+            raise Unprocessable(f"bank-adapter handles StartBankTransfer only, not {message.type[:100]!r}")
+        try:
+            command = StartBankTransfer.model_validate(message.body)
+        except ValidationError as exc:
+            raise Unprocessable(f"malformed StartBankTransfer: {_fields(exc)}") from exc
+
+        known = await self.store.transfer(conn, command.command_id)
+        if known is not None:
+            if known.state == "pending":
+                self.metrics.commands.labels("in_progress").inc()
+                log.info("transfer in progress; nothing to do", command_id=command.command_id)
+                return {"result": "in_progress", "bank_reference": known.bank_reference}
+            await self.store.republish_outcome(conn, command.command_id)
+            self.metrics.commands.labels("republished").inc()
+            log.info("transfer outcome announced again", command_id=command.command_id, state=known.state)
+            return {"result": "republished", "state": known.state}
+
+        try:
+            answer = await self.bank.start_transfer(command)
+        except BankUnavailable:
+            self.metrics.bank_unavailable.inc()
+            raise
+        if isinstance(answer, Accepted):
+            recorded = await self.store.record_transfer(
+                conn,
+                command_id=command.command_id,
+                saga_id=command.saga_id,
+                amount_minor=command.amount_minor,
+                currency=command.currency,
+                destination_iban=command.destination_iban,
+                bank_reference=answer.reference,
+            )
+            result = recorded.value
+            reference: str | None = answer.reference
+        else:
+            recorded = await self.store.record_transfer(
+                conn,
+                command_id=command.command_id,
+                saga_id=command.saga_id,
+                amount_minor=command.amount_minor,
+                currency=command.currency,
+                destination_iban=command.destination_iban,
+                bank_reference=None,
+                refusal=f"refused by the bank: {answer.reason}",
+            )
+            result = "refused" if recorded is Recorded.FAILED else recorded.value
+            reference = None
+        self.metrics.commands.labels(result).inc()
+        log.info(
+            "bank transfer recorded",
+            command_id=command.command_id,
+            saga_id=command.saga_id,
+            result=result,
+            bank_reference=reference,
+        )
+        return {"result": result, "bank_reference": reference}

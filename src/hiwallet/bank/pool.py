@@ -1,0 +1,46 @@
+"""The bank database's connections, as its application role whatever the database's name
+(tests use clones): core.db.create_pool refuses the owner or a superuser."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+
+from hiwallet.bank.settings import BankSettings
+from hiwallet.core import db
+from hiwallet.core.settings import Settings
+
+
+def database_of(settings: BankSettings) -> str:
+    return settings.database or db.DATABASES["bank"]
+
+
+async def create_bank_pool(
+    settings: BankSettings, core: Settings, *, max_size: int | None = None
+) -> asyncpg.Pool:
+    # As the bank database's application role whatever the database's name (tests use clones).
+    return await db.create_pool(
+        database_of(settings),
+        role=db.app_role("bank"),
+        settings=core,
+        max_size=max_size or settings.db_pool_max_size,
+    )
+
+
+def dedicated_connection(
+    settings: BankSettings, core: Settings
+) -> Callable[[], Awaitable[asyncpg.Connection]]:
+    """A connection of its own, as the application role (the relay's session lock and LISTEN,
+    each job round's lock: never a pooled one)."""
+    dsn = db.service_dsn(database_of(settings), db.app_role("bank"), core)
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(
+            dsn,
+            timeout=core.db_command_timeout_s,
+            command_timeout=core.db_command_timeout_s,
+            server_settings=db.server_settings(core),
+        )
+
+    return connect

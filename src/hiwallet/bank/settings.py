@@ -1,0 +1,108 @@
+"""bank-adapter and bank-webhook settings: ``HIWALLET_BANK_*`` environment variables with local
+defaults (the secrets and the key below are bank-fake's development defaults, the same as
+topup-webhook's for the bank; production sets its own)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hiwallet.core.broker import DEAD_LETTER_EXCHANGE
+from hiwallet.core.withdrawals import (
+    BANK_QUEUE,
+    WITHDRAWALS_DEAD_LETTER_KEY,
+    WITHDRAWALS_DEAD_LETTER_QUEUE,
+    WITHDRAWALS_EXCHANGE,
+)
+
+# Two secrets at once: the one being retired and its successor, while the bank signs with both
+# (rotation), as topup-webhook.
+MAX_SECRETS = 2
+# A StartBankTransfer's bank call runs inside the consumer's transaction: every attempt of it
+# together must end well before the session's idle-in-transaction timeout (60 s, core/db.py).
+MAX_BANK_CALL_BUDGET_S = 40.0
+
+
+class BankSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_BANK_", extra="ignore")
+
+    # bank-adapter: /health, /ready and /metrics only (SYSTEM.md)
+    adapter_port: int = 9102
+    # bank-webhook: the bank's callbacks
+    webhook_port: int = 8021
+    # The database name; None means hiwallet_bank. Tests use clones.
+    database: str | None = None
+    db_pool_max_size: int = 5
+
+    # The bank's API (bank-fake locally): transfers, and their status for the reconciliation.
+    bank_url: str = "http://127.0.0.1:8094"
+    bank_api_key: str = "bank_dev_key"
+    # One request's timeout, and how many attempts one StartBankTransfer makes in a row before
+    # the consumer pauses (the message stays unacked, nothing is dead-lettered) and tries again.
+    bank_timeout_s: float = 10.0
+    bank_attempts: int = 3
+    bank_retry_backoff_s: float = 0.2
+
+    # The bank's signing secrets for its callbacks (Standard Webhooks: whsec_<base64>), a JSON
+    # list in the environment; the same secret scheme as topup-webhook's bank_secrets.
+    webhook_secrets: list[str] = ["whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="]
+    # How far a callback's timestamp may be from now, either way.
+    tolerance_s: int = 300
+    max_body_bytes: int = 65_536
+
+    # The saga's topology: the results go to ``exchange`` (routing key = type), the commands
+    # come from ``queue`` (core.withdrawals.withdrawals_topology() is declared at start; tests
+    # pass their own names).
+    exchange: str = WITHDRAWALS_EXCHANGE
+    queue: str = BANK_QUEUE
+    dead_letter_exchange: str = DEAD_LETTER_EXCHANGE
+    dead_letter_key: str = WITHDRAWALS_DEAD_LETTER_KEY
+    dead_letter_queue: str = WITHDRAWALS_DEAD_LETTER_QUEUE
+    # A command the handler cannot handle (malformed) is tried this many times, then
+    # dead-lettered. The bank being away is not counted (the consumer pauses).
+    max_attempts: int = 5
+    # At start: how long the broker and the consumer may take to be up before the process fails.
+    start_timeout_s: float = 30.0
+    # At stop: how long the command in hand may take to finish (its bank call included).
+    stop_timeout_s: float = 45.0
+    client_name: str = "bank-adapter"
+
+    # The relay of bank.outbox (core/outbox.py), inside bank-adapter.
+    relay_batch: int = 100
+    relay_poll_s: float = 1.0
+
+    # The reconciliation (a PeriodicJob in bank-adapter; `hiwallet bank reconcile` by hand):
+    # transfers pending for longer than stale_after are asked about at the bank, at most
+    # reconcile_batch of them per round, oldest first.
+    reconcile_interval_s: float = 14_400.0
+    reconcile_stale_after_s: float = 3_600.0
+    reconcile_batch: int = 500
+    metrics_interval_s: float = 15.0
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _one_or_two_secrets(cls, secrets: list[str]) -> list[str]:
+        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.strip() for s in secrets):
+            raise ValueError(f"between 1 and {MAX_SECRETS} non-empty signing secrets")
+        return secrets
+
+    @model_validator(mode="after")
+    def _bank_call_bounded(self) -> BankSettings:
+        if self.bank_attempts < 1 or self.bank_timeout_s <= 0:
+            raise ValueError("bank_attempts >= 1 and bank_timeout_s > 0")
+        budget = self.bank_attempts * (self.bank_timeout_s + self.bank_retry_backoff_s * self.bank_attempts)
+        if budget > MAX_BANK_CALL_BUDGET_S:
+            raise ValueError(
+                f"bank_attempts x bank_timeout_s (with the back-off) is {budget:.0f} s; at most"
+                f" {MAX_BANK_CALL_BUDGET_S:.0f} s (it runs inside a database transaction)"
+            )
+        if self.reconcile_batch < 1 or self.reconcile_stale_after_s < 0:
+            raise ValueError("reconcile_batch >= 1 and reconcile_stale_after_s >= 0")
+        return self
+
+
+@lru_cache(maxsize=1)
+def get_bank_settings() -> BankSettings:
+    return BankSettings()

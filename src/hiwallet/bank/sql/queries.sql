@@ -1,0 +1,33 @@
+-- bank-adapter's and bank-webhook's named queries (core/queries.load_queries). Everything that
+-- writes goes through the functions of migrations/bank/0001_bank.sql (grants.sql: the
+-- application role writes no table of this schema itself, but for the relay's outbox columns
+-- and the consumer's processed_events).
+
+-- name: transfer
+SELECT command_id, saga_id, amount_minor, currency, destination_iban, state, bank_reference, reason,
+       requested_at, outcome_at, outcome_source
+  FROM bank.transfers WHERE command_id = $1
+
+-- name: record_transfer
+-- The bank accepted the transfer ($6, its reference) or refused the request ($6 NULL, $7 why).
+SELECT bank.record_transfer($1, $2, $3, $4, $5, $6, $7, $8, $9)
+
+-- name: republish_outcome
+SELECT bank.republish_outcome($1, $2, $3)
+
+-- name: receive_callback
+SELECT bank.receive_callback($1, $2, $3, $4::jsonb, $5, $6, $7)
+
+-- name: reconcile_transfer
+SELECT bank.reconcile_transfer($1, $2, $3, $4, $5)
+
+-- name: stale_pending
+-- The reconciliation's work: transfers pending since before $1 seconds ago, oldest first.
+SELECT command_id, bank_reference, requested_at
+  FROM bank.transfers
+ WHERE state = 'pending' AND requested_at < now() - make_interval(secs => $1)
+ ORDER BY requested_at
+ LIMIT $2
+
+-- name: transfers_by_state
+SELECT state, count(*)::bigint AS n FROM bank.transfers GROUP BY state

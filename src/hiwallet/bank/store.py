@@ -1,0 +1,185 @@
+"""The bank database: the statements of sql/queries.sql, and the translation of the driver's
+errors at this edge (what a retry can cure: :class:`StoreUnavailable`)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+
+from hiwallet.core.db import is_transient
+from hiwallet.core.ids import new_id
+from hiwallet.core.queries import load_queries
+
+Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
+T = TypeVar("T")
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class StoreUnavailable(Exception):
+    """The database did not answer, or answered something a retry can cure (core.db)."""
+
+
+class Unstorable(Exception):
+    """The database refused the content itself (a JSON text jsonb cannot hold, such as a
+    \\u0000): no retry changes that."""
+
+
+async def _translated(call: Awaitable[T]) -> T:
+    """``call``'s answer; the driver's errors as this store's (their cause kept): what the
+    content caused (Unstorable), what a retry can cure (StoreUnavailable), else as they are
+    (a defect)."""
+    try:
+        return await call
+    except _DRIVER_ERRORS as exc:
+        if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
+            raise Unstorable(f"the database refused the content: {exc.sqlstate}") from exc
+        if is_transient(exc):
+            raise StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}") from exc
+        raise
+
+
+class Recorded(enum.StrEnum):
+    """What bank.record_transfer did (also a metric's label)."""
+
+    PENDING = "pending"  # recorded pending: the outcome is to come
+    SUCCEEDED = "succeeded"  # recorded, and a callback that came first applied: announced
+    FAILED = "failed"  # recorded failed (the bank refused, or a callback that came first)
+    EXISTS = "exists"  # recorded before (a concurrent delivery of the command): nothing changed
+
+
+class Received(enum.StrEnum):
+    """What bank.receive_callback did (also the webhook metric's ``outcome`` label)."""
+
+    DUPLICATE = "duplicate"  # the webhook id was seen before: nothing stored
+    RECORDED = "recorded"  # the transfer's outcome recorded and announced
+    ALREADY = "already"  # kept; the transfer's outcome was recorded before
+    UNKNOWN = "unknown"  # kept; no transfer has its reference yet (applied when one does)
+    STORED = "stored"  # kept; not a transfer outcome
+
+
+class Reconciled(enum.StrEnum):
+    RECORDED = "recorded"
+    ALREADY = "already"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    command_id: str
+    saga_id: str
+    amount_minor: int
+    currency: str
+    destination_iban: str
+    state: str
+    bank_reference: str | None
+    reason: str | None
+    requested_at: datetime
+    outcome_at: datetime | None
+    outcome_source: str | None
+
+    @classmethod
+    def of(cls, row: asyncpg.Record) -> Transfer:
+        return cls(**dict(row))
+
+
+@dataclass(frozen=True)
+class StalePending:
+    command_id: str
+    bank_reference: str
+    requested_at: datetime
+
+
+class BankStore:
+    """``exchange``: where the outcomes are announced (settings.exchange: hiwallet.withdrawals).
+    The statements that run inside the consumer's transaction take its ``conn``; the others use
+    the pool."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        exchange: str,
+        *,
+        message_id: Callable[[], str] = new_id,
+    ) -> None:
+        self.pool = pool
+        self.exchange = exchange
+        self._message_id = message_id
+
+    async def transfer(self, conn: asyncpg.Connection | asyncpg.Pool, command_id: str) -> Transfer | None:
+        row = await _translated(conn.fetchrow(Q["transfer"], command_id))
+        return None if row is None else Transfer.of(row)
+
+    async def record_transfer(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        command_id: str,
+        saga_id: str,
+        amount_minor: int,
+        currency: str,
+        destination_iban: str,
+        bank_reference: str | None,
+        refusal: str | None = None,
+    ) -> Recorded:
+        answer = await _translated(
+            conn.fetchval(
+                Q["record_transfer"],
+                command_id,
+                saga_id,
+                amount_minor,
+                currency,
+                destination_iban,
+                bank_reference,
+                refusal,
+                self._message_id(),
+                self.exchange,
+            )
+        )
+        return Recorded(answer)
+
+    async def republish_outcome(self, conn: asyncpg.Connection, command_id: str) -> bool:
+        done: bool = await _translated(
+            conn.fetchval(Q["republish_outcome"], command_id, self._message_id(), self.exchange)
+        )
+        return done
+
+    async def receive_callback(
+        self, webhook_id: str, kind: str, bank_reference: str | None, body: str, reason: str | None
+    ) -> Received:
+        answer = await _translated(
+            self.pool.fetchval(
+                Q["receive_callback"],
+                webhook_id,
+                kind,
+                bank_reference,
+                body,
+                reason,
+                self._message_id(),
+                self.exchange,
+            )
+        )
+        return Received(answer)
+
+    async def reconcile_transfer(
+        self, bank_reference: str, succeeded: bool, reason: str | None
+    ) -> Reconciled:
+        answer = await _translated(
+            self.pool.fetchval(
+                Q["reconcile_transfer"], bank_reference, succeeded, reason, self._message_id(), self.exchange
+            )
+        )
+        return Reconciled(answer)
+
+    async def stale_pending(self, older_than_s: float, limit: int) -> list[StalePending]:
+        rows = await _translated(self.pool.fetch(Q["stale_pending"], float(older_than_s), limit))
+        return [StalePending(r["command_id"], r["bank_reference"], r["requested_at"]) for r in rows]
+
+    async def transfers_by_state(self) -> dict[str, int]:
+        rows: list[Any] = await _translated(self.pool.fetch(Q["transfers_by_state"]))
+        return {r["state"]: int(r["n"]) for r in rows}
