@@ -70,7 +70,7 @@ TERMINAL = ("completed", "failed", "rejected", "cancelled")
 FEE_MINOR = get_settings().ledger_withdrawal_fee_minor
 
 # The module's standard settings (environment, without the prefix). Short where a test waits on
-# it: bank reconciliation every second for transfers pending more than 3 s (the callback-lost
+# it: bank reconciliation every second for transfers pending more than 5 s (the callback-lost
 # test; a callback arrives within a second otherwise, so the others still see callbacks), the
 # gauges every second. The stuck saga scan keeps its long default: a test that needs it starts
 # the orchestrator with short intervals of its own (so no other test is rescued by it).
@@ -80,7 +80,7 @@ STANDARD: dict[str, dict[str, Any]] = {
     BANK_ADAPTER: {
         "relay_poll_s": 0.5,
         "reconcile_interval_s": 1,
-        "reconcile_stale_after_s": 3,
+        "reconcile_stale_after_s": 5,
         "metrics_interval_s": 1,
         "bank_timeout_s": 5,
     },
@@ -182,7 +182,7 @@ class WithdrawalSystem:
         self.readonly = await db.create_pool(
             self.wallet_db, role=db.readonly_role("wallet"), min_size=1, max_size=1, init=init_connection
         )
-        self.secrets.update({harness.BANK_SECRET, self.api.onboarding_token})
+        self.secrets.update({harness.BANK_SECRET, harness.BANK_API_KEY, self.api.onboarding_token})
         for role in ROLES:
             self.processes[role] = self._process(role)
         await self.start(*self.processes.values())
