@@ -23,9 +23,9 @@ from hiwallet.core.withdrawals import WALLET_QUEUE, command_id
 from tests.e2e import harness
 from tests.e2e.withdrawals import (
     BANK_ADAPTER,
+    FEE_MINOR,
     ORCHESTRATOR,
     WALLET_CONSUMER,
-    FEE_MINOR,
     WithdrawalSystem,
     total,
 )
@@ -83,7 +83,8 @@ async def end_sleepers(database: str) -> None:
     conn = await asyncpg.connect(db.owner_dsn("postgres"))
     try:
         await conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'PgSleep'",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = $1 AND wait_event = 'PgSleep'",
             database,
         )
     finally:

@@ -36,6 +36,7 @@ import httpx
 import orjson
 from schwifty import IBAN
 
+from hiwallet.core import db
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from hiwallet.core.withdrawals import (
@@ -47,12 +48,11 @@ from hiwallet.core.withdrawals import (
     command_id,
 )
 from hiwallet.ledger import LedgerStore, init_connection
-from hiwallet.core import db
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import Children, Process, StallingProxy
-from tests.wallet_api.conftest import Customer, WalletApi, running_api
 from tests.identity.conftest import IdentityServer
+from tests.wallet_api.conftest import Customer, WalletApi, running_api
 
 WITHDRAWAL_ENV = "HIWALLET_WITHDRAWAL_"
 CONSUMER_ENV = "HIWALLET_WALLET_CONSUMER_"
