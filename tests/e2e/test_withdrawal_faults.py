@@ -280,3 +280,43 @@ async def _unsent_at_least(system: WithdrawalSystem, n: int) -> bool:
 
 async def _not_ready(process: harness.Process) -> bool:
     return not await process.ready()
+
+
+async def test_the_stuck_saga_scan_racing_every_step_with_two_instances_of_each_consumer(
+    withdrawals: WithdrawalSystem,
+) -> None:
+    """The stuck saga scan made impatient (every 0.3 s, for sagas waiting 0.2 s: nearly every
+    command published twice or more, the copies racing the originals), two wallet-consumers and
+    two bank-adapters taking them at once, and the bank's every behaviour (accepted, rejected,
+    callback lost, called back three times with distinct ids): every saga ends once, each wallet
+    right to the kuruş, one transfer per saga at the bank, no dead letter."""
+    system = withdrawals
+    orchestrator = await system.replace(ORCHESTRATOR, stuck_scan_interval_s=0.3, stuck_after_s=0.2)
+    await system.another(WALLET_CONSUMER)
+    await system.another(BANK_ADAPTER)
+    customers = [await system.customer(funds=1_000 * TL) for _ in range(4)]
+    _accepted, rejected, lost, repeated = ibans = [system.iban() for _ in range(4)]
+    await system.bank.rule(rejected, outcome="reject")
+    await system.bank.rule(lost, lose_callback=True)
+    await system.bank.rule(repeated, duplicate_callback=3, duplicate_distinct_ids=True)
+    sagas = await asyncio.gather(
+        *(
+            system.withdraw(customer, amount, iban)
+            for customer, iban in zip(customers, ibans, strict=True)
+            for amount in (10 * TL, 20 * TL, 30 * TL)
+        )
+    )
+
+    for i, saga_id in enumerate(sagas):
+        customer, iban = customers[i // 3], ibans[i // 3]
+        if iban == rejected:
+            await system.ended(
+                saga_id, "failed", customer.wallet_id, 1_000 * TL, ["withdrawal", "refund"], 60
+            )
+        else:
+            expected = 1_000 * TL - 60 * TL - 3 * FEE_MINOR
+            await system.ended(saga_id, "completed", customer.wallet_id, expected, DONE, 60)
+        [transfer] = await system.transfers(saga_id)
+        assert len(await system.bank.transfers(transfer["command_id"])) == 1
+    samples = await orchestrator.metrics()
+    assert total(samples, "hiwallet_withdrawal_stuck_republished_total") >= len(sagas), samples

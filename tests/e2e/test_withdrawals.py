@@ -84,6 +84,8 @@ async def test_the_bank_rejects_the_transfer_and_all_three_legs_are_given_back(
     # wallet −(amount+fee), clearing +amount, revenue +fee: each leg netted back to zero.
     legs = await system.legs(saga_id)
     assert len(legs) >= 3 and all(amount == 0 for amount in legs.values()), legs
+    # The refund gave back what the debit counted against the monthly limit.
+    assert await system.withdrawal_limit_used(customer.account_id) == 0
     [transfer] = await system.transfers(saga_id)
     assert transfer["state"] == "failed"
     seen = await system.get(customer, f"/v1/withdrawals/{saga_id}")
@@ -116,13 +118,8 @@ async def test_refused_at_the_debit_nothing_moves(withdrawals: WithdrawalSystem)
         assert await system.path(saga_id) == ["initiated", "rejected"]
         assert await system.transfers(saga_id) == []
     assert await system.cash(stranger.wallet_id) == 100 * TL
-    used = await system.fetch(
-        system.wallet_db,
-        "SELECT coalesce(sum(used), 0)::bigint AS n FROM wallet.limit_usage WHERE kind = 'withdrawal'"
-        " AND account_id = ANY($1::text[])",
-        [c.account_id for c in (poor, unverified, rich, owner, stranger)],
-    )
-    assert used[0]["n"] == 0
+    for who in (poor, unverified, rich, owner, stranger):
+        assert await system.withdrawal_limit_used(who.account_id) == 0
     # The customer sees why.
     seen = await system.get(poor, f"/v1/withdrawals/{saga_ids[0]}")
     assert (seen.json()["state"], seen.json()["reason"]) == ("rejected", "insufficient_funds"), seen.text
@@ -269,7 +266,8 @@ async def test_review_cancelled(withdrawals: WithdrawalSystem) -> None:
     )
     assert [r["actor"] for r in refunds] == ["staff:mehmet"]
     legs = await system.legs(saga_id)
-    assert all(amount == 0 for amount in legs.values()), legs
+    assert len(legs) >= 3 and all(amount == 0 for amount in legs.values()), legs
+    assert await system.withdrawal_limit_used(customer.account_id) == 0
 
 
 async def test_the_same_idempotency_key_twice_and_at_once_makes_one_saga(

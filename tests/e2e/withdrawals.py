@@ -161,8 +161,10 @@ class WithdrawalSystem:
     children: Children = field(default_factory=Children)
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
-    # The processes started with settings of a test's own (heal() replaces them).
+    # The processes started with settings of a test's own (heal() replaces them), and more
+    # instances of a role a test started (heal() stops them).
     custom: set[str] = field(default_factory=set)
+    extras: list[Process] = field(default_factory=list)
     proxies: dict[str, StallingProxy] = field(default_factory=dict)
     # What no process may log: filled as the tests make IBANs and customers.
     secrets: set[str] = field(default_factory=set)
@@ -194,6 +196,9 @@ class WithdrawalSystem:
 
     async def heal(self) -> None:
         """Every process as the module's standard one, running and ready; no transfer rule."""
+        for extra in self.extras:
+            await extra.stop()
+        self.extras.clear()
         replace = [r for r in ROLES if r in self.custom or not self.processes[r].alive()]
         for role in replace:
             await self.processes[role].stop()
@@ -288,6 +293,21 @@ class WithdrawalSystem:
         await self.start(process)
         return process
 
+    async def another(self, role: str) -> Process:
+        """One more instance of ``role`` (its settings, a port of its own), started, until heal()."""
+        model = self.processes[role]
+        process = Process(
+            name=role,
+            port=harness.free_port(),
+            env=model.env,
+            log_dir=self.log_dir,
+            ready_path=model.ready_path,
+        )
+        self.children.processes.append(process)
+        self.extras.append(process)
+        await self.start(process)
+        return process
+
     async def restart(self, role: str) -> Process:
         """A killed ``role`` started again, with its settings, on its port."""
         old = self.processes[role]
@@ -334,7 +354,7 @@ class WithdrawalSystem:
 
     async def customer(self, tier: str = "verified", *, funds: int = 0) -> Customer:
         customer = await self.api.customer(tier, funds=funds)
-        self.secrets.add(customer.token)
+        self.secrets.update({customer.token, customer.username})
         return customer
 
     def iban(self) -> str:
@@ -431,9 +451,19 @@ class WithdrawalSystem:
         )
         return {r["account_id"]: int(r["amount"]) for r in rows}
 
+    async def withdrawal_limit_used(self, account_id: str) -> int:
+        """What the account's withdrawals count against its monthly limit (wallet.limit_usage)."""
+        rows = await self.fetch(
+            self.wallet_db,
+            "SELECT coalesce(sum(used), 0)::bigint AS n FROM wallet.limit_usage"
+            " WHERE kind = 'withdrawal' AND account_id = $1",
+            account_id,
+        )
+        return int(rows[0]["n"])
+
     async def cash(self, wallet: str) -> int:
         assert self.readonly is not None
-        return (await LedgerStore(self.readonly).wallet_balance(wallet)).cash
+        return int((await LedgerStore(self.readonly).wallet_balance(wallet)).cash)
 
     async def transfers(self, saga_id: str) -> list[asyncpg.Record]:
         """bank-adapter's record of the saga's transfers (bank.transfers)."""
@@ -511,7 +541,7 @@ class WithdrawalSystem:
             )
         finally:
             await connection.close()
-        return message_id
+        return str(message_id)
 
 
 def debit_command(saga: asyncpg.Record) -> dict[str, Any]:
