@@ -126,26 +126,33 @@ async def test_refused_at_the_debit_nothing_moves(withdrawals: WithdrawalSystem)
 
 
 async def test_the_callback_lost_the_bank_reconciliation_closes_it(withdrawals: WithdrawalSystem) -> None:
+    """Two transfers decided without a word to us, one paid, one refused: the reconciliation
+    (every second, for transfers pending more than 5 s: the module's settings) asks the bank
+    and each saga ends as the bank decided."""
     system = withdrawals
-    customer = await system.customer(funds=500 * TL)
-    iban = system.iban()
-    await system.bank.rule(iban, lose_callback=True)
+    customer, other = await system.customer(funds=500 * TL), await system.customer(funds=500 * TL)
+    paid, refused = system.iban(), system.iban()
+    await system.bank.rule(paid, lose_callback=True)
+    await system.bank.rule(refused, lose_callback=True, outcome="reject", failure_reason="AC06")
     found_before = total(await system.adapter.metrics(), "hiwallet_bank_reconciliation_found_total")
-    saga_id = await system.withdraw(customer, 120 * TL, iban)
+    completed = await system.withdraw(customer, 120 * TL, paid)
+    failed = await system.withdraw(other, 130 * TL, refused)
 
-    # Reconciliation every second for transfers pending more than 5 s (the module's settings).
     await system.ended(
-        saga_id,
+        completed,
         "completed",
         customer.wallet_id,
         500 * TL - 120 * TL - FEE_MINOR,
         ["withdrawal", "settlement_withdrawal"],
     )
-    [transfer] = await system.transfers(saga_id)
-    assert (transfer["state"], transfer["outcome_source"]) == ("succeeded", "reconciliation")
-    assert await system.inbox(transfer["bank_reference"]) == []
+    saga = await system.ended(failed, "failed", other.wallet_id, 500 * TL, ["withdrawal", "refund"])
+    assert "AC06" in (saga["reason"] or "") + (saga["reason_detail"] or ""), dict(saga)
+    for saga_id, state in ((completed, "succeeded"), (failed, "failed")):
+        [transfer] = await system.transfers(saga_id)
+        assert (transfer["state"], transfer["outcome_source"]) == (state, "reconciliation")
+        assert await system.inbox(transfer["bank_reference"]) == []
     found = total(await system.adapter.metrics(), "hiwallet_bank_reconciliation_found_total")
-    assert found >= found_before + 1
+    assert found >= found_before + 2
 
 
 async def test_the_callback_delivered_twice(withdrawals: WithdrawalSystem) -> None:
