@@ -87,13 +87,16 @@ async def withdrawals_module(
 async def withdrawals(
     withdrawals_module: WithdrawalSystem, request: pytest.FixtureRequest
 ) -> AsyncIterator[WithdrawalSystem]:
-    """The module's system, healed: every process standard and ready, no transfer rule."""
+    """The module's system, healed: every process standard and ready, no transfer rule. After
+    the test, every process still runs (none exited on its own)."""
     await withdrawals_module.heal()
     yield withdrawals_module
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
         for process in withdrawals_module.processes.values():
             print(process.tail(60))
+    else:
+        assert withdrawals_module.exited() == [], withdrawals_module.exited()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -93,11 +93,13 @@ async def test_the_bank_rejects_the_transfer_and_all_three_legs_are_given_back(
 
 
 async def test_refused_at_the_debit_nothing_moves(withdrawals: WithdrawalSystem) -> None:
-    """Insufficient funds, an Unverified tier, the monthly limit exceeded (50,000.00 TRY for a
-    Verified account by default), a stranger's wallet: each saga rejected with its reason, no
-    posting, nothing counted against a limit, no bank transfer."""
+    """Insufficient funds (one kuruş short of the amount and its fee), an Unverified tier, the
+    monthly limit exceeded (50,000.00 TRY for a Verified account by default), a stranger's
+    wallet: each saga rejected with its reason, no posting, nothing counted against a limit, no
+    bank transfer."""
     system = withdrawals
-    poor = await system.customer(funds=10 * TL)
+    short = 50 * TL + FEE_MINOR - 1
+    poor = await system.customer(funds=short)
     unverified = await system.customer("unverified", funds=100 * TL)
     rich = await system.customer(funds=60_000 * TL)
     owner, stranger = await system.customer(funds=100 * TL), await system.customer(funds=100 * TL)
@@ -112,7 +114,7 @@ async def test_refused_at_the_debit_nothing_moves(withdrawals: WithdrawalSystem)
         *(system.withdraw(who, amount, iban, wallet=wallet) for who, wallet, amount, _ in cases)
     )
     for saga_id, (_, wallet, _, reason) in zip(saga_ids, cases, strict=True):
-        funds = {poor.wallet_id: 10 * TL, unverified.wallet_id: 100 * TL, rich.wallet_id: 60_000 * TL}
+        funds = {poor.wallet_id: short, unverified.wallet_id: 100 * TL, rich.wallet_id: 60_000 * TL}
         saga = await system.ended(saga_id, "rejected", wallet, funds.get(wallet, 100 * TL), [])
         assert saga["reason"] == reason, dict(saga)
         assert await system.path(saga_id) == ["initiated", "rejected"]
@@ -123,6 +125,13 @@ async def test_refused_at_the_debit_nothing_moves(withdrawals: WithdrawalSystem)
     # The customer sees why.
     seen = await system.get(poor, f"/v1/withdrawals/{saga_ids[0]}")
     assert (seen.json()["state"], seen.json()["reason"]) == ("rejected", "insufficient_funds"), seen.text
+
+
+async def test_the_whole_balance_amount_and_fee_to_the_kurus(withdrawals: WithdrawalSystem) -> None:
+    system = withdrawals
+    customer = await system.customer(funds=75 * TL + FEE_MINOR)
+    saga_id = await system.withdraw(customer, 75 * TL, system.iban())
+    await system.ended(saga_id, "completed", customer.wallet_id, 0, ["withdrawal", "settlement_withdrawal"])
 
 
 async def test_the_callback_lost_the_bank_reconciliation_closes_it(withdrawals: WithdrawalSystem) -> None:

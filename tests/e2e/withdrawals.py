@@ -144,10 +144,6 @@ class Bank:
         )
         return decided
 
-    async def deliveries(self) -> list[dict[str, Any]]:
-        answer = await self._call("GET", "/_control/deliveries")
-        return list(answer["data"] if isinstance(answer, dict) else answer)
-
 
 @dataclass
 class WithdrawalSystem:
@@ -209,6 +205,15 @@ class WithdrawalSystem:
             proxy.accepting = True
         await self.start(*(self.processes[r] for r in replace))
         await self.bank.clear_rules()
+
+    def exited(self) -> list[str]:
+        """The processes that are not running (a test restarts what it kills: any other one
+        exited on its own, and heal() would hide it)."""
+        return [
+            f"{p.name} ({p.proc and p.proc.returncode})\n{p.tail()}"
+            for p in [*self.processes.values(), *self.extras]
+            if not p.alive()
+        ]
 
     def leaks(self) -> list[str]:
         """What the processes wrote that no log may hold: the bank's signing secret, tokens, a
