@@ -13,6 +13,7 @@ import uuid
 import httpx
 import orjson
 
+from hiwallet.withdrawals.domain import masked_iban
 from tests.e2e import harness
 from tests.e2e.withdrawals import FEE_MINOR, WithdrawalSystem, bank_command, debit_command, total
 
@@ -61,6 +62,9 @@ async def test_happy_path(withdrawals: WithdrawalSystem) -> None:
     assert [w["id"] for w in listed.json()["withdrawals"]] == [saga_id], listed.text
     assert (await system.get(stranger, f"/v1/withdrawals/{saga_id}")).status_code == 404
     assert (await system.get(stranger, "/v1/withdrawals", wallet=customer.wallet_id)).status_code == 404
+    # The orchestrator logs the IBAN masked (the module's leak check looks for it unmasked, in
+    # both forms, in every process's log).
+    assert system.orchestrator.log_holds(masked_iban(iban)), system.orchestrator.tail()
 
 
 async def test_the_bank_rejects_the_transfer_and_all_three_legs_are_given_back(
