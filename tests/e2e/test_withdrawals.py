@@ -15,11 +15,20 @@ import orjson
 
 from hiwallet.withdrawals.domain import masked_iban
 from tests.e2e import harness
-from tests.e2e.withdrawals import FEE_MINOR, WithdrawalSystem, bank_command, debit_command, total
+from tests.e2e.withdrawals import (
+    FEE_MINOR,
+    WithdrawalSystem,
+    bank_command,
+    debit_command,
+    refund_command,
+    settle_command,
+    total,
+)
 
 TL = 100
 # Above HIWALLET_WITHDRAWAL_REVIEW_ABOVE_MINOR (10,000.00 TRY by default): waits for staff.
 REVIEWED = 15_000 * TL
+DONE = ["withdrawal", "settlement_withdrawal"]
 
 
 async def test_happy_path(withdrawals: WithdrawalSystem) -> None:
@@ -203,33 +212,48 @@ async def test_the_callback_delivered_twice(withdrawals: WithdrawalSystem) -> No
 
 
 async def test_a_command_redelivered_posts_nothing_twice(withdrawals: WithdrawalSystem) -> None:
-    """A saga's commands published again with their command ids (as the stuck saga scan does,
-    each a new message): the stored responses are published again, the orchestrator ignores
-    them as late, nothing is posted or transferred twice."""
+    """Every command of two ended sagas (one completed, one refunded) published again with its
+    command id (as the stuck saga scan does, each a new message): the stored responses are
+    published again, the orchestrator ignores them as late, nothing is posted, refunded or
+    transferred twice."""
     system = withdrawals
-    customer = await system.customer(funds=1_000 * TL)
-    saga_id = await system.withdraw(customer, 100 * TL, system.iban())
+    customer, other = await system.customer(funds=1_000 * TL), await system.customer(funds=1_000 * TL)
+    refused = system.iban()
+    await system.bank.rule(refused, outcome="reject")
+    completed = await system.withdraw(customer, 100 * TL, system.iban())
+    failed = await system.withdraw(other, 200 * TL, refused)
     expected = 1_000 * TL - 100 * TL - FEE_MINOR
-    saga = await system.ended(
-        saga_id, "completed", customer.wallet_id, expected, ["withdrawal", "settlement_withdrawal"]
-    )
-    ignored = total(await system.orchestrator.metrics(), "hiwallet_withdrawal_results_ignored_total")
+    done = await system.ended(completed, "completed", customer.wallet_id, expected, DONE)
+    refunded = await system.ended(failed, "failed", other.wallet_id, 1_000 * TL, ["withdrawal", "refund"])
+    before_orchestrator = await system.orchestrator.metrics()
+    before_consumer = await system.consumer.metrics()
 
-    await system.publish("DebitForWithdrawal", debit_command(saga), saga_id)
-    await system.publish("StartBankTransfer", bank_command(saga), saga_id)
+    again = [
+        ("DebitForWithdrawal", debit_command(done)),
+        ("StartBankTransfer", bank_command(done)),
+        ("SettleWithdrawal", settle_command(done)),
+        ("DebitForWithdrawal", debit_command(refunded)),
+        ("StartBankTransfer", bank_command(refunded)),
+        ("RefundWithdrawal", refund_command(refunded)),
+    ]
+    for kind, body in again:
+        await system.publish(kind, body, body["saga_id"])
 
-    async def both_ignored() -> bool:
+    async def all_ignored() -> bool:
         now = total(await system.orchestrator.metrics(), "hiwallet_withdrawal_results_ignored_total")
-        return now >= ignored + 2
+        return now >= total(before_orchestrator, "hiwallet_withdrawal_results_ignored_total") + len(again)
 
-    await harness.until(both_ignored, 20, "both stored responses published again and ignored")
-    consumer = await system.consumer.metrics()
-    assert total(consumer, "hiwallet_withdrawal_commands_handled", result="republished") >= 1, consumer
-    await system.ended(
-        saga_id, "completed", customer.wallet_id, expected, ["withdrawal", "settlement_withdrawal"]
+    await harness.until(all_ignored, 20, "every stored response published again and ignored")
+    after_consumer = await system.consumer.metrics()
+    republished = total(after_consumer, "hiwallet_withdrawal_commands_handled", result="republished") - total(
+        before_consumer, "hiwallet_withdrawal_commands_handled", result="republished"
     )
-    [transfer] = await system.transfers(saga_id)
-    assert len(await system.bank.transfers(transfer["command_id"])) == 1
+    assert republished == 4, after_consumer  # the wallet's four; the bank's two by bank-adapter
+    await system.ended(completed, "completed", customer.wallet_id, expected, DONE)
+    await system.ended(failed, "failed", other.wallet_id, 1_000 * TL, ["withdrawal", "refund"])
+    for saga_id in (completed, failed):
+        [transfer] = await system.transfers(saga_id)
+        assert len(await system.bank.transfers(transfer["command_id"])) == 1
 
 
 async def test_review_released(withdrawals: WithdrawalSystem) -> None:

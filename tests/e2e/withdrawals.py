@@ -100,11 +100,13 @@ def printed(iban: str) -> str:
     return " ".join(iban[i : i + 4] for i in range(0, len(iban), 4))
 
 
-def total(samples: dict[str, float], prefix: str, **labels: str) -> float:
-    """The sum of a metric's samples whose labels include ``labels``."""
+def total(samples: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of a counter's or gauge's samples (``name`` with or without ``_total``; never its
+    ``_created`` timestamps) whose labels include ``labels``."""
     found = 0.0
-    for name, value in samples.items():
-        if name.startswith(prefix) and all(f'{k}="{v}"' in name for k, v in labels.items()):
+    for sample, value in samples.items():
+        base = sample.partition("{")[0]
+        if base in (name, f"{name}_total") and all(f'{k}="{v}"' in sample for k, v in labels.items()):
             found += value
     return found
 
@@ -558,6 +560,27 @@ def debit_command(saga: asyncpg.Record) -> dict[str, Any]:
         "amount_minor": saga["amount_minor"],
         "currency": saga["currency"],
         "requested_by": {"issuer": saga["requested_by_issuer"], "subject": saga["requested_by_subject"]},
+    }
+
+
+def settle_command(saga: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "command_id": command_id(saga["id"], "settle"),
+        "saga_id": saga["id"],
+        "wallet": saga["wallet"],
+        "amount_minor": saga["amount_minor"],
+        "currency": saga["currency"],
+        "debit_transaction_id": saga["debit_transaction_id"],
+    }
+
+
+def refund_command(saga: asyncpg.Record, actor: str = "system") -> dict[str, Any]:
+    return {
+        "command_id": command_id(saga["id"], "refund"),
+        "saga_id": saga["id"],
+        "wallet": saga["wallet"],
+        "debit_transaction_id": saga["debit_transaction_id"],
+        "actor": actor,
     }
 
 
