@@ -289,7 +289,8 @@ async def test_the_stuck_saga_scan_racing_every_step_with_two_instances_of_each_
     command published twice or more, the copies racing the originals), two wallet-consumers and
     two bank-adapters taking them at once, and the bank's every behaviour (accepted, rejected,
     callback lost, called back three times with distinct ids): every saga ends once, each wallet
-    right to the kuruş, one transfer per saga at the bank, no dead letter."""
+    right to the kuruş, one transfer per saga at the bank, no dead letter. A withdrawal under
+    review is left alone by the scan, and its cancellation races it too."""
     system = withdrawals
     orchestrator = await system.replace(ORCHESTRATOR, stuck_scan_interval_s=0.3, stuck_after_s=0.2)
     await system.another(WALLET_CONSUMER)
@@ -299,6 +300,8 @@ async def test_the_stuck_saga_scan_racing_every_step_with_two_instances_of_each_
     await system.bank.rule(rejected, outcome="reject")
     await system.bank.rule(lost, lose_callback=True)
     await system.bank.rule(repeated, duplicate_callback=3, duplicate_distinct_ids=True)
+    reviewed_customer = await system.customer(funds=20_000 * TL)
+    reviewed = await system.withdraw(reviewed_customer, 15_000 * TL, system.iban())
     sagas = await asyncio.gather(
         *(
             system.withdraw(customer, amount, iban)
@@ -320,3 +323,15 @@ async def test_the_stuck_saga_scan_racing_every_step_with_two_instances_of_each_
         assert len(await system.bank.transfers(transfer["command_id"])) == 1
     samples = await orchestrator.metrics()
     assert total(samples, "hiwallet_withdrawal_stuck_republished_total") >= len(sagas), samples
+
+    # (Its debit may have been published again while it was initiated; under review, never.)
+    waiting = await system.reaches(reviewed, "under_review")
+    await asyncio.sleep(1.0)  # rounds of the scan
+    saga = await system.saga(reviewed)
+    assert (saga["state"], saga["republished"]) == ("under_review", waiting["republished"]), dict(saga)
+    assert saga["last_published_at"] == waiting["last_published_at"]
+    status, out = await system.cli("withdrawals", "cancel", reviewed, "--actor", "staff:ayse")
+    assert status == 0, out
+    await system.ended(
+        reviewed, "cancelled", reviewed_customer.wallet_id, 20_000 * TL, ["withdrawal", "refund"]
+    )
