@@ -503,6 +503,7 @@ def _databases() -> dict[str, str]:
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
         "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
         "bank": get_bank_settings().database or db.DATABASES["bank"],
+        "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
     }
 
 

@@ -15,6 +15,12 @@ import pytest
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.system import System
+from tests.e2e.withdrawals import WithdrawalSystem, withdrawal_system
+from tests.identity.conftest import IdentityServer
+
+# The identity servers of the wallet-api tests (session fixtures): the withdrawal tests' customers
+# get real tokens from them.
+from tests.wallet_api.conftest import customer_idp, idps, staff_idp  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +55,48 @@ async def system(
         await pgtemplate.drop_database(wallet_db)
     # Every process this test ran: no secret, no sender's name or IBAN in what it logged.
     assert running.leaks() == [], running.leaks()
+
+
+@pytest.fixture(scope="module")
+async def withdrawals_module(
+    vhost: str,
+    wallet_template: str,
+    withdrawal_template: str,
+    bank_template: str,
+    customer_idp: IdentityServer,  # noqa: F811
+    staff_idp: IdentityServer,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[WithdrawalSystem]:
+    """The withdrawal saga's system, shared by a module's tests (tests/e2e/withdrawals.py); a
+    module that sets ``PROXIED = True`` gets a proxy in front of RabbitMQ for each process."""
+    async with withdrawal_system(
+        vhost,
+        (wallet_template, withdrawal_template, bank_template),
+        customer_idp,
+        staff_idp,
+        tmp_path_factory.mktemp("withdrawals"),
+        proxied=getattr(request.module, "PROXIED", False),
+    ) as running:
+        yield running
+    # Every process the module ran: no secret, token or IBAN (but masked) in what it logged.
+    assert running.leaks() == [], running.leaks()
+
+
+@pytest.fixture
+async def withdrawals(
+    withdrawals_module: WithdrawalSystem, request: pytest.FixtureRequest
+) -> AsyncIterator[WithdrawalSystem]:
+    """The module's system, healed: every process standard and ready, no transfer rule. After
+    the test, every process still runs (none exited on its own)."""
+    await withdrawals_module.heal()
+    yield withdrawals_module
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        for process in withdrawals_module.processes.values():
+            print(process.tail(60))
+    else:
+        assert withdrawals_module.exited() == [], withdrawals_module.exited()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
