@@ -501,7 +501,6 @@ def _databases() -> dict[str, str]:
         "identity": identity.database_name("identity"),
         "staff_identity": identity.database_name("staff_identity"),
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
-        "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
         "bank": get_bank_settings().database or db.DATABASES["bank"],
         "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
     }
