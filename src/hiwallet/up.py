@@ -2,8 +2,8 @@
 
 Migrates, starts every deployable as its own process (both identity realms, wallet-api,
 wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, stripe-fake
-and bank-fake so far; every later service joins the list), waits until each is ready, seeds the demo data
-(idempotent: a second start reuses it), prints how to use it, then supervises
+and bank-fake so far; every later service joins the list), waits until each is ready, seeds
+the demo data (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
 - a child that exits is restarted after a backoff (0.5 s, doubling, at most 10 s) while the
