@@ -306,3 +306,48 @@ async def test_a_prefetch_above_one_without_a_batch_handler_keeps_the_order(
     assert handler.batches == []
     assert await _seen(seen_db) == list(range(20))
     assert await _queues_empty(broker, names) == 0
+
+
+class OverlapEffects(BatchEffects):
+    """Counts the batches in the handler at once, and which queues the batches came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_inside = 0
+        self.most_inside = 0
+        self.queues: set[str] = set()
+
+    async def batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        self.now_inside += 1
+        self.most_inside = max(self.most_inside, self.now_inside)
+        self.queues.update(m.queue for m in messages)
+        try:
+            await asyncio.sleep(0.05)  # room for another queue's worker to come in
+            return await super().batch(conn, messages)
+        finally:
+            self.now_inside -= 1
+
+
+@pytest.mark.parametrize(("batch_turns", "most_inside"), [(True, 1), (False, 2)])
+async def test_batch_turns_handle_one_queues_batch_at_a_time_and_keep_each_keys_order(
+    seen_db: str, broker: Broker, names: spine.Names, batch_turns: bool, most_inside: int
+) -> None:
+    # 20 wallets over the 2 partitions, 5 messages each, published in rounds.
+    handler = OverlapEffects()
+    keys = [f"0421:w:turns-{k}" for k in range(20)]
+    messages = [_message(names, key=keys[k], n=r * 100 + k) for r in range(5) for k in range(20)]
+    async with _pool(seen_db) as pool:
+        consumer = _batch_consumer(broker, pool, names, handler, max_batch=10, batch_turns=batch_turns)
+        async with _consuming(consumer):
+            for r in range(5):
+                await broker.publish(messages[r * 20 : (r + 1) * 20])
+            await _until_count(seen_db, PROCESSED, 100)
+    assert handler.queues == set(names.queues)  # both partitions had batches
+    # In turns, never two batches at once; without, the two partitions' batches overlap.
+    assert handler.most_inside == most_inside
+    seen = await _seen(seen_db)
+    for k in range(20):  # each wallet's messages in the order published
+        assert [n for n in seen if n % 100 == k] == [r * 100 + k for r in range(5)]
+    assert await _queues_empty(broker, names) == 0

@@ -264,6 +264,7 @@ class Consumer:
         prefetch: int = 1,
         batch_handler: BatchHandler | None = None,
         max_batch: int = 100,
+        batch_turns: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -293,6 +294,13 @@ class Consumer:
         # batch (or, without a batch handler, one message) at a time.
         self.pipelined = prefetch > 1 or batch_handler is not None
         self.max_batch = max_batch if batch_handler is not None else 1
+        # batch_turns: the queues' workers take turns, one batch (one transaction) at a time in
+        # this process, each taking its buffer's deliveries when its turn comes. For handlers
+        # whose batches of different queues lock the same rows (wallet-consumer: a bucket's
+        # clearing sub-account, which wallets of every partition share): concurrent batches
+        # would wait on each other's locks until each commit; in turns none waits in the
+        # database, and the batches grow by what arrived meanwhile (fewer commits).
+        self._turn: asyncio.Lock | None = asyncio.Lock() if batch_turns and batch_handler else None
         self._claim = _QUERIES["claim_event"].format(table=self.table)
         self._store = _QUERIES["store_outcome"].format(table=self.table)
         self._claim_many = _QUERIES["claim_events"].format(table=self.table)
@@ -426,17 +434,22 @@ class Consumer:
             message = await entry.buffer.get()
             if self._stop.is_set():
                 return  # what is left goes back to the queue with the channel
-            batch = [message]
-            # What is there already, and no more: a batch never waits for messages to come.
-            while len(batch) < self.max_batch and not entry.buffer.empty():
-                batch.append(entry.buffer.get_nowait())
             self._in_hand += 1
             self._idle.clear()
+            batch = [message]
             try:
-                if self._batch_handler is None:
-                    await self._handle(entry.name, message)
-                else:
-                    await self._handle_batch(entry.name, batch)
+                async with self._turn or contextlib.nullcontext():
+                    if self._stop.is_set() and self._turn is not None:
+                        # Stopped while waiting for the turn: nothing handled, nothing acked;
+                        # it goes back to the queue with the channel.
+                        return
+                    # What is there already, and no more: a batch never waits for messages.
+                    while len(batch) < self.max_batch and not entry.buffer.empty():
+                        batch.append(entry.buffer.get_nowait())
+                    if self._batch_handler is None:
+                        await self._handle(entry.name, message)
+                    else:
+                        await self._handle_batch(entry.name, batch)
             except asyncio.CancelledError:
                 raise
             except Exception:
