@@ -63,6 +63,35 @@ async def backend_pids(owner: asyncpg.Connection, database: str) -> list[int]:
     return [r["pid"] for r in rows]
 
 
+async def stage_latencies(topup_db: str, wallet_db: str, due: dict[str, float]) -> dict[str, Any]:
+    """Where the latency goes: due -> the outbox row (its transaction's start: the HTTP queue
+    and the ingest), -> sent_at (the relay's claim), -> the ledger line (publish, RabbitMQ,
+    wallet-consumer). p50 and p99 of each, in ms."""
+    topup = await asyncpg.connect(db.owner_dsn(topup_db))
+    wallet = await asyncpg.connect(db.owner_dsn(wallet_db))
+    try:
+        outbox = await topup.fetch(
+            "SELECT body->>'provider_payment_id' AS ref, extract(epoch FROM created_at)::float8 AS made,"
+            " extract(epoch FROM sent_at)::float8 AS sent FROM topup.outbox"
+        )
+        lines = await wallet.fetch(
+            "SELECT ref, extract(epoch FROM posted_at)::float8 AS at FROM ledger.transactions"
+            " WHERE type = 'topup'"
+        )
+    finally:
+        await topup.close()
+        await wallet.close()
+    posted = {r["ref"]: r["at"] for r in lines}
+    parts: dict[str, list[float]] = {"ingest": [], "outbox": [], "to_ledger": []}
+    for r in outbox:
+        if r["ref"] not in due or r["ref"] not in posted or r["sent"] is None:
+            continue
+        parts["ingest"].append((r["made"] - due[r["ref"]]) * 1000)
+        parts["outbox"].append((r["sent"] - r["made"]) * 1000)
+        parts["to_ledger"].append((posted[r["ref"]] - r["sent"]) * 1000)
+    return {k: (round(tb.pct(v, 0.5), 1), round(tb.pct(v, 0.99), 1)) for k, v in parts.items()}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     pid = os.getpid()
     topup_db, wallet_db = f"hiwallet_bench_topup_{pid}", f"hiwallet_bench_wallet_{pid}"
@@ -111,9 +140,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             due, statuses = await tb.open_loop(
                 webhook.port, args.rate, args.duration, lambda i: request(offset + i)
             )
-            latency = await tb.ledger_latencies(
-                wallet_db, {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
-            )
+            due_by_ref = {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
+            latency = await tb.ledger_latencies(wallet_db, due_by_ref)
             elapsed = time.monotonic() - started
             client_cpu = process_cpu_s() - client_before
             after = {name: pids_cpu_s(f()) for name, f in groups.items()}
@@ -122,6 +150,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await sampling
         finally:
             await owner.close()
+        stages = await stage_latencies(topup_db, wallet_db, due_by_ref)
         count = latency["posted"]
         per_ms = {name: (after[name] - before[name]) * 1000 / count for name in groups}
         for database, label in ((topup_db, "pg topup"), (wallet_db, "pg wallet")):
@@ -136,6 +165,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "statuses": statuses,
             "latency": latency,
             "cpu_ms_per_topup": {k: round(v, 3) for k, v in per_ms.items()},
+            "stages_p50_p99_ms": stages,
             "max_outbox_unsent": max((s["outbox_unsent"] for s in sampler.samples), default=0),
             "max_queue_depth": max((s["queue_depth"] for s in sampler.samples), default=0),
             "load": os.getloadavg(),
