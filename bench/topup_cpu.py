@@ -63,6 +63,50 @@ async def backend_pids(owner: asyncpg.Connection, database: str) -> list[int]:
     return [r["pid"] for r in rows]
 
 
+async def open_loop(
+    port: int, rate: int, duration_s: float, request: Any, timings: dict[str, list[float]]
+) -> tuple[dict[int, float], dict[int, int]]:
+    """topup_bench.open_loop, also timing each request: ``late`` (sent after it was due: no
+    free connection, or this client late) and ``answer`` (sent -> answered), in ms."""
+    free: asyncio.Queue[tb.httpload.Connection] = asyncio.Queue()
+    for _ in range(tb.CONNECTIONS_OPEN_LOOP):
+        free.put_nowait(tb.httpload.Connection("127.0.0.1", port))
+    due: dict[int, float] = {}
+    statuses: dict[int, int] = {}
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def send(i: int, due_wall: float) -> None:
+        conn = await free.get()
+        try:
+            headers, body = request(i)
+            sent = time.time()
+            timings["late"].append((sent - due_wall) * 1000)
+            status, _ = await conn.request("POST", tb.WEBHOOK_PATH, headers, body)
+            timings["answer"].append((time.time() - sent) * 1000)
+        except tb.httpload.HttpLoadError:
+            status = 0
+        finally:
+            free.put_nowait(conn)
+        statuses[status] = statuses.get(status, 0) + 1
+        if 200 <= status < 300:
+            due[i] = due_wall
+
+    total = int(rate * duration_s)
+    start_mono, start_wall = time.monotonic(), time.time()
+    for i in range(total):
+        at = i / rate
+        delay = start_mono + at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(send(i, start_wall + at))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+    while not free.empty():
+        free.get_nowait().close()
+    return due, statuses
+
+
 async def stage_latencies(topup_db: str, wallet_db: str, due: dict[str, float]) -> dict[str, Any]:
     """Where the latency goes: due -> the outbox row (its transaction's start: the HTTP queue
     and the ingest), -> sent_at (the relay's claim), -> the ledger line (publish, RabbitMQ,
@@ -137,8 +181,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             sampler = tb.Sampler(topup_db, amqp)
             sampling = asyncio.create_task(sampler.run())
             started = time.monotonic()
-            due, statuses = await tb.open_loop(
-                webhook.port, args.rate, args.duration, lambda i: request(offset + i)
+            timings: dict[str, list[float]] = {"late": [], "answer": []}
+            due, statuses = await open_loop(
+                webhook.port, args.rate, args.duration, lambda i: request(offset + i), timings
             )
             due_by_ref = {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
             latency = await tb.ledger_latencies(wallet_db, due_by_ref)
@@ -151,6 +196,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await owner.close()
         stages = await stage_latencies(topup_db, wallet_db, due_by_ref)
+        for name, values in timings.items():
+            stages[f"client {name}"] = (round(tb.pct(values, 0.5), 1), round(tb.pct(values, 0.99), 1))
         count = latency["posted"]
         per_ms = {name: (after[name] - before[name]) * 1000 / count for name in groups}
         for database, label in ((topup_db, "pg topup"), (wallet_db, "pg wallet")):
