@@ -239,6 +239,9 @@ class Broker:
         self._publish_channel: aio_pika.abc.AbstractChannel | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        # The single-active-consumer queues declared through this broker: their order matters,
+        # and a Consumer refuses to handle them concurrently (core/consumer.py).
+        self.single_active_queues: set[str] = set()
 
     async def start(self) -> None:
         """Connect (bounded by connect_timeout_s) and open the publishing channel. Raises
@@ -315,6 +318,8 @@ class Broker:
                         )
                         for exchange, key in queue_spec.bindings:
                             await queue.bind(exchanges.get(exchange, exchange), routing_key=key)
+                        if queue_spec.arguments.get("x-single-active-consumer"):
+                            self.single_active_queues.add(queue_spec.name)
                 finally:
                     with contextlib.suppress(Exception):
                         await channel.close()

@@ -32,6 +32,20 @@ per queue handles one batch at a time in that order, and acks only after its com
 transient error pauses and retries the whole batch (nothing acked, nothing counted); any other
 failure of the batch rolls it back and its messages go one at a time through the single path
 above, so only the guilty one is retried and dead-lettered.
+
+Concurrently, out of order (``concurrency`` N > 1, the single path): for a queue whose order does
+not matter (the withdrawal saga's: its state, under a row lock, decides what a message means),
+with a prefetch of at least N the queue's worker starts a handler for each delivery while fewer
+than N are in hand. Each message is exactly the single path above: its own transaction with its
+own processed_events claim, its own ack after its own commit (never ``multiple``: another
+message's ack must not settle it), its own attempts and dead letter. A transient error pauses
+the consumer as above: the handlers in hand finish what they are doing (a commit that still
+succeeds is acked; one that fails too waits for the same probe, not a second pause once the
+database answered after its attempt began), no new attempt starts until the probe succeeds,
+and then each tries its own message again. :meth:`Consumer.stop` takes no new delivery and
+waits for every handler in hand. A queue whose order matters (single-active-consumer, the
+top-ups' partitions) keeps 1: refused with a batch handler, and for a single-active-consumer
+queue this process's broker declared.
 """
 
 from __future__ import annotations
@@ -70,6 +84,7 @@ __all__ = [
     "DEAD_ORIGINAL_ROUTING_KEY_HEADER",
     "DEAD_REASON_HEADER",
     "MAX_BATCH",
+    "MAX_CONCURRENCY",
     "PROCESSED_EVENTS_SQL",
     "BatchHandler",
     "Consumer",
@@ -117,6 +132,8 @@ PROBE_TIMEOUT_S = 2.0
 REQUEUE_DELAY_S = 1.0
 # The most messages one transaction handles (the claim's and the outcomes' arrays).
 MAX_BATCH = 1000
+# The most messages of one consumer handled at once (each holds a database connection).
+MAX_CONCURRENCY = 256
 _SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
 
 
@@ -265,6 +282,7 @@ class Consumer:
         batch_handler: BatchHandler | None = None,
         max_batch: int = 100,
         batch_turns: bool = False,
+        concurrency: int = 1,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -272,6 +290,13 @@ class Consumer:
             raise ValueError(f"max_attempts must be 1..100, not {max_attempts}")
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be 1..{MAX_BATCH}, not {max_batch}")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be 1..{MAX_CONCURRENCY}, not {concurrency}")
+        if concurrency > 1 and batch_handler is not None:
+            # Batches are handled in the queue's order; concurrent handlers finish in any order.
+            raise ValueError("concurrency > 1 is for the single path: not with a batch handler")
+        if concurrency > 1 and prefetch < concurrency:
+            raise ValueError(f"concurrency {concurrency} needs a prefetch of at least as many, not {prefetch}")
         self._broker = broker
         self._pool = pool
         self.queues = list(queues)
@@ -303,6 +328,12 @@ class Consumer:
         self.batch_turns = batch_turns and batch_handler is not None
         self._arrived = asyncio.Event()  # batch_turns: a delivery is in some buffer
         self._turns_worker: asyncio.Task[None] | None = None
+        # concurrency: up to this many messages in hand at once (the single path), each its own
+        # task; the slots bound them, the set lets a stop past its timeout cancel them.
+        self.concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._refuse_ordered()
         self._claim = _QUERIES["claim_event"].format(table=self.table)
         self._store = _QUERIES["store_outcome"].format(table=self.table)
         self._claim_many = _QUERIES["claim_events"].format(table=self.table)
@@ -317,6 +348,9 @@ class Consumer:
         self._database_up = asyncio.Event()
         self._database_up.set()
         self._probe_lock = asyncio.Lock()
+        # How many times a probe saw the database come back: a handler whose attempt began
+        # before the last of them failed because of the outage that probe already waited out.
+        self._resumed = 0
         self._tag_suffix = f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
     @property
@@ -350,6 +384,7 @@ class Consumer:
 
     async def _subscribe(self) -> bool:
         """A channel and a consumer per queue; False (nothing left open) if the broker fails."""
+        self._refuse_ordered()
         try:
             if self.batch_turns:
                 self._turns_worker = asyncio.create_task(self._work_turns(), name="consumer-turns")
@@ -375,7 +410,27 @@ class Consumer:
             return False
         return True
 
+    def _refuse_ordered(self) -> None:
+        """concurrency > 1 on a queue whose order matters is a defect: refused for every
+        single-active-consumer queue the broker declared (a queue declared elsewhere is the
+        caller's to know: docs/spine.md)."""
+        if self.concurrency == 1:
+            return
+        ordered = getattr(self._broker, "single_active_queues", frozenset())
+        for name in self.queues:
+            if name in ordered:
+                raise ValueError(
+                    f"queue {name!r} is single-active-consumer (its order matters): concurrency must be 1"
+                )
+
     async def _close_all(self) -> None:
+        # Past the stop's timeout: the handlers still in hand are cancelled; their messages,
+        # unacked, go back with the channel.
+        for task in list(self._handlers):
+            task.cancel()
+        for task in list(self._handlers):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         for entry in self._consuming:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(entry.channel.close(), 5.0)
@@ -448,10 +503,34 @@ class Consumer:
             # What is there already, and no more: a batch never waits for messages to come.
             while len(batch) < self.max_batch and not entry.buffer.empty():
                 batch.append(entry.buffer.get_nowait())
-            if self._batch_handler is None:
+            if self.concurrency > 1:
+                await self._start_concurrently(entry.name, message)
+            elif self._batch_handler is None:
                 await self._guarded(self._handle(entry.name, message), [(entry.name, batch)])
             else:
                 await self._guarded(self._handle_groups([(entry.name, batch)]), [(entry.name, batch)])
+
+    async def _start_concurrently(self, queue: str, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        """concurrency: wait for a free slot, then the message's handler in a task of its own;
+        counted in hand from here (before the task runs), so a stop waits for it."""
+        await self._slots.acquire()
+        if self._stop.is_set():
+            self._slots.release()
+            return  # it goes back to the queue with the channel
+        self._in_hand += 1
+        self._idle.clear()
+        task = asyncio.create_task(self._concurrent(queue, message), name=f"consumer-{queue}-handler")
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _concurrent(self, queue: str, message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        try:
+            await self._guarded(self._handle(queue, message), [(queue, [message])])
+        finally:
+            self._slots.release()
+            self._in_hand -= 1
+            if self._in_hand == 0:
+                self._idle.set()
 
     async def _work_turns(self) -> None:
         """batch_turns: the one worker of all the queues. Each round takes what every queue's
@@ -645,6 +724,7 @@ class Consumer:
                 if self._stop.is_set() and not self._database_up.is_set():
                     return  # stopping while paused: the message goes back with the channel
                 await self._database_up.wait()
+                resumed = self._resumed
                 try:
                     outcome = await self._process(incoming)
                 except asyncio.CancelledError:
@@ -658,7 +738,7 @@ class Consumer:
                             error=type(exc).__name__,
                             **db_fields(exc),
                         )
-                        await self._probe_until_up()
+                        await self._probe_until_up(since=resumed)
                         if self._stop.is_set():
                             return
                         transient_streak += 1
@@ -732,8 +812,13 @@ class Consumer:
         self.metrics.messages.labels(queue, outcome).inc()
         log.debug("consumer: message done", queue=queue, outcome=outcome)
 
-    async def _probe_until_up(self) -> None:
-        """Pause every queue of this consumer, probe the database until it answers."""
+    async def _probe_until_up(self, since: int | None = None) -> None:
+        """Pause every queue of this consumer, probe the database until it answers. ``since``:
+        the resumes counted when the failed attempt began; if a probe has seen the database
+        come back since (a concurrent handler's), this failure was that outage's: no new pause,
+        the message is tried again at once."""
+        if since is not None and since != self._resumed:
+            return
         self._database_up.clear()
         async with self._probe_lock:
             if self._database_up.is_set():
@@ -754,6 +839,7 @@ class Consumer:
                     backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
                     continue
                 log.info("consumer resumed: database answers", paused_s=round(time.monotonic() - started, 3))
+                self._resumed += 1
                 break
             self._database_up.set()
 

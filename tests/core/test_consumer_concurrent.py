@@ -1,0 +1,338 @@
+"""core.consumer's ``concurrency`` (the single path, out of order) against the real PostgreSQL and
+RabbitMQ, on a quorum queue without a single active consumer (as the withdrawal saga's)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from hiwallet.core.broker import (
+    DELIVERY_LIMIT,
+    Broker,
+    ExchangeSpec,
+    OutgoingMessage,
+    QueueSpec,
+    Topology,
+    dead_letter_topology,
+)
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
+from hiwallet.core.ids import new_id
+from tests.core import spine
+from tests.faultproxy import FaultProxy
+
+CONSUMER = "test-concurrent"
+PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
+EFFECTS = "SELECT count(*) FROM spine.effects"
+
+
+class Unordered:
+    """One test's direct exchange, one quorum queue (no single active consumer) and its dead
+    letters."""
+
+    def __init__(self, names: spine.Names) -> None:
+        self.exchange = f"{names.prefix}.saga"
+        self.queue = f"{names.prefix}.saga.q"
+        self.dlx, self.dead_key, self.dlq = names.dlx, names.dead_key, names.dlq
+
+    def topology(self) -> Topology:
+        arguments = {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": DELIVERY_LIMIT,
+            "x-dead-letter-exchange": self.dlx,
+            "x-dead-letter-routing-key": self.dead_key,
+        }
+        own = Topology(
+            exchanges=(ExchangeSpec(self.exchange, "direct"),),
+            queues=(QueueSpec(self.queue, arguments, ((self.exchange, "cmd"),)),),
+        )
+        return own + dead_letter_topology(self.dlx, self.dlq, self.dead_key)
+
+
+@pytest.fixture
+async def saga(broker: Broker) -> AsyncIterator[Unordered]:
+    # The dead-letter queue's name comes from a Names of its own, never declared as partitions.
+    u = Unordered(spine.Names())
+    await broker.declare(u.topology())
+    yield u
+    await broker.delete(u.topology())
+
+
+def _message(u: Unordered, n: int) -> OutgoingMessage:
+    return OutgoingMessage(
+        message_id=new_id(),
+        exchange=u.exchange,
+        routing_key="cmd",
+        type="Command",
+        body=orjson.dumps({"n": n}),
+    )
+
+
+async def _effect(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+    await conn.execute(
+        "INSERT INTO spine.effects (message_id, n) VALUES ($1, $2)", message.message_id, message.body["n"]
+    )
+    return {"n": message.body["n"]}
+
+
+@asynccontextmanager
+async def _pool(database: str, max_size: int, port: int = 5432) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(
+        spine.dsn_via(database, port), min_size=1, max_size=max_size, command_timeout=5, timeout=2
+    )
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+
+
+def _consumer(broker: Broker, pool: asyncpg.Pool, u: Unordered, handler: Any, n: int, **kw: Any) -> Consumer:
+    return Consumer(
+        broker=broker,
+        pool=pool,
+        queues=[u.queue],
+        consumer_name=CONSUMER,
+        handler=handler,
+        dead_letter_exchange=u.dlx,
+        dead_letter_key=u.dead_key,
+        table=spine.PROCESSED,
+        metrics=ConsumerMetrics(),
+        prefetch=kw.pop("prefetch", n),
+        concurrency=n,
+        **kw,
+    )
+
+
+@asynccontextmanager
+async def _consuming(consumer: Consumer) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(consumer.run())
+    await asyncio.wait_for(consumer.wait_started(), 10)
+    try:
+        yield task
+    finally:
+        await consumer.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 40)
+
+
+async def _count(database: str, sql: str, *args: Any) -> int:
+    conn = await spine.owner_connect(database)
+    try:
+        return int(await conn.fetchval(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def _until_count(database: str, sql: str, expected: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (got := await _count(database, sql)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sql}: {got}, expected {expected}")
+        await asyncio.sleep(0.05)
+
+
+def _metric(consumer: Consumer, name: str, **labels: str) -> float:
+    return consumer.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_n_messages_are_handled_at_once(spine_db: str, broker: Broker, saga: Unordered) -> None:
+    # Four handlers meet at a barrier inside their transactions: one at a time, the first would
+    # wait there for ever (the barrier's timeout fails its attempts, then dead-letters it).
+    barrier = asyncio.Barrier(4)
+    seen: list[str] = []
+
+    async def together(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        seen.append(message.message_id)
+        outcome = await _effect(conn, message)
+        async with asyncio.timeout(5):
+            await barrier.wait()
+        return outcome
+
+    async with _pool(spine_db, 6) as pool:
+        consumer = _consumer(broker, pool, saga, together, 4, max_attempts=1)
+        async with _consuming(consumer):
+            await broker.publish([_message(saga, i) for i in range(4)])
+            await _until_count(spine_db, PROCESSED, 4)
+    assert len(seen) == 4  # each once: none failed at the barrier
+    assert await _count(spine_db, EFFECTS) == 4
+    assert await spine.queue_depth(broker, saga.queue) == 0
+    assert await spine.queue_depth(broker, saga.dlq) == 0
+    assert _metric(consumer, "hiwallet_consumer_messages_total", queue=saga.queue, outcome="processed") == 4
+
+
+async def test_each_message_is_acked_after_its_own_commit_in_any_order(
+    spine_db: str, broker: Broker, saga: Unordered
+) -> None:
+    # The first message waits inside its transaction until the second one is acked: the second
+    # is acked alone (not with, nor after, the first), and only once its row is committed.
+    acks: list[tuple[int, int]] = []  # (n, its processed_events rows seen from outside at the ack)
+    second_acked = asyncio.Event()
+    first_inside = asyncio.Event()
+
+    async def held(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        outcome = await _effect(conn, message)
+        if message.body["n"] == 0:
+            first_inside.set()
+            async with asyncio.timeout(10):
+                await second_acked.wait()
+        return outcome
+
+    class Watching(Consumer):
+        async def _ack(self, queue: str, message: Any, outcome: str) -> None:
+            committed = await _count(
+                spine_db, f"SELECT count(*) FROM {spine.PROCESSED} WHERE message_id = $1", message.message_id
+            )
+            await super()._ack(queue, message, outcome)
+            n = orjson.loads(message.body)["n"]
+            acks.append((n, committed))
+            if n == 1:
+                second_acked.set()
+
+    async with _pool(spine_db, 4) as pool:
+        consumer = Watching(
+            broker=broker,
+            pool=pool,
+            queues=[saga.queue],
+            consumer_name=CONSUMER,
+            handler=held,
+            dead_letter_exchange=saga.dlx,
+            dead_letter_key=saga.dead_key,
+            table=spine.PROCESSED,
+            max_attempts=1,
+            prefetch=2,
+            concurrency=2,
+        )
+        async with _consuming(consumer):
+            await broker.publish([_message(saga, 0)])
+            await asyncio.wait_for(first_inside.wait(), 10)
+            await broker.publish([_message(saga, 1)])
+            await _until_count(spine_db, PROCESSED, 2)
+    assert acks == [(1, 1), (0, 1)]
+    assert await spine.queue_depth(broker, saga.queue) == 0
+    assert await spine.queue_depth(broker, saga.dlq) == 0
+
+
+async def test_an_outage_pauses_every_handler_once_and_dead_letters_nothing(
+    spine_db: str, broker: Broker, saga: Unordered
+) -> None:
+    proxy = FaultProxy()
+    await proxy.start()
+    try:
+        async with _pool(spine_db, 6, proxy.port) as pool:
+            consumer = _consumer(broker, pool, saga, _effect, 4, max_attempts=1)
+            async with _consuming(consumer):
+                await broker.publish([_message(saga, 0)])
+                await _until_count(spine_db, PROCESSED, 1)
+                async with proxy.down():
+                    await broker.publish([_message(saga, i) for i in range(1, 9)])
+                    await asyncio.sleep(2.0)
+                    assert consumer.paused
+                    assert await _count(spine_db, PROCESSED) == 1
+                await _until_count(spine_db, PROCESSED, 9, timeout_s=20)
+                assert not consumer.paused
+        # Every handler in hand failed for the same outage: one pause, one probe's wait.
+        assert _metric(consumer, "hiwallet_consumer_pauses_total") == 1
+        assert await spine.queue_depth(broker, saga.dlq) == 0  # max_attempts=1, nothing counted
+        assert await _count(spine_db, EFFECTS) == 9
+    finally:
+        await proxy.close()
+
+
+async def test_a_bad_message_is_retried_and_dead_lettered_alone(
+    spine_db: str, broker: Broker, saga: Unordered
+) -> None:
+    calls: dict[int, int] = {}
+
+    async def picky(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        n = message.body["n"]
+        calls[n] = calls.get(n, 0) + 1
+        outcome = await _effect(conn, message)
+        if n == 2:
+            raise Unprocessable("n = 2 can never be handled")
+        return outcome
+
+    async with _pool(spine_db, 6) as pool:
+        consumer = _consumer(broker, pool, saga, picky, 4, max_attempts=3)
+        async with _consuming(consumer):
+            await broker.publish([_message(saga, i) for i in range(6)])
+            await _until_count(spine_db, PROCESSED, 5)
+            deadline = time.monotonic() + 10
+            while await spine.queue_depth(broker, saga.dlq) < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+    assert calls == {0: 1, 1: 1, 2: 3, 3: 1, 4: 1, 5: 1}
+    assert await _count(spine_db, EFFECTS) == 5  # the bad one's attempts rolled back
+    assert await spine.queue_depth(broker, saga.dlq) == 1
+    assert await spine.queue_depth(broker, saga.queue) == 0
+
+
+async def test_stop_waits_for_every_handler_in_hand(spine_db: str, broker: Broker, saga: Unordered) -> None:
+    inside = 0
+    all_inside = asyncio.Event()
+
+    async def slow(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        nonlocal inside
+        outcome = await _effect(conn, message)
+        inside += 1
+        if inside == 3:
+            all_inside.set()
+        await asyncio.sleep(0.5)
+        return outcome
+
+    async with _pool(spine_db, 5) as pool:
+        consumer = _consumer(broker, pool, saga, slow, 3)
+        task = asyncio.create_task(consumer.run())
+        await asyncio.wait_for(consumer.wait_started(), 10)
+        await broker.publish([_message(saga, i) for i in range(3)])
+        await asyncio.wait_for(all_inside.wait(), 10)
+        await consumer.stop()
+        await asyncio.wait_for(task, 10)
+    assert await _count(spine_db, PROCESSED) == 3
+    assert await spine.queue_depth(broker, saga.queue) == 0  # all three acked before the close
+
+
+async def test_concurrency_refused_where_order_matters(
+    spine_db: str, broker: Broker, names: spine.Names, saga: Unordered
+) -> None:
+    async def batch(conn: asyncpg.Connection, messages: Any) -> list[Mapping[str, Any]]:
+        return [{} for _ in messages]
+
+    async with _pool(spine_db, 2) as pool:
+        with pytest.raises(ValueError, match="batch handler"):
+            _consumer(broker, pool, saga, _effect, 4, batch_handler=batch)
+        with pytest.raises(ValueError, match="prefetch"):
+            _consumer(broker, pool, saga, _effect, 4, prefetch=2)
+        with pytest.raises(ValueError, match="concurrency must be"):
+            _consumer(broker, pool, saga, _effect, 0)
+        # The partitions (declared by this broker) are single-active-consumer: their order matters.
+        with pytest.raises(ValueError, match="single-active-consumer"):
+            Consumer(
+                broker=broker,
+                pool=pool,
+                queues=names.queues,
+                consumer_name=CONSUMER,
+                handler=_effect,
+                dead_letter_exchange=names.dlx,
+                dead_letter_key=names.dead_key,
+                table=spine.PROCESSED,
+                prefetch=4,
+                concurrency=4,
+            )
+        # concurrency 1 on them is what it always was.
+        Consumer(
+            broker=broker,
+            pool=pool,
+            queues=names.queues,
+            consumer_name=CONSUMER,
+            handler=_effect,
+            dead_letter_exchange=names.dlx,
+            dead_letter_key=names.dead_key,
+            table=spine.PROCESSED,
+        )
