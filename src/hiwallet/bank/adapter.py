@@ -172,6 +172,8 @@ def create_bank_adapter_app(
                 # the bank away, or our database: the command waits, nothing dead-lettered
                 transient_errors=(BankUnavailable, StoreUnavailable),
                 table=PROCESSED_TABLE,
+                prefetch=settings.consumer_concurrency,
+                concurrency=settings.consumer_concurrency,
             )
             running = asyncio.create_task(consumer.run(), name="bank-adapter-consumer")
             await _started(consumer, running, settings.start_timeout_s)

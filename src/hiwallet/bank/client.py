@@ -101,7 +101,10 @@ class BankClient:
             base_url=settings.bank_url,
             headers={"authorization": f"Bearer {settings.bank_api_key}"},
             timeout=httpx.Timeout(settings.bank_timeout_s),
-            limits=httpx.Limits(max_connections=20, max_keepalive_connections=5),
+            limits=httpx.Limits(
+                max_connections=settings.bank_max_connections,
+                max_keepalive_connections=settings.bank_max_connections,
+            ),
             transport=transport,
         )
         return cls(client, attempts=settings.bank_attempts, backoff_s=settings.bank_retry_backoff_s)

@@ -34,7 +34,9 @@ class BankSettings(BaseSettings):
     webhook_port: int = 8021
     # The database name; None means hiwallet_bank. Tests use clones.
     database: str | None = None
-    db_pool_max_size: int = 5
+    # One connection per command in hand (consumer_concurrency), the relay's wake-ups, the
+    # reconciliation and the gauges.
+    db_pool_max_size: int = 20
 
     # The bank's API (bank-fake locally): transfers, and their status for the reconciliation.
     bank_url: str = "http://127.0.0.1:8094"
@@ -44,6 +46,9 @@ class BankSettings(BaseSettings):
     bank_timeout_s: float = 10.0
     bank_attempts: int = 3
     bank_retry_backoff_s: float = 0.2
+    # Connections to the bank at once: at least one per command in hand (each makes its call
+    # inside its transaction), with room for the reconciliation.
+    bank_max_connections: int = 24
 
     # The bank's signing secrets for its callbacks (Standard Webhooks: whsec_<base64>), a JSON
     # list in the environment; the same secret scheme as topup-webhook's bank_secrets.
@@ -63,6 +68,10 @@ class BankSettings(BaseSettings):
     # A command the handler cannot handle (malformed) is tried this many times, then
     # dead-lettered. The bank being away is not counted (the consumer pauses).
     max_attempts: int = 5
+    # Commands handled at once, each its own transaction with its bank call inside (core.consumer
+    # concurrency; the queue is unordered: a transfer is keyed by its command id). One at a
+    # time, a command's cycle (~25 ms, mostly the bank's answer) bound the saga to ~21/s.
+    consumer_concurrency: int = 16
     # At start: how long the broker and the consumer may take to be up before the process fails.
     start_timeout_s: float = 30.0
     # At stop: how long the command in hand may take to finish (its bank call included).
@@ -98,6 +107,8 @@ class BankSettings(BaseSettings):
                 f"bank_attempts x bank_timeout_s (with the back-off) is {budget:.0f} s; at most"
                 f" {MAX_BANK_CALL_BUDGET_S:.0f} s (it runs inside a database transaction)"
             )
+        if self.bank_max_connections < self.consumer_concurrency:
+            raise ValueError("bank_max_connections must be at least consumer_concurrency")
         if self.reconcile_batch < 1 or self.reconcile_stale_after_s < 0:
             raise ValueError("reconcile_batch >= 1 and reconcile_stale_after_s >= 0")
         return self

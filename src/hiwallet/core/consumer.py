@@ -296,7 +296,7 @@ class Consumer:
             # Batches are handled in the queue's order; concurrent handlers finish in any order.
             raise ValueError("concurrency > 1 is for the single path: not with a batch handler")
         if concurrency > 1 and prefetch < concurrency:
-            raise ValueError(f"concurrency {concurrency} needs a prefetch of at least as many, not {prefetch}")
+            raise ValueError(f"concurrency {concurrency} needs a prefetch of as many or more, not {prefetch}")
         self._broker = broker
         self._pool = pool
         self.queues = list(queues)
@@ -416,7 +416,7 @@ class Consumer:
         caller's to know: docs/spine.md)."""
         if self.concurrency == 1:
             return
-        ordered = getattr(self._broker, "single_active_queues", frozenset())
+        ordered: set[str] = getattr(self._broker, "single_active_queues", set())
         for name in self.queues:
             if name in ordered:
                 raise ValueError(

@@ -200,8 +200,9 @@ def create_wallet_consumer_app(
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)
             await _started(consumer, running, settings.start_timeout_s)
-            # The withdrawal saga's commands: one message per transaction (a few a second at
-            # most), the responses through wallet.outbox and its relay below.
+            # The withdrawal saga's commands: one message per transaction, several at once
+            # (withdrawals_concurrency: the queue is unordered), the responses through
+            # wallet.outbox and its relay below.
             withdrawals = Consumer(
                 broker=broker,
                 pool=pool,
@@ -221,6 +222,8 @@ def create_wallet_consumer_app(
                 max_attempts=settings.max_attempts,
                 is_transient=is_transient,
                 metrics=consumer_metrics,
+                prefetch=settings.withdrawals_concurrency,
+                concurrency=settings.withdrawals_concurrency,
             )
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
             tasks.append(commands)

@@ -239,6 +239,8 @@ def create_withdrawal_app(
                 dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
                 metrics=consumer_metrics,
                 table="withdrawal.processed_events",
+                prefetch=settings.consumer_concurrency,
+                concurrency=settings.consumer_concurrency,
             )
             scan = app.state.stuck_scan = stuck_scan_job(service, settings, connect)
             retention = retention_job(service, settings, connect)
