@@ -130,6 +130,23 @@ class Ledger:
             key, wallet, amount, currency, fee=self.fees.withdrawal, actor=actor, ref=ref, provider=provider
         )
 
+    @staticmethod
+    def settlement_withdrawal_posting(
+        key: str,
+        provider: str,
+        currency: str = "TRY",
+        *,
+        owed: int,
+        actor: str,
+        ref: str,
+        bucket: int = CENTRAL_BUCKET,
+    ) -> Posting:
+        """What :meth:`settle_withdrawals` posts, built first: its id is known before it is
+        posted (a caller that locks the central nostro row last, right before its commit)."""
+        return rules.settlement_withdrawal(
+            key, provider, currency, owed=owed, actor=actor, ref=ref, bucket=bucket
+        )
+
     def transfer_posting(
         self,
         key: str,

@@ -71,6 +71,7 @@ from hiwallet.ledger import (
     Ledger,
     LedgerError,
     LedgerUnavailable,
+    Posting,
     TransactionIdReused,
     cash_account,
 )
@@ -182,10 +183,11 @@ class WithdrawalHandler:
         if stored is not None:
             return await self._republish(conn, command, stored)
         response: BaseModel
+        settlement: Posting | None = None
         if isinstance(command, DebitForWithdrawal):
             response = await self._debit(conn, command)
         elif isinstance(command, SettleWithdrawal):
-            response = await self._settle(conn, command)
+            response, settlement = await self._settle(conn, command)
         else:
             response = await self._refund(conn, command)
         body = response.model_dump(mode="json")
@@ -194,6 +196,8 @@ class WithdrawalHandler:
             Q["store_response"], command.command_id, type(command).__name__, command.saga_id, kind, body
         )
         await self._enqueue(conn, kind, body, command.saga_id)
+        if settlement is not None:
+            await self._post_settlement(conn, settlement)
         result = {
             "WithdrawalDebited": "debited",
             "WithdrawalDebitRejected": "rejected",
@@ -363,7 +367,11 @@ class WithdrawalHandler:
     ) -> bool:
         return await conn.fetchrow(Q["stored_response"], command_id(saga_id, step)) is not None
 
-    async def _settle(self, conn: asyncpg.Connection, command: SettleWithdrawal) -> BaseModel:
+    async def _settle(self, conn: asyncpg.Connection, command: SettleWithdrawal) -> tuple[BaseModel, Posting]:
+        """The settlement's response and its posting, not yet posted: every settlement locks
+        the one central nostro row (central-only by design, ledger/accounts.py) until its
+        commit, so the handler posts it last (:meth:`_post_settlement`), after the response is
+        stored and queued. Its id is known before (the ledger's id is its bucket and key)."""
         bucket = _debit_bucket(command.wallet, command.debit_transaction_id)
         debit = await self._saga_debit(conn, command.saga_id, command.debit_transaction_id, command.wallet)
         if (debit.get("amount_minor"), debit.get("currency")) != (command.amount_minor, command.currency):
@@ -371,7 +379,7 @@ class WithdrawalHandler:
         if await self._answered(conn, command.saga_id, "refund"):
             raise Unprocessable("a refunded withdrawal cannot be settled")
         try:
-            posted = await self.ledger.settle_withdrawals(
+            posting = self.ledger.settlement_withdrawal_posting(
                 ledger_key("withdrawal-settle", command.saga_id),
                 PROVIDER,
                 command.currency,
@@ -379,15 +387,23 @@ class WithdrawalHandler:
                 actor=SETTLE_ACTOR,
                 ref=f"withdrawal:{command.saga_id}"[:MAX_TEXT],
                 bucket=bucket,
-                conn=conn,
             )
+        except LedgerError as exc:
+            raise Unprocessable(f"the ledger refused the settlement with {exc.code}") from exc
+        response = WithdrawalSettled(
+            command_id=command.command_id, saga_id=command.saga_id, transaction_id=posting.id
+        )
+        return response, posting
+
+    async def _post_settlement(self, conn: asyncpg.Connection, posting: Posting) -> None:
+        try:
+            posted = await self.ledger.post(posting, conn=conn)
         except LedgerUnavailable:
             raise
         except LedgerError as exc:
             raise Unprocessable(f"the ledger refused the settlement with {exc.code}") from exc
-        return WithdrawalSettled(
-            command_id=command.command_id, saga_id=command.saga_id, transaction_id=posted.id
-        )
+        if posted.id != posting.id:  # the response already names posting.id: never another
+            raise RuntimeError("the ledger answered another transaction for the settlement")
 
     async def _refund(self, conn: asyncpg.Connection, command: RefundWithdrawal) -> BaseModel:
         bucket = _debit_bucket(command.wallet, command.debit_transaction_id)
