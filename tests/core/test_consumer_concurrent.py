@@ -336,3 +336,44 @@ async def test_concurrency_refused_where_order_matters(
             dead_letter_key=names.dead_key,
             table=spine.PROCESSED,
         )
+
+
+class ServiceUnavailable(Exception):
+    """A service's own "unavailable" (registered as transient)."""
+
+
+async def test_a_failure_of_an_outage_already_waited_out_does_not_pause_again(
+    spine_db: str, broker: Broker, saga: Unordered
+) -> None:
+    # Two attempts begin together; the first fails transiently and its probe sees the database
+    # answer (one pause); the second fails only then, for the same outage: it tries again at
+    # once instead of pausing every handler a second time.
+    barrier = asyncio.Barrier(2)
+    attempts: dict[int, int] = {}
+    consumer: Consumer | None = None
+
+    async def flaky(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        n = message.body["n"]
+        attempts[n] = attempts.get(n, 0) + 1
+        if attempts[n] == 1:
+            async with asyncio.timeout(5):
+                await barrier.wait()
+            if n == 1:
+                assert consumer is not None
+                deadline = time.monotonic() + 5
+                while _metric(consumer, "hiwallet_consumer_pauses_total") < 1 or consumer.paused:
+                    assert time.monotonic() < deadline, "the first handler's pause never ended"
+                    await asyncio.sleep(0.01)
+            raise ServiceUnavailable("unavailable")
+        return await _effect(conn, message)
+
+    async with _pool(spine_db, 4) as pool:
+        consumer = _consumer(
+            broker, pool, saga, flaky, 2, max_attempts=1, transient_errors=(ServiceUnavailable,)
+        )
+        async with _consuming(consumer):
+            await broker.publish([_message(saga, 0), _message(saga, 1)])
+            await _until_count(spine_db, PROCESSED, 2)
+    assert attempts == {0: 2, 1: 2}
+    assert _metric(consumer, "hiwallet_consumer_pauses_total") == 1
+    assert await spine.queue_depth(broker, saga.dlq) == 0
