@@ -65,6 +65,39 @@ async def test_unroutable_is_refused(broker: Broker, names: spine.Names) -> None
     assert len(await spine.collect(broker, names.queues, 1)) == 1
 
 
+async def test_one_unroutable_message_in_a_batch_is_named_and_the_others_are_confirmed(
+    broker: Broker, names: spine.Names
+) -> None:
+    # A batch goes out in one write; each message still gets its own answer.
+    batch = [_message(names, f"wallet-{i}") for i in range(6)]
+    lost = OutgoingMessage(new_id(), names.dlx, "no-such-key", "TestMessage", b"{}")
+    batch.insert(3, lost)
+    with pytest.raises(PublishRefused) as caught:
+        await broker.publish(batch)
+    assert caught.value.message_ids == (lost.message_id,)
+    got = await spine.collect(broker, names.queues, 6)
+    assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in batch if m is not lost)
+
+
+async def test_bodies_larger_than_a_frame_and_concurrent_batches_arrive_whole(
+    broker: Broker, names: spine.Names
+) -> None:
+    # 300 kB: split over several body frames (frame_max 128 kB), each batch's frames written
+    # together while another batch is written on the same channel.
+    big = b'{"pad": "' + b"x" * 300_000 + b'"}'
+    batches = [
+        [
+            OutgoingMessage(new_id(), names.exchange, f"k-{b}-{i}", "T", big if i == 1 else b'{"n": 1}')
+            for i in range(3)
+        ]
+        for b in range(4)
+    ]
+    await asyncio.gather(*(broker.publish(batch) for batch in batches))
+    got = await spine.collect(broker, names.queues, 12)
+    sent = {m.message_id: m.body for batch in batches for m in batch}
+    assert {m.message_id: m.body for m in got} == sent
+
+
 async def test_a_missing_exchange_is_refused_and_the_broker_recovers(
     broker: Broker, names: spine.Names
 ) -> None:

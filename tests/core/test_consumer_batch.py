@@ -153,8 +153,9 @@ def _queue(consumer: Consumer) -> str:
     return "none"
 
 
+@pytest.mark.parametrize("batch_turns", [False, True])
 async def test_a_poison_message_is_dead_lettered_alone_and_its_neighbours_credited_in_order(
-    seen_db: str, broker: Broker, names: spine.Names
+    seen_db: str, broker: Broker, names: spine.Names, batch_turns: bool
 ) -> None:
     handler = BatchEffects()
     handler.hold = asyncio.Event()
@@ -166,7 +167,7 @@ async def test_a_poison_message_is_dead_lettered_alone_and_its_neighbours_credit
     handler.fail = poison
     messages = [_message(names, key=KEY, n=i) for i in range(10)]
     async with _pool(seen_db) as pool:
-        consumer = _batch_consumer(broker, pool, names, handler, max_attempts=2)
+        consumer = _batch_consumer(broker, pool, names, handler, max_attempts=2, batch_turns=batch_turns)
         async with _consuming(consumer):
             await broker.publish(messages[:1])
             await asyncio.wait_for(handler.inside.wait(), 10)
@@ -191,8 +192,9 @@ async def test_a_poison_message_is_dead_lettered_alone_and_its_neighbours_credit
     assert await _queues_empty(broker, names) == 0
 
 
+@pytest.mark.parametrize("batch_turns", [False, True])
 async def test_a_database_outage_mid_batch_dead_letters_nothing_and_credits_each_once(
-    seen_db: str, broker: Broker, names: spine.Names
+    seen_db: str, broker: Broker, names: spine.Names, batch_turns: bool
 ) -> None:
     proxy = FaultProxy()
     await proxy.start()
@@ -201,7 +203,7 @@ async def test_a_database_outage_mid_batch_dead_letters_nothing_and_credits_each
     messages = [_message(names, key=KEY, n=i) for i in range(12)]
     try:
         async with _pool(seen_db, proxy.port) as pool:
-            consumer = _batch_consumer(broker, pool, names, handler, max_attempts=1)
+            consumer = _batch_consumer(broker, pool, names, handler, max_attempts=1, batch_turns=batch_turns)
             async with _consuming(consumer):
                 await broker.publish(messages[:6])
                 await asyncio.wait_for(handler.inside.wait(), 10)  # a batch in its transaction
@@ -243,14 +245,15 @@ async def test_order_holds_across_batch_boundaries(seen_db: str, broker: Broker,
     assert await _queues_empty(broker, names) == 0
 
 
+@pytest.mark.parametrize("batch_turns", [False, True])
 async def test_stop_finishes_the_batch_in_hand_and_gives_back_the_rest(
-    seen_db: str, broker: Broker, names: spine.Names
+    seen_db: str, broker: Broker, names: spine.Names, batch_turns: bool
 ) -> None:
     handler = BatchEffects()
     handler.hold = asyncio.Event()
     messages = [_message(names, key=KEY, n=i) for i in range(6)]
     async with _pool(seen_db) as pool:
-        consumer = _batch_consumer(broker, pool, names, handler)
+        consumer = _batch_consumer(broker, pool, names, handler, batch_turns=batch_turns)
         task = asyncio.create_task(consumer.run())
         await asyncio.wait_for(consumer.wait_started(), 10)
         await broker.publish(messages[:1])
@@ -305,4 +308,53 @@ async def test_a_prefetch_above_one_without_a_batch_handler_keeps_the_order(
             await _until_count(seen_db, PROCESSED, 20)
     assert handler.batches == []
     assert await _seen(seen_db) == list(range(20))
+    assert await _queues_empty(broker, names) == 0
+
+
+class OverlapEffects(BatchEffects):
+    """Counts the batches in the handler at once, and which queues each batch came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_inside = 0
+        self.most_inside = 0
+        self.queues: set[str] = set()
+        self.batch_queues: list[set[str]] = []
+
+    async def batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        self.now_inside += 1
+        self.most_inside = max(self.most_inside, self.now_inside)
+        self.queues.update(m.queue for m in messages)
+        self.batch_queues.append({m.queue for m in messages})
+        try:
+            await asyncio.sleep(0.05)  # room for another queue's worker to come in
+            return await super().batch(conn, messages)
+        finally:
+            self.now_inside -= 1
+
+
+@pytest.mark.parametrize(("batch_turns", "most_inside"), [(True, 1), (False, 2)])
+async def test_batch_turns_one_transaction_at_a_time_for_every_queue_and_each_keys_order(
+    seen_db: str, broker: Broker, names: spine.Names, batch_turns: bool, most_inside: int
+) -> None:
+    # 20 wallets over the 2 partitions, 5 messages each, published in rounds.
+    handler = OverlapEffects()
+    keys = [f"0421:w:turns-{k}" for k in range(20)]
+    messages = [_message(names, key=keys[k], n=r * 100 + k) for r in range(5) for k in range(20)]
+    async with _pool(seen_db) as pool:
+        consumer = _batch_consumer(broker, pool, names, handler, max_batch=10, batch_turns=batch_turns)
+        async with _consuming(consumer):
+            for r in range(5):
+                await broker.publish(messages[r * 20 : (r + 1) * 20])
+            await _until_count(seen_db, PROCESSED, 100)
+    assert handler.queues == set(names.queues)  # both partitions had batches
+    # In turns, never two batches at once, and a batch takes what both partitions hold (one
+    # transaction for both); without, each partition's worker has its own, and they overlap.
+    assert handler.most_inside == most_inside
+    assert any(len(queues) == 2 for queues in handler.batch_queues) == batch_turns
+    seen = await _seen(seen_db)
+    for k in range(20):  # each wallet's messages in the order published
+        assert [n for n in seen if n % 100 == k] == [r * 100 + k for r in range(5)]
     assert await _queues_empty(broker, names) == 0

@@ -264,6 +264,7 @@ class Consumer:
         prefetch: int = 1,
         batch_handler: BatchHandler | None = None,
         max_batch: int = 100,
+        batch_turns: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -293,6 +294,15 @@ class Consumer:
         # batch (or, without a batch handler, one message) at a time.
         self.pipelined = prefetch > 1 or batch_handler is not None
         self.max_batch = max_batch if batch_handler is not None else 1
+        # batch_turns: one worker for all the queues, one transaction at a time, taking what
+        # every queue's buffer holds (up to max_batch of each). For handlers whose batches of
+        # different queues lock the same rows (wallet-consumer: a bucket's clearing
+        # sub-account, which wallets of every partition share): a worker per queue waited on
+        # the others' locks until each commit; one transaction for all waits on nobody, and
+        # pays one commit where there were one per queue.
+        self.batch_turns = batch_turns and batch_handler is not None
+        self._arrived = asyncio.Event()  # batch_turns: a delivery is in some buffer
+        self._turns_worker: asyncio.Task[None] | None = None
         self._claim = _QUERIES["claim_event"].format(table=self.table)
         self._store = _QUERIES["store_outcome"].format(table=self.table)
         self._claim_many = _QUERIES["claim_events"].format(table=self.table)
@@ -341,6 +351,8 @@ class Consumer:
     async def _subscribe(self) -> bool:
         """A channel and a consumer per queue; False (nothing left open) if the broker fails."""
         try:
+            if self.batch_turns:
+                self._turns_worker = asyncio.create_task(self._work_turns(), name="consumer-turns")
             for name in self.queues:
                 channel = await self._broker.consumer_channel(self.prefetch)
                 # A passive declare, not get_queue(ensure=False): the robust channel restores
@@ -350,7 +362,7 @@ class Consumer:
                 queue = await channel.declare_queue(name, passive=True)
                 entry = _Queue(name, channel, queue)
                 self._consuming.append(entry)
-                if self.pipelined:
+                if self.pipelined and not self.batch_turns:
                     entry.worker = asyncio.create_task(self._work(entry), name=f"consumer-{name}")
                 entry.tag = await queue.consume(
                     self._buffer_of(entry) if self.pipelined else self._on_message_of(name),
@@ -371,6 +383,11 @@ class Consumer:
                 entry.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await entry.worker
+        worker, self._turns_worker = self._turns_worker, None
+        if worker is not None:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await worker
         self._consuming.clear()
 
     @property
@@ -417,6 +434,7 @@ class Consumer:
         async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
             # First thing, without an await: the buffer's order is the delivery order.
             entry.buffer.put_nowait(message)
+            self._arrived.set()
 
         return on_message
 
@@ -430,38 +448,77 @@ class Consumer:
             # What is there already, and no more: a batch never waits for messages to come.
             while len(batch) < self.max_batch and not entry.buffer.empty():
                 batch.append(entry.buffer.get_nowait())
-            self._in_hand += 1
-            self._idle.clear()
-            try:
-                if self._batch_handler is None:
-                    await self._handle(entry.name, message)
-                else:
-                    await self._handle_batch(entry.name, batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                # A defect around the batch (not its handling, which is caught). Its unsettled
-                # messages are given back now rather than left unacked: a later batch's ack
-                # (multiple) would otherwise settle them unhandled.
-                log.exception("consumer: unexpected failure around a batch", queue=entry.name)
+            if self._batch_handler is None:
+                await self._guarded(self._handle(entry.name, message), [(entry.name, batch)])
+            else:
+                await self._guarded(self._handle_groups([(entry.name, batch)]), [(entry.name, batch)])
+
+    async def _work_turns(self) -> None:
+        """batch_turns: the one worker of all the queues. Each round takes what every queue's
+        buffer holds (up to max_batch of each, in delivery order) and handles it in one
+        transaction; a queue's messages are taken only here, so each queue's batches still
+        follow one another in its delivery order."""
+        while True:
+            await self._arrived.wait()
+            if self._stop.is_set():
+                return  # what is left goes back to the queues with the channels
+            self._arrived.clear()  # before taking: a delivery from now on sets it again
+            groups: list[tuple[str, list[aio_pika.abc.AbstractIncomingMessage]]] = []
+            for entry in self._consuming:
+                batch: list[aio_pika.abc.AbstractIncomingMessage] = []
+                while len(batch) < self.max_batch and not entry.buffer.empty():
+                    batch.append(entry.buffer.get_nowait())
+                if batch:
+                    groups.append((entry.name, batch))
+                if not entry.buffer.empty():
+                    self._arrived.set()  # more than max_batch waited: the next round takes it
+            if groups:
+                await self._guarded(self._handle_groups(groups), groups)
+
+    async def _guarded(
+        self,
+        handling: Awaitable[None],
+        groups: list[tuple[str, list[aio_pika.abc.AbstractIncomingMessage]]],
+    ) -> None:
+        self._in_hand += 1
+        self._idle.clear()
+        try:
+            await handling
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A defect around the batch (not its handling, which is caught). Its unsettled
+            # messages are given back now rather than left unacked: a later batch's ack
+            # (multiple) would otherwise settle them unhandled.
+            log.exception("consumer: unexpected failure around a batch", queues=[q for q, _ in groups])
+            for _, batch in groups:
                 for unsettled in batch:
                     with contextlib.suppress(Exception):  # settled already (acked, dead-lettered)
                         await unsettled.reject(requeue=True)
-            finally:
-                self._in_hand -= 1
-                if self._in_hand == 0:
-                    self._idle.set()
+        finally:
+            self._in_hand -= 1
+            if self._in_hand == 0:
+                self._idle.set()
 
-    async def _handle_batch(self, queue: str, messages: list[aio_pika.abc.AbstractIncomingMessage]) -> None:
-        self.metrics.batch_size.labels(queue).observe(len(messages))
-        for message in messages:
-            if message.redelivered:
-                self.metrics.redeliveries.labels(queue).inc()
+    async def _handle_groups(
+        self, groups: list[tuple[str, list[aio_pika.abc.AbstractIncomingMessage]]]
+    ) -> None:
+        """One transaction for the batches of one queue or, with batch_turns, of several:
+        (queue, its messages in delivery order) each."""
+        queues = [queue for queue, _ in groups]
+        size = 0
+        for queue, messages in groups:
+            size += len(messages)
+            self.metrics.batch_size.labels(queue).observe(len(messages))
+            for message in messages:
+                if message.redelivered:
+                    self.metrics.redeliveries.labels(queue).inc()
         try:
-            incoming = [_incoming(queue, message) for message in messages]
+            incoming = [_incoming(queue, message) for queue, messages in groups for message in messages]
         except _Malformed:
             # The single path dead-letters the malformed one, in its place in the order.
-            await self._one_at_a_time(queue, messages)
+            for queue, messages in groups:
+                await self._one_at_a_time(queue, messages)
             return
         transient_streak = 0
         while True:
@@ -478,8 +535,8 @@ class Consumer:
                     # again once the database answers.
                     log.warning(
                         "consumer paused: database unavailable",
-                        queue=queue,
-                        batch=len(messages),
+                        queue=queues[0] if len(queues) == 1 else queues,
+                        batch=size,
                         error=type(exc).__name__,
                         **db_fields(exc),
                     )
@@ -496,14 +553,18 @@ class Consumer:
                 # guilty one is retried and dead-lettered.
                 log.warning(
                     "consumer: batch failed; its messages go one at a time",
-                    queue=queue,
-                    batch=len(messages),
+                    queue=queues[0] if len(queues) == 1 else queues,
+                    batch=size,
                     error=type(exc).__name__,
                 )
-                self.metrics.batch_fallbacks.labels(queue).inc()
-                await self._one_at_a_time(queue, messages)
+                for queue, messages in groups:
+                    self.metrics.batch_fallbacks.labels(queue).inc()
+                    await self._one_at_a_time(queue, messages)
                 return
-            await self._ack_batch(queue, messages, outcomes)
+            offset = 0
+            for queue, messages in groups:  # each queue's on its own channel
+                await self._ack_batch(queue, messages, outcomes[offset : offset + len(messages)])
+                offset += len(messages)
             return
 
     async def _one_at_a_time(self, queue: str, messages: list[aio_pika.abc.AbstractIncomingMessage]) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from uuid6 import uuid7
 
 # A fixed namespace so that an id derived from (scope, key) is the same on every machine.
 HIWALLET_NAMESPACE = uuid.UUID("6f1c3a52-0b7e-4c3e-9d56-2a7e1f9b8c40")
+_NAMESPACE_BYTES = HIWALLET_NAMESPACE.bytes
 
 
 def new_id() -> str:
@@ -15,5 +17,12 @@ def new_id() -> str:
 
 
 def derived_id(*parts: str) -> str:
-    """A stable id for what a movement is for, e.g. ``derived_id("refund", original_id)``."""
-    return str(uuid.uuid5(HIWALLET_NAMESPACE, "\x1f".join(parts)))
+    """A stable id for what a movement is for, e.g. ``derived_id("refund", original_id)``.
+
+    ``str(uuid.uuid5(HIWALLET_NAMESPACE, "\x1f".join(parts)))``, without building a UUID
+    object: a third of the time, on every webhook's hot path (tests/core/test_ids.py)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + "\x1f".join(parts).encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

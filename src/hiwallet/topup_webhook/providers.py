@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -51,7 +52,7 @@ class Payment:
     wallet: str | None
     reference: str | None
 
-    @property
+    @cached_property  # asked for twice per notification (the log, the statement)
     def id(self) -> str:
         return derived_id("topup", self.provider, self.provider_payment_id)
 

@@ -195,6 +195,7 @@ def create_wallet_consumer_app(
                 prefetch=settings.prefetch,
                 batch_handler=handler.batch if settings.max_batch > 1 else None,
                 max_batch=settings.max_batch,
+                batch_turns=settings.batch_turns,
             )
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)

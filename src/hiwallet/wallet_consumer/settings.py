@@ -46,6 +46,10 @@ class WalletConsumerSettings(BaseSettings):
     # The most messages handled in one transaction (what is already delivered, never waited
     # for); 1 = one message per transaction (the single path, still in order).
     max_batch: int = 100
+    # The partitions' batches take turns (one transaction at a time in the process): wallets of
+    # every partition share a bucket's clearing sub-account, and concurrent batches waited on
+    # each other's lock of it until each commit (core.consumer, batch_turns).
+    batch_turns: bool = True
     # A message the handler cannot handle (Unprocessable, a defect) is tried this many times,
     # then dead-lettered with its reason. A database outage is not counted (the consumer pauses).
     max_attempts: int = 5
