@@ -16,6 +16,7 @@ PACKAGES = [
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.runtime",
     "hiwallet.core.webhooks",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
