@@ -30,13 +30,13 @@ from hiwallet.bank.pool import create_bank_pool, dedicated_connection
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import BankStore, StoreUnavailable
+from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay
-from hiwallet.core.runtime import consumer_started, every, supervised
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import withdrawals_topology
 

@@ -14,12 +14,12 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.background import declare_when_reachable, every, supervised
 from hiwallet.core.broker import Broker, BrokerUnavailable, Topology, topups_topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
-from hiwallet.core.runtime import declare_when_reachable, every, supervised
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients

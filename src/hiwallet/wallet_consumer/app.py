@@ -26,13 +26,13 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
-from hiwallet.core.runtime import consumer_started, every, supervised
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection

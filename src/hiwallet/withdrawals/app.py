@@ -18,13 +18,13 @@ from fastapi import FastAPI
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.background import declare_when_reachable, every, supervised
 from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.runtime import declare_when_reachable, every, supervised
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State

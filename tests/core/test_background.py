@@ -1,4 +1,4 @@
-"""core.runtime: what every service runs its background work through (one copy for all)."""
+"""core.background: what every service runs its background work through (one copy for all)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hiwallet.core import db
-from hiwallet.core.runtime import consumer_started, every, supervised
+from hiwallet.core.background import consumer_started, every, supervised
 
 
 async def test_supervised_starts_work_again_after_an_error_and_ends_when_it_returns() -> None:
