@@ -34,9 +34,9 @@ from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.outbox import OutboxMetrics, Relay
+from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import withdrawals_topology
 
@@ -50,6 +50,7 @@ PROCESSED_TABLE = "bank.processed_events"
 # round at a time, across every instance.
 RELAY_LOCK_KEY = 0x6877_6272  # "hwbr"
 RECONCILE_LOCK_KEY = 0x6877_6263  # "hwbc"
+RETENTION_LOCK_KEY = 0x6877_6264  # "hwbd"
 
 
 def topology_of(settings: BankSettings) -> Topology:
@@ -79,6 +80,36 @@ def reconcile_job(
         connect,
         timeout_s=min(settings.reconcile_interval_s, 3_600.0),
     )
+
+
+def retention_job(
+    store: BankStore,
+    settings: BankSettings,
+    metrics: AdapterMetrics,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """Applied callbacks and sent outbox rows older than the retention, in bounded batches, one
+    instance a round; how many callbacks a round deleted."""
+
+    async def purge() -> int:
+        async def inbox_batch() -> int:
+            count = await store.purge_inbox(settings.retention_h, settings.retention_batch)
+            metrics.inbox_purged.inc(count)
+            return count
+
+        purged = await in_batches(
+            inbox_batch, batch=settings.retention_batch, max_batches=settings.retention_max_batches
+        )
+        older_than_s = settings.retention_h * 3_600.0
+        async with store.pool.acquire() as conn:
+            await in_batches(
+                lambda: purge_sent(conn, OUTBOX_TABLE, older_than_s, settings.retention_batch),
+                batch=settings.retention_batch,
+                max_batches=settings.retention_max_batches,
+            )
+        return purged
+
+    return PeriodicJob("bank-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, purge, connect)
 
 
 def create_bank_adapter_app(
@@ -160,6 +191,8 @@ def create_bank_adapter_app(
             if reconcile:
                 job = reconcile_job(reconciler.run, settings, connect)
                 tasks.append(asyncio.create_task(supervised("reconcile", job.run_forever)))
+                retention = retention_job(store, settings, metrics, connect)
+                tasks.append(asyncio.create_task(supervised("retention", retention.run_forever)))
 
             async def database_ready() -> None:
                 await pool.fetchval("SELECT 1")

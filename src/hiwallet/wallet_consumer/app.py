@@ -30,7 +30,7 @@ from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
 from hiwallet.core.settings import Settings, get_settings
@@ -184,15 +184,14 @@ def create_wallet_consumer_app(
             app.state.relay = relay
 
             async def purge_round() -> int:
-                purged = 0
                 async with pool.acquire() as conn:
-                    while True:
-                        done = await purge_sent(
+                    return await in_batches(
+                        lambda: purge_sent(
                             conn, OUTBOX_TABLE, settings.outbox_retention_s, settings.outbox_purge_batch
-                        )
-                        purged += done
-                        if done < settings.outbox_purge_batch:
-                            return purged
+                        ),
+                        batch=settings.outbox_purge_batch,
+                        max_batches=settings.outbox_purge_max_batches,
+                    )
 
             purge = PeriodicJob(
                 "wallet-outbox-purge",

@@ -22,7 +22,7 @@ from hiwallet.core.background import declare_when_reachable, every, supervised
 from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
@@ -105,12 +105,13 @@ def retention_job(
     async def purge() -> int:
         purged = await service.purge_idempotency()
         async with service.pool.acquire() as conn:
-            for _ in range(settings.retention_max_batches):
-                sent = await purge_sent(
+            await in_batches(
+                lambda: purge_sent(
                     conn, OUTBOX_TABLE, settings.retention_h * 3_600.0, settings.retention_batch
-                )
-                if sent < settings.retention_batch:
-                    break
+                ),
+                batch=settings.retention_batch,
+                max_batches=settings.retention_max_batches,
+            )
         return purged
 
     return PeriodicJob(

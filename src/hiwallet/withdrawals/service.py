@@ -31,6 +31,7 @@ from hiwallet.core.db import is_transient
 from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
+from hiwallet.core.jobs import in_batches
 from hiwallet.core.outbox import enqueue
 from hiwallet.core.queries import load_queries
 from hiwallet.core.withdrawals import (
@@ -633,13 +634,12 @@ class WithdrawalService:
     # -- housekeeping ---------------------------------------------------------------------------
 
     async def purge_idempotency(self) -> int:
-        purged = 0
-        for _ in range(self.settings.retention_max_batches):
+        async def one_batch() -> int:
             status = await self.pool.execute(
                 Q["idempotency_purge"], self.settings.retention_h, self.settings.retention_batch
             )
-            n = int(status.rsplit(" ", 1)[-1])
-            purged += n
-            if n < self.settings.retention_batch:
-                break
-        return purged
+            return int(status.rsplit(" ", 1)[-1])
+
+        return await in_batches(
+            one_batch, batch=self.settings.retention_batch, max_batches=self.settings.retention_max_batches
+        )
