@@ -10,12 +10,14 @@ import pytest
 
 PACKAGES = [
     "hiwallet.core.http",
+    "hiwallet.core.http.idempotency",
     "hiwallet.core.broker",
     "hiwallet.core.outbox",
     "hiwallet.core.consumer",
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.background",
     "hiwallet.core.webhooks",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",

@@ -39,7 +39,8 @@ GRANT INSERT, UPDATE (outcome) ON bank.processed_events TO :"app_role";
 DO $$
 DECLARE
     writers CONSTANT text[] := ARRAY['bank.record_transfer', 'bank.receive_callback',
-                                     'bank.reconcile_transfer', 'bank.republish_outcome'];
+                                     'bank.reconcile_transfer', 'bank.republish_outcome',
+                                     'bank.purge_inbox'];
     internal CONSTANT text[] := ARRAY['bank.announce', 'bank.apply_outcome', 'bank.lock_reference'];
     missing text;
     f regprocedure;

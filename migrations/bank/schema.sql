@@ -118,6 +118,24 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- Name: purge_inbox(interval, integer); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.purge_inbox(p_older_than interval, p_batch integer) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+    WITH gone AS (
+        DELETE FROM bank.inbox
+         WHERE id IN (SELECT id FROM bank.inbox
+                       WHERE applied_at IS NOT NULL
+                         AND received_at < now() - greatest(p_older_than, interval '1 day')
+                       ORDER BY id
+                       LIMIT least(greatest(p_batch, 0), 10000)
+                         FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT count(*)::integer FROM gone
+$$;
+
 -- Name: receive_callback(text, text, text, jsonb, text, text, text); Type: FUNCTION; Schema: bank; Owner: -
 
 CREATE FUNCTION bank.receive_callback(p_webhook_id text, p_type text, p_bank_reference text, p_body jsonb, p_reason text, p_message_id text, p_exchange text) RETURNS text
@@ -391,6 +409,11 @@ REVOKE ALL ON FUNCTION bank.outbox_keeps_unsent() FROM PUBLIC;
 -- Name: FUNCTION outbox_notify(); Type: ACL; Schema: bank; Owner: -
 
 REVOKE ALL ON FUNCTION bank.outbox_notify() FROM PUBLIC;
+
+-- Name: FUNCTION purge_inbox(p_older_than interval, p_batch integer); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.purge_inbox(p_older_than interval, p_batch integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION bank.purge_inbox(p_older_than interval, p_batch integer) TO hiwallet_bank_app;
 
 -- Name: FUNCTION receive_callback(p_webhook_id text, p_type text, p_bank_reference text, p_body jsonb, p_reason text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 

@@ -21,6 +21,7 @@ BANK_APP_FUNCTIONS = {
     "bank.receive_callback",
     "bank.reconcile_transfer",
     "bank.republish_outcome",
+    "bank.purge_inbox",
 }
 
 RECORD = (

@@ -8,8 +8,9 @@ import random
 import time
 
 import asyncpg
+import pytest
 
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from tests.core import spine
 
 
@@ -92,3 +93,23 @@ async def test_a_round_is_bounded_and_releases_the_lock(spine_db: str) -> None:
         return 0
 
     assert await PeriodicJob("test-job", 60, key, quick, _connect(spine_db)).run_once() is True
+
+
+async def test_in_batches_stops_at_a_short_batch_or_at_the_bound() -> None:
+    sizes = iter([3, 3, 1, 3])
+    calls = 0
+
+    async def step() -> int:
+        nonlocal calls
+        calls += 1
+        return next(sizes)
+
+    assert await in_batches(step, batch=3, max_batches=10) == 7  # 3 + 3 + 1: the short one ends it
+    assert calls == 3
+
+    async def always_full() -> int:
+        return 3
+
+    assert await in_batches(always_full, batch=3, max_batches=4) == 12  # bounded, the rest waits
+    with pytest.raises(ValueError):
+        await in_batches(always_full, batch=0, max_batches=1)

@@ -15,8 +15,8 @@ from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hiwallet.core.http.idempotency import check_idempotency_key
 from hiwallet.wallet_api.errors import IdempotencyKeyInvalid
-from hiwallet.wallet_api.idempotency import check_idempotency_key
 from hiwallet.wallet_api.routes import IDEMPOTENCY_KEY_PATTERN
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
@@ -134,7 +134,7 @@ async def test_a_method_a_path_does_not_have_is_405(api: WalletApi) -> None:
 
 
 # What an HTTP header can carry: no NUL, CR or LF (clients and uvicorn refuse them). The check
-# itself (service.check_idempotency_key, re.match and "$") would take a key ending in "\n".
+# itself (core.http.idempotency.check_idempotency_key, re.match and "$") would take a key ending in "\n".
 _HEADER_CHARS = st.characters(min_codepoint=0, max_codepoint=0x80, exclude_characters="\x00\r\n")
 
 

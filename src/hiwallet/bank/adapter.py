@@ -30,12 +30,13 @@ from hiwallet.bank.pool import create_bank_pool, dedicated_connection
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import BankStore, StoreUnavailable
+from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.outbox import OutboxMetrics, Relay
+from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import withdrawals_topology
 
@@ -49,7 +50,7 @@ PROCESSED_TABLE = "bank.processed_events"
 # round at a time, across every instance.
 RELAY_LOCK_KEY = 0x6877_6272  # "hwbr"
 RECONCILE_LOCK_KEY = 0x6877_6263  # "hwbc"
-RESTART_DELAY_S = 1.0
+RETENTION_LOCK_KEY = 0x6877_6264  # "hwbd"
 
 
 def topology_of(settings: BankSettings) -> Topology:
@@ -81,42 +82,34 @@ def reconcile_job(
     )
 
 
-async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
-    """``work`` for as long as the process runs: started again if it stops on an error."""
-    while True:
-        try:
-            await work()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task stopped; starting it again", task=name)
-        await asyncio.sleep(RESTART_DELAY_S)
+def retention_job(
+    store: BankStore,
+    settings: BankSettings,
+    metrics: AdapterMetrics,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """Applied callbacks and sent outbox rows older than the retention, in bounded batches, one
+    instance a round; how many callbacks a round deleted."""
 
+    async def purge() -> int:
+        async def inbox_batch() -> int:
+            count = await store.purge_inbox(settings.retention_h, settings.retention_batch)
+            metrics.inbox_purged.inc(count)
+            return count
 
-async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
-    while True:
-        try:
-            await work()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the next round tries again
-            log.warning("background work failed", work=name, error=type(exc).__name__)
-        await asyncio.sleep(interval_s)
+        purged = await in_batches(
+            inbox_batch, batch=settings.retention_batch, max_batches=settings.retention_max_batches
+        )
+        older_than_s = settings.retention_h * 3_600.0
+        async with store.pool.acquire() as conn:
+            await in_batches(
+                lambda: purge_sent(conn, OUTBOX_TABLE, older_than_s, settings.retention_batch),
+                batch=settings.retention_batch,
+                max_batches=settings.retention_max_batches,
+            )
+        return purged
 
-
-async def _started(consumer: Consumer, task: asyncio.Task[None], timeout_s: float) -> None:
-    """Wait until the consumer consumes its queue; its failure to start is raised."""
-    started = asyncio.ensure_future(consumer.wait_started())
-    try:
-        done, _ = await asyncio.wait({started, task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        started.cancel()
-    if task in done:
-        task.result()  # raises what stopped it
-        raise RuntimeError("the consumer stopped as it started")
-    if not done:
-        raise TimeoutError(f"the consumer did not start within {timeout_s} s")
+    return PeriodicJob("bank-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, purge, connect)
 
 
 def create_bank_adapter_app(
@@ -176,7 +169,7 @@ def create_bank_adapter_app(
                 concurrency=settings.consumer_concurrency,
             )
             running = asyncio.create_task(consumer.run(), name="bank-adapter-consumer")
-            await _started(consumer, running, settings.start_timeout_s)
+            await consumer_started(consumer, running, settings.start_timeout_s)
             connect = dedicated_connection(settings, core)
             relay = app.state.relay = Relay(
                 connect=connect,
@@ -195,11 +188,13 @@ def create_bank_adapter_app(
                 async with pool.acquire() as conn:
                     await outbox_metrics.refresh(conn, OUTBOX_TABLE)
 
-            tasks.append(asyncio.create_task(_supervised("relay", relay.run), name="bank-adapter-relay"))
-            tasks.append(asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)))
+            tasks.append(asyncio.create_task(supervised("relay", relay.run), name="bank-adapter-relay"))
+            tasks.append(asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)))
             if reconcile:
                 job = reconcile_job(reconciler.run, settings, connect)
-                tasks.append(asyncio.create_task(_supervised("reconcile", job.run_forever)))
+                tasks.append(asyncio.create_task(supervised("reconcile", job.run_forever)))
+                retention = retention_job(store, settings, metrics, connect)
+                tasks.append(asyncio.create_task(supervised("retention", retention.run_forever)))
 
             async def database_ready() -> None:
                 await pool.fetchval("SELECT 1")

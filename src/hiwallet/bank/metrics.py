@@ -30,6 +30,11 @@ class AdapterMetrics:
         self.transfers = Gauge(
             "hiwallet_bank_transfers", "Transfers in bank.transfers by state", ["state"], registry=registry
         )
+        self.inbox_purged = Counter(
+            "hiwallet_bank_inbox_purged_total",
+            "Applied bank callbacks deleted by the retention job",
+            registry=registry,
+        )
 
 
 class WebhookMetrics:

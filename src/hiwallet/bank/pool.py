@@ -33,14 +33,4 @@ def dedicated_connection(
 ) -> Callable[[], Awaitable[asyncpg.Connection]]:
     """A connection of its own, as the application role (the relay's session lock and LISTEN,
     each job round's lock: never a pooled one)."""
-    dsn = db.service_dsn(database_of(settings), db.app_role("bank"), core)
-
-    async def connect() -> asyncpg.Connection:
-        return await asyncpg.connect(
-            dsn,
-            timeout=core.db_command_timeout_s,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-        )
-
-    return connect
+    return db.dedicated_connection(database_of(settings), db.app_role("bank"), core)

@@ -88,6 +88,13 @@ class BankSettings(BaseSettings):
     reconcile_interval_s: float = 14_400.0
     reconcile_stale_after_s: float = 3_600.0
     reconcile_batch: int = 500
+    # Retention (a PeriodicJob in bank-adapter): applied callbacks (they hold the destination
+    # IBAN) and sent outbox rows older than retention_h, deleted at most retention_batch at a time
+    # and retention_max_batches times a round. The transfers stay.
+    retention_h: int = 7 * 24
+    retention_interval_s: float = 3_600.0
+    retention_batch: int = 1_000
+    retention_max_batches: int = 100
     metrics_interval_s: float = 15.0
 
     @field_validator("webhook_secrets")

@@ -180,6 +180,11 @@ class BankStore:
         rows = await _translated(self.pool.fetch(Q["stale_pending"], float(older_than_s), limit))
         return [StalePending(r["command_id"], r["bank_reference"], r["requested_at"]) for r in rows]
 
+    async def purge_inbox(self, older_than_h: int, batch: int) -> int:
+        """Delete at most ``batch`` applied callbacks older than ``older_than_h`` hours (at least
+        a day is kept whatever is asked); how many."""
+        return int(await _translated(self.pool.fetchval(Q["purge_inbox"], older_than_h, batch)))
+
     async def transfers_by_state(self) -> dict[str, int]:
         rows: list[Any] = await _translated(self.pool.fetch(Q["transfers_by_state"]))
         return {r["state"]: int(r["n"]) for r in rows}

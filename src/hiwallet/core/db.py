@@ -195,6 +195,25 @@ def server_settings(settings: Settings) -> dict[str, str]:
     }
 
 
+def dedicated_connection(
+    database: str, role: str, settings: Settings | None = None
+) -> Callable[[], Awaitable[asyncpg.Connection]]:
+    """How to open a connection of its own to ``database`` as ``role``, with the same
+    timeouts as the pool's: for what must never run on a pooled connection (a relay's session
+    advisory lock and LISTEN, a job round's lock). Each call opens a new one."""
+    settings = settings or get_settings()
+    dsn = service_dsn(database, role, settings)
+    timeout_s = settings.db_command_timeout_s
+    session = server_settings(settings)
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(
+            dsn, timeout=timeout_s, command_timeout=timeout_s, server_settings=session
+        )
+
+    return connect
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release without asyncpg's default reset query (a round trip per release: advisory
     unlock, CLOSE ALL, UNLISTEN, RESET ALL). Pooled sessions here hold no session state: no SET

@@ -21,9 +21,25 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import structlog
 
-__all__ = ["PeriodicJob"]
+__all__ = ["PeriodicJob", "in_batches"]
 
 log = structlog.get_logger(__name__)
+
+
+async def in_batches(step: Callable[[], Awaitable[int]], *, batch: int, max_batches: int) -> int:
+    """Run ``step`` - one short statement that handles (deletes, moves) at most ``batch`` rows
+    and says how many - until it handles fewer than ``batch`` or it ran ``max_batches`` times;
+    the total. A retention round this way never holds a long transaction or many locks, and
+    never runs unbounded: what is left waits for the next round."""
+    if batch < 1 or max_batches < 1:
+        raise ValueError("batch and max_batches must be >= 1")
+    total = 0
+    for _ in range(max_batches):
+        done = await step()
+        total += done
+        if done < batch:
+            break
+    return total
 
 
 class PeriodicJob:

@@ -14,7 +14,8 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
-from hiwallet.core.broker import Broker, BrokerError, BrokerUnavailable, Topology, topups_topology
+from hiwallet.core.background import declare_when_reachable, every, supervised
+from hiwallet.core.broker import Broker, BrokerUnavailable, Topology, topups_topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
@@ -36,9 +37,6 @@ SERVICE = "topup-webhook"
 RELAY_LOCK_KEY = 0x6877_7472  # "hwtr"
 RECONCILE_LOCK_KEY = 0x6877_7463  # "hwtc"
 RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
-# A background task that stopped on an error it did not expect starts again after this.
-RESTART_DELAY_S = 1.0
-DECLARE_RETRY_MAX_S = 10.0
 
 
 def database_of(settings: TopupWebhookSettings) -> str:
@@ -63,17 +61,7 @@ def dedicated_connection(
 ) -> Callable[[], Awaitable[asyncpg.Connection]]:
     """A connection of its own, as the application role (the relay's session lock and LISTEN,
     each job round's lock: never a pooled one)."""
-    dsn = db.service_dsn(database_of(settings), db.app_role("topup"), core)
-
-    async def connect() -> asyncpg.Connection:
-        return await asyncpg.connect(
-            dsn,
-            timeout=core.db_command_timeout_s,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-        )
-
-    return connect
+    return db.dedicated_connection(database_of(settings), db.app_role("topup"), core)
 
 
 def topup_jobs(
@@ -96,46 +84,6 @@ def topup_jobs(
         "topup-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, retention.run, connect
     )
     return reconcile, purge
-
-
-async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
-    """``work`` for as long as the process runs: started again if it stops on an error."""
-    while True:
-        try:
-            await work()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task stopped; starting it again", task=name)
-        await asyncio.sleep(RESTART_DELAY_S)
-
-
-async def _declare(broker: Broker, topology: Topology) -> None:
-    """Connect and declare the topology, retrying while RabbitMQ is away (the relay keeps the
-    rows meanwhile; /ready says the broker is not there)."""
-    delay_s = 0.5
-    while True:
-        try:
-            await broker.start()
-            await broker.declare(topology)
-            log.info("topology declared", exchanges=[e.name for e in topology.exchanges])
-            return
-        except BrokerError as exc:
-            log.warning("cannot declare the topology yet", error=str(exc), retry_in_s=delay_s)
-        await asyncio.sleep(delay_s)
-        delay_s = min(DECLARE_RETRY_MAX_S, delay_s * 2)
-
-
-async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
-    while True:
-        try:
-            await work()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the next round tries again
-            log.warning("background work failed", work=name, error=type(exc).__name__)
-        await asyncio.sleep(interval_s)
 
 
 def create_topup_webhook_app(
@@ -206,15 +154,15 @@ def create_topup_webhook_app(
 
             async def declare_then_relay() -> None:
                 # Publishing before the exchange exists would only be refused (unroutable).
-                await _declare(bus, topology or topups_topology())
+                await declare_when_reachable(bus, topology or topups_topology())
                 declared.set()
-                await _supervised("relay", relay.run)
+                await supervised("relay", relay.run)
 
             tasks = [
                 asyncio.create_task(declare_then_relay()),
-                asyncio.create_task(_supervised("reconcile", reconcile.run_forever)),
-                asyncio.create_task(_supervised("retention", purge.run_forever)),
-                asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)),
+                asyncio.create_task(supervised("reconcile", reconcile.run_forever)),
+                asyncio.create_task(supervised("retention", purge.run_forever)),
+                asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)),
             ]
         try:
             yield

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from hiwallet.core.jobs import in_batches
 from hiwallet.core.outbox import purge_sent
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.store import TopupStore
@@ -28,16 +29,18 @@ class Retention:
 
     async def run(self) -> int:
         """One round: how many inbox rows it deleted."""
-        deleted = 0
-        for _ in range(self.max_batches):
+
+        async def inbox_batch() -> int:
             count = await self.store.purge_inbox(self.days, self.batch)
-            deleted += count
             self.metrics.inbox_purged.inc(count)
-            if count < self.batch:
-                break
+            return count
+
+        deleted = await in_batches(inbox_batch, batch=self.batch, max_batches=self.max_batches)
         pool: asyncpg.Pool = self.store.pool
         async with pool.acquire() as conn:
-            for _ in range(self.max_batches):
-                if await purge_sent(conn, OUTBOX_TABLE, self.days * 86_400.0, self.batch) < self.batch:
-                    break
+            await in_batches(
+                lambda: purge_sent(conn, OUTBOX_TABLE, self.days * 86_400.0, self.batch),
+                batch=self.batch,
+                max_batches=self.max_batches,
+            )
         return deleted

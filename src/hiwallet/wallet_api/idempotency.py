@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from hiwallet.wallet_api import errors
+from hiwallet.core.http.idempotency import in_progress, reused
 from hiwallet.wallet_api.adapters import Q
 from hiwallet.wallet_api.domain import Caller
 from hiwallet.wallet_api.retry import in_transaction
 from hiwallet.wallet_api.views import JSON, view_of_posted
-
-MAX_IDEMPOTENCY_KEY = 255
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as an sf-string's content
 
 
 @dataclass(frozen=True)
@@ -34,27 +30,6 @@ class Answer:
 def request_hash(operation: str, payload: Any) -> bytes:
     content = json.dumps([operation, payload], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(content.encode()).digest()
-
-
-def check_idempotency_key(key: str | None) -> str:
-    if key is None:
-        raise errors.IdempotencyKeyMissing("send an Idempotency-Key header (a UUID is a good key)")
-    # RFC draft: the key is an sf-string; accept it quoted or bare.
-    if len(key) >= 2 and key[0] == key[-1] == '"':
-        key = key[1:-1]
-    if not _IDEMPOTENCY_KEY.fullmatch(key):  # fullmatch: "$" would let a trailing newline in
-        raise errors.IdempotencyKeyInvalid(
-            f"the key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters", field="Idempotency-Key"
-        )
-    return key
-
-
-def in_progress() -> errors.IdempotencyInProgress:
-    return errors.IdempotencyInProgress("the first request with this key is still running; retry shortly")
-
-
-def reused() -> errors.IdempotencyKeyReused:
-    return errors.IdempotencyKeyReused("this Idempotency-Key was used with another request; use a new key")
 
 
 def stored_answer(row: asyncpg.Record, fingerprint: bytes) -> Answer | None:

@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from hiwallet import ledger
+from hiwallet.core.http.idempotency import check_idempotency_key
 from hiwallet.core.ids import new_id
 from hiwallet.ledger import TxType
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, own_wallet, visible_transaction
 from hiwallet.wallet_api.adapters import Repo
 from hiwallet.wallet_api.domain import AccountKind, Caller
-from hiwallet.wallet_api.idempotency import Answer, check_idempotency_key, idempotent, request_hash
+from hiwallet.wallet_api.idempotency import Answer, idempotent, request_hash
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import view_of_post
 

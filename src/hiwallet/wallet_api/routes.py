@@ -217,7 +217,7 @@ _COMMON: dict[int | str, dict[str, Any]] = {
     422: {**_PROBLEM, "description": "Refused: invalid input, funds, limits, tier, key reused"},
     503: {**_PROBLEM, "description": "A dependency is not reachable; retry with the same key"},
 }
-# What ``service.check_idempotency_key`` accepts, exactly: 1 to 255 visible ASCII characters,
+# What ``core.http.idempotency.check_idempotency_key`` accepts, exactly: 1 to 255 visible ASCII characters,
 # bare or as an sf-string ("…", the quotes not counted). A bare key of two or more characters
 # that starts and ends with a quote is read as quoted, so '""' (nothing inside) is the one bare
 # key refused; the alternatives below spell "V{1,255} but not two quotes" without a lookahead,

@@ -14,21 +14,14 @@ from hiwallet import ledger
 from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.http import ProblemError
+from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
 from hiwallet.ledger import Posting
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, visible_transaction
 from hiwallet.wallet_api.adapters import Q, WalletAccess
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
-from hiwallet.wallet_api.idempotency import (
-    Answer,
-    check_idempotency_key,
-    in_progress,
-    lock_key,
-    replay,
-    request_hash,
-    reused,
-)
+from hiwallet.wallet_api.idempotency import Answer, lock_key, replay, request_hash
 from hiwallet.wallet_api.parties import PartyCache
 from hiwallet.wallet_api.retry import answer_for, is_busy, problem_for, retried
 from hiwallet.wallet_api.settings import WalletApiSettings

@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-import asyncpg
 import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
 from hiwallet.core.settings import Settings, get_settings
@@ -54,8 +54,6 @@ log = structlog.get_logger(__name__)
 # one round of its purge at a time, across every instance.
 RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
 OUTBOX_PURGE_LOCK_KEY = 0x6877_7770  # "hwwp"
-# A background task that stopped on an error it did not expect starts again after this.
-RESTART_DELAY_S = 1.0
 
 
 def topology_of(settings: WalletConsumerSettings) -> Topology:
@@ -92,58 +90,6 @@ def withdrawal_topology_of(settings: WalletConsumerSettings) -> Topology:
 
 def withdrawals_queue(settings: WalletConsumerSettings) -> str:
     return settings.withdrawals_queue_prefix + WALLET_QUEUE
-
-
-def _dedicated_connection(database: str, core: Settings) -> Callable[[], Awaitable[asyncpg.Connection]]:
-    """A connection of its own, as the application role (the relay's session lock and LISTEN,
-    the purge job's lock: never a pooled one)."""
-    dsn = db.service_dsn(database, db.app_role("wallet"), core)
-
-    async def connect() -> asyncpg.Connection:
-        return await asyncpg.connect(
-            dsn,
-            timeout=core.db_command_timeout_s,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-        )
-
-    return connect
-
-
-async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
-    """``work`` for as long as the process runs: started again if it stops on an error."""
-    while True:
-        try:
-            await work()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task stopped; starting it again", task=name)
-        await asyncio.sleep(RESTART_DELAY_S)
-
-
-async def _refresh_unattributed(pool: asyncpg.Pool, metrics: TopupMetrics, interval_s: float) -> None:
-    while True:
-        try:
-            metrics.unattributed.set(await count_unattributed(pool))
-        except Exception as exc:  # the next round tries again; /ready reports the database
-            log.warning("unattributed count failed", error=type(exc).__name__)
-        await asyncio.sleep(interval_s)
-
-
-async def _started(consumer: Consumer, task: asyncio.Task[None], timeout_s: float) -> None:
-    """Wait until the consumer consumes every queue; its failure to start is raised."""
-    started = asyncio.ensure_future(consumer.wait_started())
-    try:
-        done, _ = await asyncio.wait({started, task}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        started.cancel()
-    if task in done:
-        task.result()  # raises what stopped it
-        raise RuntimeError("the consumer stopped as it started")
-    if not done:
-        raise TimeoutError(f"the consumer did not start within {timeout_s} s")
 
 
 def create_wallet_consumer_app(
@@ -199,7 +145,7 @@ def create_wallet_consumer_app(
             )
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)
-            await _started(consumer, running, settings.start_timeout_s)
+            await consumer_started(consumer, running, settings.start_timeout_s)
             # The withdrawal saga's commands: one message per transaction, several at once
             # (withdrawals_concurrency: the queue is unordered), the responses through
             # wallet.outbox and its relay below.
@@ -227,8 +173,8 @@ def create_wallet_consumer_app(
             )
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
             tasks.append(commands)
-            await _started(withdrawals, commands, settings.start_timeout_s)
-            connect = _dedicated_connection(name, core)
+            await consumer_started(withdrawals, commands, settings.start_timeout_s)
+            connect = db.dedicated_connection(name, db.app_role("wallet"), core)
             relay = Relay(
                 connect=connect,
                 broker=broker,
@@ -242,15 +188,14 @@ def create_wallet_consumer_app(
             app.state.relay = relay
 
             async def purge_round() -> int:
-                purged = 0
                 async with pool.acquire() as conn:
-                    while True:
-                        done = await purge_sent(
+                    return await in_batches(
+                        lambda: purge_sent(
                             conn, OUTBOX_TABLE, settings.outbox_retention_s, settings.outbox_purge_batch
-                        )
-                        purged += done
-                        if done < settings.outbox_purge_batch:
-                            return purged
+                        ),
+                        batch=settings.outbox_purge_batch,
+                        max_batches=settings.outbox_purge_max_batches,
+                    )
 
             purge = PeriodicJob(
                 "wallet-outbox-purge",
@@ -261,24 +206,25 @@ def create_wallet_consumer_app(
             )
 
             async def outbox_gauges() -> None:
-                while True:
-                    try:
-                        async with pool.acquire() as conn:
-                            await outbox_metrics.refresh(conn, OUTBOX_TABLE)
-                    except Exception as exc:  # the next round tries again; /ready reports the database
-                        log.warning("outbox gauges failed", error=type(exc).__name__)
-                    await asyncio.sleep(settings.outbox_metrics_interval_s)
+                async with pool.acquire() as conn:
+                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+            async def unattributed_gauge() -> None:
+                topup_metrics.unattributed.set(await count_unattributed(pool))
 
             tasks.extend(
                 [
-                    asyncio.create_task(_supervised("relay", relay.run), name="wallet-outbox-relay"),
-                    asyncio.create_task(_supervised("purge", purge.run_forever), name="wallet-outbox-purge"),
-                    asyncio.create_task(outbox_gauges(), name="wallet-outbox-gauges"),
+                    asyncio.create_task(supervised("relay", relay.run), name="wallet-outbox-relay"),
+                    asyncio.create_task(supervised("purge", purge.run_forever), name="wallet-outbox-purge"),
+                    asyncio.create_task(
+                        every(settings.outbox_metrics_interval_s, "outbox gauges", outbox_gauges),
+                        name="wallet-outbox-gauges",
+                    ),
                 ]
             )
             tasks.append(
                 asyncio.create_task(
-                    _refresh_unattributed(pool, topup_metrics, settings.unattributed_refresh_s),
+                    every(settings.unattributed_refresh_s, "unattributed gauge", unattributed_gauge),
                     name="wallet-consumer-unattributed",
                 )
             )

@@ -96,6 +96,8 @@ class WalletConsumerSettings(BaseSettings):
     outbox_retention_s: float = 7 * 24 * 3600.0
     outbox_purge_interval_s: float = 3600.0
     outbox_purge_batch: int = 1000
+    # At most this many batches a round (the rest waits for the next round): a round stays short.
+    outbox_purge_max_batches: int = 100
     # How often the outbox lag gauges are read.
     outbox_metrics_interval_s: float = 15.0
 

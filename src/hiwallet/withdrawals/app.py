@@ -18,10 +18,11 @@ from fastapi import FastAPI
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerError, BrokerUnavailable, Topology
+from hiwallet.core.background import declare_when_reachable, every, supervised
+from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
-from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
@@ -39,12 +40,9 @@ SERVICE = "withdrawal-orchestrator"
 CONSUMER_NAME = "withdrawal-orchestrator"
 # Advisory lock keys in hiwallet_withdrawal (locks are per database): one relay, one round of
 # each job at a time, across every instance.
-RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
+RELAY_LOCK_KEY = 0x6877_6F72  # "hwor"
 STUCK_SCAN_LOCK_KEY = 0x6877_7773  # "hwws"
 RETENTION_LOCK_KEY = 0x6877_7764  # "hwwd"
-# A background task that stopped on an error it did not expect starts again after this.
-RESTART_DELAY_S = 1.0
-DECLARE_RETRY_MAX_S = 10.0
 
 
 def database_of(settings: WithdrawalSettings) -> str:
@@ -69,17 +67,7 @@ def dedicated_connection(
 ) -> Callable[[], Awaitable[asyncpg.Connection]]:
     """A connection of its own, as the application role (the relay's session lock and LISTEN,
     each job round's lock: never a pooled one)."""
-    dsn = db.service_dsn(database_of(settings), db.app_role("withdrawal"), core)
-
-    async def connect() -> asyncpg.Connection:
-        return await asyncpg.connect(
-            dsn,
-            timeout=core.db_command_timeout_s,
-            command_timeout=core.db_command_timeout_s,
-            server_settings=db.server_settings(core),
-        )
-
-    return connect
+    return db.dedicated_connection(database_of(settings), db.app_role("withdrawal"), core)
 
 
 def verifier_for(settings: WithdrawalSettings) -> TokenVerifier:
@@ -117,57 +105,18 @@ def retention_job(
     async def purge() -> int:
         purged = await service.purge_idempotency()
         async with service.pool.acquire() as conn:
-            for _ in range(settings.retention_max_batches):
-                sent = await purge_sent(
+            await in_batches(
+                lambda: purge_sent(
                     conn, OUTBOX_TABLE, settings.retention_h * 3_600.0, settings.retention_batch
-                )
-                if sent < settings.retention_batch:
-                    break
+                ),
+                batch=settings.retention_batch,
+                max_batches=settings.retention_max_batches,
+            )
         return purged
 
     return PeriodicJob(
         "withdrawal-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, purge, connect
     )
-
-
-async def _supervised(name: str, work: Callable[[], Awaitable[None]]) -> None:
-    """``work`` for as long as the process runs: started again if it stops on an error."""
-    while True:
-        try:
-            await work()
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("background task stopped; starting it again", task=name)
-        await asyncio.sleep(RESTART_DELAY_S)
-
-
-async def _declare(broker: Broker, topology: Topology) -> None:
-    """Connect and declare the topology, retrying while RabbitMQ is away (the outbox keeps the
-    commands meanwhile; /ready says the broker is not there)."""
-    delay_s = 0.5
-    while True:
-        try:
-            await broker.start()
-            await broker.declare(topology)
-            log.info("topology declared", exchanges=[e.name for e in topology.exchanges])
-            return
-        except BrokerError as exc:
-            log.warning("cannot declare the topology yet", error=str(exc), retry_in_s=delay_s)
-        await asyncio.sleep(delay_s)
-        delay_s = min(DECLARE_RETRY_MAX_S, delay_s * 2)
-
-
-async def _every(interval_s: float, name: str, work: Callable[[], Awaitable[None]]) -> None:
-    while True:
-        try:
-            await work()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the next round tries again
-            log.warning("background work failed", work=name, error=type(exc).__name__)
-        await asyncio.sleep(interval_s)
 
 
 def create_withdrawal_app(
@@ -255,16 +204,16 @@ def create_withdrawal_app(
             async def declare_then_work() -> None:
                 # Publishing before the exchange exists would only be refused (unroutable), and
                 # the results queue must exist before it is consumed.
-                await _declare(bus, withdrawals_topology())
+                await declare_when_reachable(bus, withdrawals_topology())
                 declared.set()
                 assert consumer is not None
-                await asyncio.gather(_supervised("relay", relay.run), _supervised("consumer", consumer.run))
+                await asyncio.gather(supervised("relay", relay.run), supervised("consumer", consumer.run))
 
             tasks = [
                 asyncio.create_task(declare_then_work()),
-                asyncio.create_task(_supervised("stuck-scan", scan.run_forever)),
-                asyncio.create_task(_supervised("retention", retention.run_forever)),
-                asyncio.create_task(_every(settings.metrics_interval_s, "gauges", refresh_gauges)),
+                asyncio.create_task(supervised("stuck-scan", scan.run_forever)),
+                asyncio.create_task(supervised("retention", retention.run_forever)),
+                asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)),
             ]
         try:
             yield

@@ -6,34 +6,22 @@ from __future__ import annotations
 
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
+from hiwallet.core.http.idempotency import (  # one protocol for every money-moving POST
+    IdempotencyInProgress as IdempotencyInProgress,
+)
+from hiwallet.core.http.idempotency import (
+    IdempotencyKeyInvalid as IdempotencyKeyInvalid,
+)
+from hiwallet.core.http.idempotency import (
+    IdempotencyKeyMissing as IdempotencyKeyMissing,
+)
+from hiwallet.core.http.idempotency import (
+    IdempotencyKeyReused as IdempotencyKeyReused,
+)
 
 
 class NotFound(http.NotFound):
     """Missing, or not the caller's: the same answer, so existence does not leak."""
-
-
-class IdempotencyKeyMissing(ProblemError):
-    status = 400
-    slug = "idempotency-key-missing"
-    title = "An Idempotency-Key header is required"
-
-
-class IdempotencyKeyInvalid(ProblemError):
-    status = 400
-    slug = "idempotency-key-invalid"
-    title = "The Idempotency-Key header is not valid"
-
-
-class IdempotencyKeyReused(ProblemError):
-    status = 422
-    slug = "idempotency-key-reused"
-    title = "The Idempotency-Key was used for another request"
-
-
-class IdempotencyInProgress(ProblemError):
-    status = 409
-    slug = "idempotency-in-progress"
-    title = "A request with this Idempotency-Key is still being processed"
 
 
 class InvalidIban(ProblemError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,7 +29,9 @@ from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.db import is_transient
 from hiwallet.core.http import ProblemError
+from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
+from hiwallet.core.jobs import in_batches
 from hiwallet.core.outbox import enqueue
 from hiwallet.core.queries import load_queries
 from hiwallet.core.withdrawals import (
@@ -70,8 +71,6 @@ OUTBOX_CHANNEL = "withdrawal_outbox"
 # Who moves a saga when no person does (a result of another service, the bank's refusal).
 SYSTEM = "system"
 MAX_ACTOR = 200
-MAX_IDEMPOTENCY_KEY = 255
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, as wallet-api's
 # A transaction tried again after a deadlock, a serialization failure or a concurrent first
 # answer for the same key (whose retry replays that answer).
 RETRY_ATTEMPTS = 3
@@ -131,19 +130,6 @@ def view(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _iso(value: datetime) -> str:
     return value.isoformat()
-
-
-def check_idempotency_key(key: str | None) -> str:
-    if key is None:
-        raise errors.IdempotencyKeyMissing("send an Idempotency-Key header (a UUID is a good key)")
-    # RFC draft: the key is an sf-string; accept it quoted or bare (as wallet-api).
-    if len(key) >= 2 and key[0] == key[-1] == '"':
-        key = key[1:-1]
-    if not _IDEMPOTENCY_KEY.fullmatch(key):
-        raise errors.IdempotencyKeyInvalid(
-            f"the key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters", field="Idempotency-Key"
-        )
-    return key
 
 
 def _lock_key(scope: str, key: str) -> int:
@@ -316,14 +302,10 @@ class WithdrawalService:
         async def work(conn: asyncpg.Connection) -> Answer:
             begun = await conn.fetchrow(Q["idempotency_begin"], scope, key, _lock_key(scope, key))
             if begun is None or not begun["locked"]:
-                raise errors.IdempotencyInProgress(
-                    "the first request with this key is still running; retry shortly"
-                )
+                raise in_progress()
             if begun["request_hash"] is not None:
                 if bytes(begun["request_hash"]) != fingerprint:
-                    raise errors.IdempotencyKeyReused(
-                        "this Idempotency-Key was used with another request; use a new key"
-                    )
+                    raise reused()
                 return Answer(int(begun["status"]), orjson.loads(begun["body"]), replayed=True)
             saga_id = new_id()
             debit = DebitForWithdrawal(
@@ -652,13 +634,12 @@ class WithdrawalService:
     # -- housekeeping ---------------------------------------------------------------------------
 
     async def purge_idempotency(self) -> int:
-        purged = 0
-        for _ in range(self.settings.retention_max_batches):
+        async def one_batch() -> int:
             status = await self.pool.execute(
                 Q["idempotency_purge"], self.settings.retention_h, self.settings.retention_batch
             )
-            n = int(status.rsplit(" ", 1)[-1])
-            purged += n
-            if n < self.settings.retention_batch:
-                break
-        return purged
+            return int(status.rsplit(" ", 1)[-1])
+
+        return await in_batches(
+            one_batch, batch=self.settings.retention_batch, max_batches=self.settings.retention_max_batches
+        )

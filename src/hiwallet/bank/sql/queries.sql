@@ -31,3 +31,7 @@ SELECT command_id, bank_reference, requested_at
 
 -- name: transfers_by_state
 SELECT state, count(*)::bigint AS n FROM bank.transfers GROUP BY state
+
+-- name: purge_inbox
+-- Retention: applied callbacks received more than $1 hours ago, at most $2 of them (0002).
+SELECT bank.purge_inbox(make_interval(hours => $1), $2)
