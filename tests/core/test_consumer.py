@@ -475,3 +475,32 @@ async def test_single_active_consumer_a_second_one_stands_by(
 async def test_dead_letters_of_a_missing_queue_is_a_broker_error(broker: Broker) -> None:
     with pytest.raises(BrokerError, match="no queue"):
         await list_dead_letters(broker, "hwtest.no-such-queue")
+
+
+async def test_after_commit_runs_after_the_handlers_commit_and_never_after_a_rollback(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    """What a handler asks for with db.after_commit (a relay's wake-up) runs once its message's
+    transaction committed, with the effect visible; a message whose transaction rolled back
+    (here: Unprocessable, then dead-lettered) asks for nothing."""
+    from hiwallet.core.db import after_commit
+
+    seen_after_commit: list[int] = []
+    handler = Effects()
+
+    def fail(message: IncomingMessage) -> None:
+        after_commit(lambda: seen_after_commit.append(message.body["n"]))
+        if message.body["n"] == 2:
+            raise Unprocessable("bad")
+
+    handler.fail = fail
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, handler, max_attempts=1)
+        async with _consuming(consumer):
+            await broker.publish([_message(names, key="w1", n=1)])
+            await _until_count(spine_db, PROCESSED, 1)
+            await broker.publish([_message(names, key="w2", n=2)])
+            await _until_depth(broker, names.dlq, 1)
+    # the good message's callback ran once; the dead-lettered one's never did
+    assert seen_after_commit == [1]
+    assert await _count(spine_db, EFFECTS) == 1

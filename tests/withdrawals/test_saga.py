@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from hiwallet.core.consumer import Unprocessable
+from hiwallet.core.db import committing
 from hiwallet.core.settings import get_settings
 from hiwallet.core.withdrawals import (
     RefundWithdrawal,
@@ -27,7 +28,7 @@ from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.app import create_withdrawal_pool, dedicated_connection, retention_job
 from hiwallet.withdrawals.domain import ALLOWED, State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.service import CommitHookPool, WithdrawalService
+from hiwallet.withdrawals.service import WithdrawalService
 from tests.withdrawals.conftest import IBAN, result, settings_for
 
 REVIEW_ABOVE = 1_000_000
@@ -441,20 +442,21 @@ async def test_the_retention_purges_old_keys_and_sent_commands_only(
 
 
 async def test_a_rolled_back_result_is_neither_counted_nor_announced(service: WithdrawalService) -> None:
-    """The consumer's pool runs what a result asked for after its commit only (the relay's
-    wake-up, the transition's count): a transaction that rolls back leaves no trace."""
-    pool = CommitHookPool(service.pool)
+    """What a result asks for after its commit (the relay's wake-up, the transition's count)
+    runs after the commit only, as core's Consumer runs each handler (db.committing): a
+    transaction that rolls back leaves no trace."""
+    pool = service.pool
     s = await start(service)
     service.woken.clear()  # type: ignore[attr-defined]
     moved = service.metrics.transitions.labels("initiated", "debited")
     with pytest.raises(RuntimeError):
-        async with pool.acquire() as conn, conn.transaction():
+        async with committing(), pool.acquire() as conn, conn.transaction():
             await service.handle(conn, result("WithdrawalDebited", debited(s)))
             raise RuntimeError("the consumer failed to store the outcome")
     assert not service.woken  # type: ignore[attr-defined]
     assert moved._value.get() == 0
     assert (await saga(service, s))["state"] == "initiated"
-    async with pool.acquire() as conn, conn.transaction():
+    async with committing(), pool.acquire() as conn, conn.transaction():
         await service.handle(conn, result("WithdrawalDebited", debited(s)))
     assert service.woken == [1]  # type: ignore[attr-defined]
     assert moved._value.get() == 1

@@ -55,7 +55,7 @@ async def bus(vhost: str) -> AsyncIterator[Broker]:
 async def service_client(withdrawal_db: str, vhost: str) -> AsyncIterator[httpx.AsyncClient]:
     core = Settings(amqp_url=harness.amqp_url(vhost))
     # The relay's poll is far beyond the waits below: what is sent in time was sent because each
-    # commit woke the relay (RelayHint; the consumer's through CommitHookPool).
+    # commit woke the relay (RelayHint; the consumer's through db.committing and after_commit).
     settings = settings_for(withdrawal_db, relay_poll_s=60.0, metrics_interval_s=0.2)
     wallet_api = WalletApiStub().client()
     app = create_withdrawal_app(settings, core_settings=core, verifier=verifier(), wallet_api=wallet_api)

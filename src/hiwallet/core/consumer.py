@@ -656,7 +656,7 @@ class Consumer:
         """One transaction: claim every id, handle the new ones, store their outcomes."""
         if self._batch_handler is None:
             raise RuntimeError("no batch handler")
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with db.committing(), self._pool.acquire() as conn, conn.transaction():
             rows = await conn.fetch(self._claim_many, self.consumer_name, [m.message_id for m in incoming])
             new = {row["message_id"] for row in rows}
             fresh: list[IncomingMessage] = []
@@ -786,7 +786,7 @@ class Consumer:
         return False
 
     async def _process(self, incoming: IncomingMessage) -> str:
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with db.committing(), self._pool.acquire() as conn, conn.transaction():
             is_new = await conn.fetchval(self._claim, self.consumer_name, incoming.message_id)
             if not is_new:
                 return "duplicate"

@@ -17,10 +17,12 @@ A pool that cannot be opened is :class:`DatabaseUnavailable`.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -212,6 +214,45 @@ def dedicated_connection(
         )
 
     return connect
+
+
+# What is to happen once the current transaction has committed (wake a relay, count a state
+# change): gathered while it runs, run after its commit, dropped with a rollback. A context
+# variable, so each task (each message a consumer handles at once) has its own list.
+_AFTER_COMMIT: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "hiwallet_after_commit", default=None
+)
+
+
+def after_commit(callback: Callable[[], None], *, once: bool = False) -> None:
+    """Run ``callback`` once the transaction this runs in has committed (inside
+    :func:`committing`); ``once``: however often it is asked for in that transaction (a
+    wake-up). Outside :func:`committing` (a caller's own transaction, tests) nothing tracks the
+    commit, so it runs now."""
+    pending = _AFTER_COMMIT.get()
+    if pending is None:
+        callback()
+    elif not (once and callback in pending):
+        pending.append(callback)
+
+
+@asynccontextmanager
+async def committing() -> AsyncIterator[None]:
+    """Around a transaction (outside it: ``async with committing(), pool.acquire() as conn,
+    conn.transaction():``): what it asked for with :func:`after_commit` runs once the block
+    ended without an exception, i.e. committed; nothing if it raised (rolled back). A callback's
+    own error is logged and does not undo the commit or stop the others."""
+    pending: list[Callable[[], None]] = []
+    token = _AFTER_COMMIT.set(pending)
+    try:
+        yield
+    finally:
+        _AFTER_COMMIT.reset(token)
+    for callback in pending:
+        try:
+            callback()
+        except Exception:
+            log.exception("an after-commit callback failed")
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import cast
 
 import asyncpg
 import httpx
@@ -30,7 +29,7 @@ from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTE
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import router
-from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, CommitHookPool, WithdrawalService
+from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
 from hiwallet.withdrawals.visibility import WalletDirectory
 
@@ -180,7 +179,7 @@ def create_withdrawal_app(
             consumer = app.state.consumer = Consumer(
                 broker=bus,
                 # What a result's transaction wrote wakes the relay once committed.
-                pool=cast(asyncpg.Pool, CommitHookPool(pool)),
+                pool=pool,
                 queues=[ORCHESTRATOR_QUEUE],
                 consumer_name=CONSUMER_NAME,
                 handler=service.handle,

@@ -11,10 +11,8 @@ effect). After each commit that wrote outbox rows, ``on_committed`` wakes the re
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import after_commit, committing, is_transient
 from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
@@ -152,62 +150,12 @@ def _is_busy_or_raced(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
-# What is to happen once the current transaction has committed (wake the relay, count a
-# transition): gathered while it runs, run after its commit, dropped with a rollback.
-_AFTER_COMMIT: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
-    "withdrawal_after_commit", default=None
-)
-
-
-def after_commit(callback: Callable[[], None], *, once: bool = False) -> None:
-    """Run ``callback`` once the transaction this runs in has committed; ``once``: however
-    often it is asked for in that transaction (a wake-up)."""
-    pending = _AFTER_COMMIT.get()
-    if pending is None:
-        callback()  # a transaction of the caller's own (tests): nothing tracks it, so now
-    elif not (once and callback in pending):
-        pending.append(callback)
-
-
-@asynccontextmanager
-async def _committing() -> AsyncIterator[None]:
-    """Around a transaction (outside it): what it asked for after its commit, run once the
-    block ended without an exception (committed); nothing if it raised (rolled back)."""
-    pending: list[Callable[[], None]] = []
-    token = _AFTER_COMMIT.set(pending)
-    try:
-        yield
-    finally:
-        _AFTER_COMMIT.reset(token)
-    for callback in pending:
-        callback()
-
-
 def staff_actor(actor: str) -> str:
     """Who decided a review, as the history and the reversal entry record them."""
     actor = actor.strip()
     if not 1 <= len(actor) <= MAX_ACTOR or not actor.isprintable():
         raise errors.InvalidActor(f"the actor must be 1 to {MAX_ACTOR} printable characters", field="actor")
     return actor
-
-
-class CommitHookPool:
-    """The results consumer's pool. core.consumer runs each handler inside ``async with
-    pool.acquire() as conn, conn.transaction()`` and has no hook after the commit; this pool's
-    ``acquire`` ends after the transaction did, and then runs what the handler asked for after
-    the commit (:func:`after_commit`: wake the relay, count the transition). Without it the
-    relay's poll would find the commands, only later."""
-
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-    @asynccontextmanager
-    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
-        async with _committing(), self._pool.acquire() as conn:
-            yield conn
 
 
 class WithdrawalService:
@@ -251,7 +199,7 @@ class WithdrawalService:
         (ProblemError) rolls everything back, anything else is a defect (500)."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                async with _committing(), self.pool.acquire() as conn, conn.transaction():
+                async with committing(), self.pool.acquire() as conn, conn.transaction():
                     return await work(conn)
             except ProblemError:
                 raise
