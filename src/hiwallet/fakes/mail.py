@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import email.policy
 import json
+import logging
 import re
 import secrets
 from collections import OrderedDict
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 log = structlog.get_logger("hiwallet.fakes.mail")
+# aiosmtpd logs every command at INFO, the addresses with them (and the data at DEBUG): personal
+# data, kept out of the logs; its warnings and errors still show.
+logging.getLogger("mail.log").setLevel(logging.WARNING)
 
 # mailpit's snippet: the text's first characters, whitespace collapsed.
 SNIPPET_CHARS = 250
@@ -100,10 +104,12 @@ def _body(message: EmailMessage, subtype: str) -> str:
     if part is None or part.get_content_type() != f"text/{subtype}":
         return ""
     try:
-        return str(part.get_content())
+        content = str(part.get_content())
     except (LookupError, ValueError):  # an unknown charset or a broken encoding: shown as is
         payload = part.get_payload(decode=True)
-        return payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+        content = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+    # SMTP's line ends are the wire's; the text has the usual ones.
+    return content.replace("\r\n", "\n")
 
 
 def _date(message: EmailMessage) -> str | None:
