@@ -74,7 +74,8 @@ def run(
         str,
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
-            "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook."
+            "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
+            "mail-catcher, sms-fake, nvi-fake."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -111,6 +112,24 @@ def run(
 
         configure_logging("bank-fake")
         run_bank_fake(port, host)
+        return
+    if name == "mail-catcher":
+        from hiwallet.fakes.mail import run_mail_catcher
+
+        configure_logging("mail-catcher")
+        run_mail_catcher(port, host)
+        return
+    if name == "sms-fake":
+        from hiwallet.fakes.sms import run_sms_fake
+
+        configure_logging("sms-fake")
+        run_sms_fake(port, host)
+        return
+    if name == "nvi-fake":
+        from hiwallet.fakes.nvi import run_nvi_fake
+
+        configure_logging("nvi-fake")
+        run_nvi_fake(port, host)
         return
     if name == "withdrawal-orchestrator":
         from hiwallet.withdrawals.app import run_withdrawal_orchestrator
