@@ -72,6 +72,28 @@ def test_a_sent_message_is_listed_and_read_back_in_mailpits_shape(catcher: Catch
 
     message = catcher.get(f"/api/v1/message/{summary['ID']}").json()
     assert message["ID"] == summary["ID"]
+    # mailpit's Message: the summary's people and subject, and these (no Read, Created, Snippet)
+    assert set(message) == {
+        "ID",
+        "MessageID",
+        "From",
+        "To",
+        "Cc",
+        "Bcc",
+        "ReplyTo",
+        "ReturnPath",
+        "Subject",
+        "ListUnsubscribe",
+        "Date",
+        "Tags",
+        "Username",
+        "Text",
+        "HTML",
+        "Size",
+        "Inline",
+        "Attachments",
+    }
+    assert message["ReturnPath"] == "no-reply@hiwallet.example"
     assert message["Text"] == "Your code is 482913.\nIt expires in 10 minutes.\n"
     assert message["HTML"] == "<p>Your code is <b>482913</b>.</p>\n"
     assert catcher.get("/api/v1/messages").json()["unread"] == 0  # reading marks it read

@@ -245,7 +245,9 @@ def _summary(message: dict[str, Any]) -> dict[str, Any]:
 
 def _detail(message: dict[str, Any]) -> dict[str, Any]:
     detail = {
-        name: message[name] for name in _SUMMARY_FIELDS if name not in ("Snippet", "Attachments", "Read")
+        name: message[name]
+        for name in _SUMMARY_FIELDS
+        if name not in ("Snippet", "Attachments", "Read", "Created")
     }
     detail.update(
         ReturnPath=message["ReturnPath"],
