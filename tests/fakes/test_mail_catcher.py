@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import smtplib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any
@@ -168,3 +169,30 @@ def test_a_message_over_the_size_limit_is_refused_by_smtp() -> None:
 
 def test_health(catcher: Catcher) -> None:
     assert catcher.get("/health").json() == {"status": "ok"}
+
+
+def test_concurrent_senders_are_all_caught(catcher: Catcher) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda n: catcher.send(code_mail(to=f"user{n}@example.com")), range(24)))
+    listing = catcher.get("/api/v1/messages", limit=100).json()
+    assert listing["total"] == 24
+    assert {m["To"][0]["Address"] for m in listing["messages"]} == {f"user{n}@example.com" for n in range(24)}
+    assert len({m["ID"] for m in listing["messages"]}) == 24
+
+
+def test_turkish_headers_and_text_are_decoded(catcher: Catcher) -> None:
+    message = EmailMessage()
+    message["From"] = "HiWallet Güvenlik <no-reply@hiwallet.example>"
+    message["To"] = "Ayşe Yılmaz <ayse@example.com>"
+    message["Subject"] = "Doğrulama kodunuz: 482913"
+    message.set_content("Kodunuz 482913. Şifrenizi kimseyle paylaşmayın.")
+    catcher.send(message)
+    summary = catcher.get("/api/v1/messages").json()["messages"][0]
+    assert summary["Subject"] == "Doğrulama kodunuz: 482913"
+    assert summary["From"]["Name"] == "HiWallet Güvenlik"
+    assert summary["To"] == [{"Name": "Ayşe Yılmaz", "Address": "ayse@example.com"}]
+    assert (
+        catcher.get("/api/v1/message/latest").json()["Text"]
+        == "Kodunuz 482913. Şifrenizi kimseyle paylaşmayın.\n"
+    )
+    assert catcher.get("/api/v1/search", query="subject:doğrulama").json()["messages_count"] == 1
