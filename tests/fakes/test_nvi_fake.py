@@ -166,3 +166,20 @@ def test_an_unreadable_request_is_a_client_fault_500_as_asmx_answers(
 
 def test_health(nvi: httpx.Client) -> None:
     assert nvi.get("/health").json() == {"status": "ok"}
+
+
+def test_the_wsdl_describes_the_operation_at_this_address(nvi: httpx.Client) -> None:
+    response = nvi.get(PATH, params={"WSDL": ""})
+    assert response.status_code == 200
+    root = ET.fromstring(response.content)
+    wsdl, soap, soap12 = (
+        "http://schemas.xmlsoap.org/wsdl/",
+        "http://schemas.xmlsoap.org/wsdl/soap/",
+        "http://schemas.xmlsoap.org/wsdl/soap12/",
+    )
+    assert root.get("targetNamespace") == WS_NS
+    actions = {e.get("soapAction") for ns in (soap, soap12) for e in root.iter(f"{{{ns}}}operation")}
+    assert actions == {f"{WS_NS}/TCKimlikNoDogrula"}
+    locations = {e.get("location") for ns in (soap, soap12) for e in root.iter(f"{{{ns}}}address")}
+    assert locations == {f"{nvi.base_url}{PATH}"}
+    assert [p.get("name") for p in root.iter(f"{{{wsdl}}}port")] == ["KPSPublicSoap", "KPSPublicSoap12"]

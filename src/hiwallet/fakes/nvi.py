@@ -30,6 +30,9 @@ The answers (docs/fakes.md):
 - a request it cannot read (not XML, no such operation, a number that is not a number) → HTTP
   500 with a SOAP ``Client``/``Sender`` fault, as ASMX answers.
 
+``GET /Service/KPSPublic.asmx?WSDL`` describes the operation (SOAP 1.1 and 1.2 bindings), as ASMX
+does, for clients generated from it.
+
 The fixed citizens are :data:`CITIZENS`; tests and benchmarks add their own with
 ``POST /_control/citizens`` (at most ``max_citizens``). State is in memory. No personal data
 reaches the log.
@@ -232,6 +235,49 @@ def _fault(version: str, client: bool, message: str) -> str:
     )
 
 
+def _wsdl(address: str) -> str:
+    """The service description (``?WSDL``), as ASMX publishes it: the one operation, bound to
+    SOAP 1.1 and 1.2, at ``address``."""
+    op = OPERATION
+    bindings = "".join(
+        f'<wsdl:binding name="KPSPublicSoap{suffix}" type="tns:KPSPublicSoap">'
+        f'<{p}:binding transport="http://schemas.xmlsoap.org/soap/http" />'
+        f'<wsdl:operation name="{op}"><{p}:operation soapAction="{SOAP_ACTION}" style="document" />'
+        f'<wsdl:input><{p}:body use="literal" /></wsdl:input>'
+        f'<wsdl:output><{p}:body use="literal" /></wsdl:output></wsdl:operation></wsdl:binding>'
+        for suffix, p in (("", "soap"), ("12", "soap12"))
+    )
+    ports = "".join(
+        f'<wsdl:port name="KPSPublicSoap{suffix}" binding="tns:KPSPublicSoap{suffix}">'
+        f'<{p}:address location="{_escape(address)}" /></wsdl:port>'
+        for suffix, p in (("", "soap"), ("12", "soap12"))
+    )
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        '<wsdl:definitions xmlns:wsdl="http://schemas.xmlsoap.org/wsdl/"'
+        ' xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/"'
+        ' xmlns:soap12="http://schemas.xmlsoap.org/wsdl/soap12/"'
+        f' xmlns:s="http://www.w3.org/2001/XMLSchema" xmlns:tns="{WS_NS}" targetNamespace="{WS_NS}">'
+        f'<wsdl:types><s:schema elementFormDefault="qualified" targetNamespace="{WS_NS}">'
+        f'<s:element name="{op}"><s:complexType><s:sequence>'
+        '<s:element minOccurs="1" maxOccurs="1" name="TCKimlikNo" type="s:long" />'
+        '<s:element minOccurs="0" maxOccurs="1" name="Ad" type="s:string" />'
+        '<s:element minOccurs="0" maxOccurs="1" name="Soyad" type="s:string" />'
+        '<s:element minOccurs="1" maxOccurs="1" name="DogumYili" type="s:int" />'
+        "</s:sequence></s:complexType></s:element>"
+        f'<s:element name="{op}Response"><s:complexType><s:sequence>'
+        f'<s:element minOccurs="1" maxOccurs="1" name="{op}Result" type="s:boolean" />'
+        "</s:sequence></s:complexType></s:element></s:schema></wsdl:types>"
+        f'<wsdl:message name="{op}SoapIn"><wsdl:part name="parameters" element="tns:{op}" /></wsdl:message>'
+        f'<wsdl:message name="{op}SoapOut"><wsdl:part name="parameters" element="tns:{op}Response" />'
+        "</wsdl:message>"
+        f'<wsdl:portType name="KPSPublicSoap"><wsdl:operation name="{op}">'
+        f'<wsdl:input message="tns:{op}SoapIn" /><wsdl:output message="tns:{op}SoapOut" />'
+        "</wsdl:operation></wsdl:portType>"
+        f'{bindings}<wsdl:service name="KPSPublic">{ports}</wsdl:service></wsdl:definitions>'
+    )
+
+
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -256,6 +302,14 @@ def create_nvi_fake_app(settings: NviFakeSettings | None = None) -> FastAPI:
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get(SERVICE_PATH)
+    async def describe(request: Request) -> Response:
+        # ASMX answers ?WSDL (any case) with the description; a bare GET with its help page.
+        if not any(key.lower() == "wsdl" for key in request.query_params):
+            return Response("KPSPublic: POST a SOAP request; ?WSDL describes it.", media_type="text/plain")
+        address = str(request.url.replace(query=""))
+        return Response(_wsdl(address), media_type="text/xml; charset=utf-8")
 
     @app.post(SERVICE_PATH)
     async def verify(request: Request) -> Response:
