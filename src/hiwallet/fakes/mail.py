@@ -35,7 +35,7 @@ from email.headerregistry import Address
 from email.message import EmailMessage
 from email.parser import BytesParser
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, cast
 
 import structlog
 import uvicorn
@@ -135,12 +135,18 @@ class MailCatcher:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content or envelope.content or b""
-        self.add(raw if isinstance(raw, bytes) else raw.encode(), envelope.mail_from or "", envelope.rcpt_tos)
+        try:
+            self.add(
+                raw if isinstance(raw, bytes) else raw.encode(), envelope.mail_from or "", envelope.rcpt_tos
+            )
+        except Exception as exc:  # a message the parser cannot take: refused, the catcher carries on
+            log.warning("mail unreadable", error=type(exc).__name__, size=len(raw))
+            return "554 Transaction failed: unreadable message"
         return "250 Message accepted for delivery"
 
     def add(self, raw: bytes, mail_from: str, rcpt_tos: list[str]) -> dict[str, Any]:
-        parsed = BytesParser(policy=email.policy.default).parsebytes(raw)
-        assert isinstance(parsed, EmailMessage)  # the policy's message class
+        # policy.default parses into EmailMessage (get_body, iter_attachments, header objects)
+        parsed = cast(EmailMessage, BytesParser(policy=email.policy.default).parsebytes(raw))
         text = _body(parsed, "plain")
         html = _body(parsed, "html")
         to = _addresses(parsed, "To") or [{"Name": "", "Address": rcpt} for rcpt in rcpt_tos]
