@@ -35,7 +35,7 @@ from email.headerregistry import Address
 from email.message import EmailMessage
 from email.parser import BytesParser
 from functools import lru_cache, partial
-from typing import Any, cast
+from typing import Any
 
 import structlog
 import uvicorn
@@ -146,7 +146,7 @@ class MailCatcher:
 
     def add(self, raw: bytes, mail_from: str, rcpt_tos: list[str]) -> dict[str, Any]:
         # policy.default parses into EmailMessage (get_body, iter_attachments, header objects)
-        parsed = cast(EmailMessage, BytesParser(policy=email.policy.default).parsebytes(raw))
+        parsed = BytesParser(policy=email.policy.default).parsebytes(raw)
         text = _body(parsed, "plain")
         html = _body(parsed, "html")
         to = _addresses(parsed, "To") or [{"Name": "", "Address": rcpt} for rcpt in rcpt_tos]
