@@ -196,3 +196,21 @@ def test_turkish_headers_and_text_are_decoded(catcher: Catcher) -> None:
         == "Kodunuz 482913. Şifrenizi kimseyle paylaşmayın.\n"
     )
     assert catcher.get("/api/v1/search", query="subject:doğrulama").json()["messages_count"] == 1
+
+
+def test_memory_is_bounded_in_bytes_too() -> None:
+    for catcher in catcher_for(MailCatcherSettings(smtp_port=0, max_total_bytes=1500)):
+        sizes = []
+        for n in range(4):
+            catcher.send(code_mail(to=f"user{n}@example.com"))
+            sizes.append(catcher.get("/api/v1/message/latest").json()["Size"])
+        assert 2 * max(sizes) < 1500 < 3 * min(sizes)  # so two fit, three do not
+        listing = catcher.get("/api/v1/messages").json()
+        assert [m["To"][0]["Address"] for m in listing["messages"]] == [
+            "user3@example.com",
+            "user2@example.com",
+        ]
+        httpx.delete(f"{catcher.base_url}/api/v1/messages", timeout=10).raise_for_status()
+        for n in range(2):
+            catcher.send(code_mail(to=f"again{n}@example.com"))
+        assert catcher.get("/api/v1/messages").json()["total"] == 2  # the count of bytes starts again

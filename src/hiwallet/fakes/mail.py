@@ -14,8 +14,9 @@ Only the part of mailpit's ``/api/v1`` that reading mail needs, with mailpit's f
   ``DELETE /api/v1/search?query=``: answer ``ok`` as text.
 
 The SMTP server runs on the HTTP server's event loop (one process, no thread): accepting a
-message and listing it never race. Messages are kept in memory, at most ``max_messages`` (the
-oldest go first), each at most ``max_message_bytes`` (larger ones are refused by SMTP, 552).
+message and listing it never race. Messages are kept in memory, at most ``max_messages`` and
+``max_total_bytes`` in all (the oldest go first), each at most ``max_message_bytes`` (larger
+ones are refused by SMTP, 552).
 There is no authentication and no TLS, as in mailpit's default: a catcher for development.
 """
 
@@ -77,6 +78,9 @@ class MailCatcherSettings(BaseSettings):
     smtp_host: str | None = None
     max_messages: int = Field(default=1000, ge=1, le=100_000)
     max_message_bytes: int = Field(default=1_048_576, ge=1024, le=50 * 1_048_576)
+    # All kept messages' raw sizes together (the oldest go first beyond it): with the count, what
+    # bounds the memory (1000 messages of 1 MiB would be a gigabyte).
+    max_total_bytes: int = Field(default=64 * 1_048_576, ge=1024, le=4096 * 1_048_576)
     # An idle SMTP connection is closed after this long.
     smtp_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     hostname: str = "mail-catcher.localhost"
@@ -123,11 +127,13 @@ def _attachments(message: EmailMessage) -> int:
 
 
 class MailCatcher:
-    """The messages, in arrival order (the oldest first), at most ``max_messages``."""
+    """The messages, in arrival order (the oldest first), at most ``max_messages`` and
+    ``max_total_bytes``."""
 
     def __init__(self, settings: MailCatcherSettings) -> None:
         self.settings = settings
         self.messages: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.total_bytes = 0
         self.smtp_port: int | None = None
         self._server: asyncio.Server | None = None
 
@@ -180,11 +186,24 @@ class MailCatcher:
             "Date": _date(parsed),
         }
         self.messages[record["ID"]] = record
-        while len(self.messages) > self.settings.max_messages:
-            self.messages.popitem(last=False)
+        self.total_bytes += record["Size"]
+        while len(self.messages) > 1 and (
+            len(self.messages) > self.settings.max_messages
+            or self.total_bytes > self.settings.max_total_bytes
+        ):
+            self.forget(next(iter(self.messages)))
         # Who and what are personal data: the log says only that a message arrived.
         log.info("mail caught", id=record["ID"], size=record["Size"])
         return record
+
+    def forget(self, message_id: str) -> None:
+        message = self.messages.pop(message_id, None)
+        if message is not None:
+            self.total_bytes -= message["Size"]
+
+    def forget_all(self) -> None:
+        self.messages.clear()
+        self.total_bytes = 0
 
     async def start_smtp(self, host: str) -> None:
         loop = asyncio.get_running_loop()
@@ -371,9 +390,9 @@ def create_mail_catcher_app(
             ids = found or []
         if ids:
             for message_id in ids:
-                catcher.messages.pop(message_id, None)
+                catcher.forget(message_id)
         else:
-            catcher.messages.clear()
+            catcher.forget_all()
         return PlainTextResponse("ok")
 
     @app.delete("/api/v1/search")
@@ -382,7 +401,7 @@ def create_mail_catcher_app(
         if not query:
             raise _BadRequest("no search query")
         for message in catcher.search(query):
-            catcher.messages.pop(message["ID"], None)
+            catcher.forget(message["ID"])
         return PlainTextResponse("ok")
 
     return app
