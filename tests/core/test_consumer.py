@@ -58,11 +58,11 @@ class Effects:
 
 
 @asynccontextmanager
-async def _pool(database: str, port: int = 5432) -> AsyncIterator[asyncpg.Pool]:
+async def _pool(database: str, port: int = 5432, *, max_size: int = 3) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(
         spine.dsn_via(database, port),
         min_size=1,
-        max_size=3,
+        max_size=max_size,
         command_timeout=5,
         timeout=2,
         server_settings={"application_name": "consumer-pool"},
@@ -102,10 +102,10 @@ def _consumer(
     )
 
 
-async def _count(database: str, sql: str) -> int:
+async def _count(database: str, sql: str, *args: Any) -> int:
     conn = await spine.owner_connect(database)
     try:
-        return int(await conn.fetchval(sql))
+        return int(await conn.fetchval(sql, *args))
     finally:
         await conn.close()
 

@@ -4,10 +4,8 @@ RabbitMQ, on a quorum queue without a single active consumer (as the withdrawal 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -26,6 +24,7 @@ from hiwallet.core.broker import (
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.ids import new_id
 from tests.core import spine
+from tests.core.test_consumer import _consuming, _count, _metric, _pool, _until_count
 from tests.faultproxy import FaultProxy
 
 CONSUMER = "test-concurrent"
@@ -82,17 +81,6 @@ async def _effect(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping
     return {"n": message.body["n"]}
 
 
-@asynccontextmanager
-async def _pool(database: str, max_size: int, port: int = 5432) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(
-        spine.dsn_via(database, port), min_size=1, max_size=max_size, command_timeout=5, timeout=2
-    )
-    try:
-        yield pool
-    finally:
-        pool.terminate()
-
-
 def _consumer(broker: Broker, pool: asyncpg.Pool, u: Unordered, handler: Any, n: int, **kw: Any) -> Consumer:
     return Consumer(
         broker=broker,
@@ -110,38 +98,6 @@ def _consumer(broker: Broker, pool: asyncpg.Pool, u: Unordered, handler: Any, n:
     )
 
 
-@asynccontextmanager
-async def _consuming(consumer: Consumer) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(consumer.run())
-    await asyncio.wait_for(consumer.wait_started(), 10)
-    try:
-        yield task
-    finally:
-        await consumer.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 40)
-
-
-async def _count(database: str, sql: str, *args: Any) -> int:
-    conn = await spine.owner_connect(database)
-    try:
-        return int(await conn.fetchval(sql, *args))
-    finally:
-        await conn.close()
-
-
-async def _until_count(database: str, sql: str, expected: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (got := await _count(database, sql)) != expected:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sql}: {got}, expected {expected}")
-        await asyncio.sleep(0.05)
-
-
-def _metric(consumer: Consumer, name: str, **labels: str) -> float:
-    return consumer.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
 async def test_n_messages_are_handled_at_once(spine_db: str, broker: Broker, saga: Unordered) -> None:
     # Four handlers meet at a barrier inside their transactions: one at a time, the first would
     # wait there for ever (the barrier's timeout fails its attempts, then dead-letters it).
@@ -155,7 +111,7 @@ async def test_n_messages_are_handled_at_once(spine_db: str, broker: Broker, sag
             await barrier.wait()
         return outcome
 
-    async with _pool(spine_db, 6) as pool:
+    async with _pool(spine_db, max_size=6) as pool:
         consumer = _consumer(broker, pool, saga, together, 4, max_attempts=1)
         async with _consuming(consumer):
             await broker.publish([_message(saga, i) for i in range(4)])
@@ -195,7 +151,7 @@ async def test_each_message_is_acked_after_its_own_commit_in_any_order(
             if n == 1:
                 second_acked.set()
 
-    async with _pool(spine_db, 4) as pool:
+    async with _pool(spine_db, max_size=4) as pool:
         consumer = Watching(
             broker=broker,
             pool=pool,
@@ -225,7 +181,7 @@ async def test_an_outage_pauses_every_handler_once_and_dead_letters_nothing(
     proxy = FaultProxy()
     await proxy.start()
     try:
-        async with _pool(spine_db, 6, proxy.port) as pool:
+        async with _pool(spine_db, proxy.port, max_size=6) as pool:
             consumer = _consumer(broker, pool, saga, _effect, 4, max_attempts=1)
             async with _consuming(consumer):
                 await broker.publish([_message(saga, 0)])
@@ -258,7 +214,7 @@ async def test_a_bad_message_is_retried_and_dead_lettered_alone(
             raise Unprocessable("n = 2 can never be handled")
         return outcome
 
-    async with _pool(spine_db, 6) as pool:
+    async with _pool(spine_db, max_size=6) as pool:
         consumer = _consumer(broker, pool, saga, picky, 4, max_attempts=3)
         async with _consuming(consumer):
             await broker.publish([_message(saga, i) for i in range(6)])
@@ -286,7 +242,7 @@ async def test_stop_waits_for_every_handler_in_hand(spine_db: str, broker: Broke
         await asyncio.sleep(0.5)
         return outcome
 
-    async with _pool(spine_db, 5) as pool:
+    async with _pool(spine_db, max_size=5) as pool:
         consumer = _consumer(broker, pool, saga, slow, 3)
         task = asyncio.create_task(consumer.run())
         await asyncio.wait_for(consumer.wait_started(), 10)
@@ -304,7 +260,7 @@ async def test_concurrency_refused_where_order_matters(
     async def batch(conn: asyncpg.Connection, messages: Any) -> list[Mapping[str, Any]]:
         return [{} for _ in messages]
 
-    async with _pool(spine_db, 2) as pool:
+    async with _pool(spine_db, max_size=2) as pool:
         with pytest.raises(ValueError, match="batch handler"):
             _consumer(broker, pool, saga, _effect, 4, batch_handler=batch)
         with pytest.raises(ValueError, match="prefetch"):
@@ -367,7 +323,7 @@ async def test_a_failure_of_an_outage_already_waited_out_does_not_pause_again(
             raise ServiceUnavailable("unavailable")
         return await _effect(conn, message)
 
-    async with _pool(spine_db, 4) as pool:
+    async with _pool(spine_db, max_size=4) as pool:
         consumer = _consumer(
             broker, pool, saga, flaky, 2, max_attempts=1, transient_errors=(ServiceUnavailable,)
         )
