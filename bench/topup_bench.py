@@ -143,11 +143,24 @@ def signed_event(wallet: str, payment_intent: str, secret: bytes) -> tuple[dict[
 
 
 class Child:
+    """A process of the benchmark in its own process group, its log appended to ``log_path``
+    (bench/withdrawal_bench.py runs its services through this class too)."""
+
     def __init__(
-        self, name: str, port: int, argv: list[str], env: dict[str, str], ready_path: str = "/ready"
+        self,
+        name: str,
+        port: int,
+        argv: list[str],
+        env: dict[str, str],
+        ready_path: str = "/ready",
+        *,
+        log_path: Path = SERVICE_LOG,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        stop_timeout_s: float = 10.0,
     ) -> None:
         self.name, self.port, self.ready_path = name, port, ready_path
-        with SERVICE_LOG.open("ab") as log:
+        self.log_path, self.ready_timeout_s, self.stop_timeout_s = log_path, ready_timeout_s, stop_timeout_s
+        with log_path.open("ab") as log:
             # Its own process group: whatever it starts goes with it.
             self.proc = subprocess.Popen(
                 argv, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
@@ -158,17 +171,23 @@ class Child:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
     async def ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         async with httpx.AsyncClient(timeout=2) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (log: {SERVICE_LOG})")
+                    raise RuntimeError(
+                        f"{self.name} exited with {self.proc.returncode} (log: {self.log_path})"
+                    )
                 with suppress(httpx.HTTPError):
                     if (await client.get(f"{self.url}{self.ready_path}")).status_code == 200:
                         return
                 await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S} s (log: {SERVICE_LOG})")
+        raise RuntimeError(f"{self.name} not ready in {self.ready_timeout_s} s (log: {self.log_path})")
 
     def sample(self) -> float:
         self.peak_mb = max(self.peak_mb, peak_rss_mb(self.proc.pid))
@@ -179,7 +198,7 @@ class Child:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)

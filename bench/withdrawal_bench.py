@@ -50,8 +50,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -70,7 +68,7 @@ from cpu import pids_cpu_s
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.core.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
-from topup_bench import drop, free_port, pct, peak_rss_mb, rabbitmqctl
+from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 
 RESULTS = Path(__file__).parent / "results"
 SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-withdrawal-services.jsonl"
@@ -94,54 +92,22 @@ CONNECTIONS = 64  # HTTP connections to the orchestrator at most (open loop)
 # ---------------------------------------------------------------------------------------------
 
 
-class Proc:
+class Proc(Child):
     """``hiwallet run NAME --port PORT`` in its own process group, its log appended to
-    SERVICE_LOG."""
+    SERVICE_LOG (topup_bench.Child: readiness, peak memory, stop)."""
 
     def __init__(self, name: str, port: int, env: dict[str, str], *extra: str, ready_path: str = "/ready"):
-        self.name, self.port, self.ready_path = name, port, ready_path
         argv = [sys.executable, "-m", "hiwallet.cli", "run", name, "--port", str(port), *extra]
-        with SERVICE_LOG.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
-            )
-        self.peak_mb = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        async with httpx.AsyncClient(timeout=2) as client:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode} (log: {SERVICE_LOG})")
-                with suppress(httpx.HTTPError):
-                    if (await client.get(f"{self.url}{self.ready_path}")).status_code == 200:
-                        return
-                await asyncio.sleep(0.1)  # the polling interval
-        raise RuntimeError(f"{self.name} not ready in {READY_TIMEOUT_S} s (log: {SERVICE_LOG})")
-
-    def sample(self) -> float:
-        self.peak_mb = max(self.peak_mb, peak_rss_mb(self.proc.pid))
-        return self.peak_mb
-
-    def stop(self) -> None:
-        self.sample()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        with suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        super().__init__(
+            name,
+            port,
+            argv,
+            env,
+            ready_path,
+            log_path=SERVICE_LOG,
+            ready_timeout_s=READY_TIMEOUT_S,
+            stop_timeout_s=15.0,
+        )
 
 
 def pids_named(*names: str) -> list[int]:
