@@ -145,6 +145,19 @@ class StaffAdminServer:
             callback = post_form(browser, self.idp.base_url, page, otp=code)
         return finish(self.idp, callback, verifier)["access_token"], totp_secret
 
+    def accept(self, link: str) -> str:
+        """Follow an invitation link as the invited person: set the password, set up the
+        authenticator (the identity service's pages); the TOTP secret."""
+        with httpx.Client() as browser:
+            page = browser.get(link)
+            assert "Set your password" in page.text, page.text[:500]
+            fields = {"password-new": PASSWORD, "password-confirm": PASSWORD}
+            setup = post_form(browser, self.idp.base_url, page, **fields)
+            secret = secret_on(setup)
+            done = post_form(browser, self.idp.base_url, setup, otp=pyotp.TOTP(secret).at(time.time()))
+            assert "Your account has been updated" in done.text, done.text[:500]
+        return secret
+
     def user(self, name: str) -> Employee:
         """A staff-realm user with a password and TOTP, logged in, with NO employee row."""
         email = f"{name}-{new_id()[-8:]}@hiwallet.dev"
