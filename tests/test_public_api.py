@@ -17,6 +17,7 @@ PACKAGES = [
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.events",
     "hiwallet.core.background",
     "hiwallet.core.webhooks",
     "hiwallet.ledger",
