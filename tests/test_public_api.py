@@ -25,6 +25,7 @@ PACKAGES = [
     "hiwallet.bank",
     "hiwallet.fakes",
     "hiwallet.withdrawals",
+    "hiwallet.onboarding",
 ]
 
 
