@@ -26,6 +26,7 @@ PACKAGES = [
     "hiwallet.bank",
     "hiwallet.fakes",
     "hiwallet.withdrawals",
+    "hiwallet.onboarding",
 ]
 
 

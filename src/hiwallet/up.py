@@ -500,6 +500,7 @@ def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.bank.settings import get_bank_settings
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.onboarding.settings import get_onboarding_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
     from hiwallet.withdrawals.settings import get_withdrawal_settings
@@ -512,6 +513,7 @@ def _databases() -> dict[str, str]:
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
         "bank": get_bank_settings().database or db.DATABASES["bank"],
         "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
+        "onboarding": get_onboarding_settings().database or db.DATABASES["onboarding"],
     }
 
 

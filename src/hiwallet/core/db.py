@@ -42,6 +42,7 @@ DATABASES: dict[str, str] = {
     "topup": "hiwallet_topup",
     "withdrawal": "hiwallet_withdrawal",
     "bank": "hiwallet_bank",
+    "onboarding": "hiwallet_onboarding",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity
