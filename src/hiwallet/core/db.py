@@ -42,6 +42,7 @@ DATABASES: dict[str, str] = {
     "topup": "hiwallet_topup",
     "withdrawal": "hiwallet_withdrawal",
     "bank": "hiwallet_bank",
+    "onboarding": "hiwallet_onboarding",
     "staff_admin": "hiwallet_staff_admin",
 }
 
