@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-topup bench-withdrawal schema
+.PHONY: install up test lint bench bench-topup bench-withdrawal bench-staff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -50,3 +50,8 @@ bench-topup: install
 
 bench-withdrawal: install
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
+
+# staff-admin's GET /v1/me at 500 calls/s, with a bare baseline in the same run
+# (STAFF_BENCH_ARGS, e.g. "--duration 60").
+bench-staff: install
+	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)

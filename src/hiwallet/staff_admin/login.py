@@ -22,7 +22,15 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pyotp
 
-__all__ = ["LoginFailed", "StaffClient", "accept_invitation", "current_code", "next_code", "staff_token"]
+__all__ = [
+    "LoginFailed",
+    "StaffClient",
+    "accept_invitation",
+    "current_code",
+    "first_login",
+    "next_code",
+    "staff_token",
+]
 
 _INPUT = re.compile(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"')
 _ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
@@ -67,6 +75,22 @@ def staff_token(
 ) -> str:
     """An access token of the staff realm for ``username``: password, then ``otp`` (the current
     code of the employee's authenticator)."""
+    token, _ = _login(client, username, password, otp, timeout_s)
+    return token
+
+
+def first_login(
+    client: StaffClient, username: str, password: str, *, timeout_s: float = 10.0
+) -> tuple[str, str]:
+    """The first login of a user with a password and no authenticator yet (made through the
+    admin API, as the bench does): the authenticator is set up on the way (the previous time
+    step's code, see :func:`accept_invitation`); the token and the TOTP secret."""
+    return _login(client, username, password, None, timeout_s)
+
+
+def _login(
+    client: StaffClient, username: str, password: str, otp: str | None, timeout_s: float
+) -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     params = {
@@ -81,11 +105,14 @@ def staff_token(
     with httpx.Client(timeout=timeout_s, follow_redirects=False) as browser:
         page = browser.get(f"{client.issuer}/protocol/openid-connect/auth", params=params)
         otp_page = _post_form(browser, client.base_url, page, username=username, password=password)
-        if 'name="otp"' not in otp_page.text or "totp-secret" in otp_page.text:
-            # A wrong password, or a user who never set up the authenticator (an invitation
-            # not followed): nothing to log in with here.
+        enrolling = _SECRET.search(otp_page.text)
+        if 'name="otp"' not in otp_page.text or (enrolling is None) != (otp is not None):
+            # A wrong password, or an authenticator to set up where a code was expected (an
+            # invitation not followed), or the other way round.
             raise _refused(otp_page)
-        callback = _post_form(browser, client.base_url, otp_page, otp=otp)
+        secret = enrolling[1] if enrolling is not None else ""
+        code = otp if otp is not None else pyotp.TOTP(secret).at(time.time() - 30)
+        callback = _post_form(browser, client.base_url, otp_page, otp=code)
         if callback.status_code != 302:
             raise _refused(callback)
         code = parse_qs(urlsplit(callback.headers["location"]).query).get("code", [""])[0]
@@ -102,7 +129,7 @@ def staff_token(
         )
     if answer.status_code != 200:
         raise LoginFailed(f"the code exchange failed (HTTP {answer.status_code})")
-    return str(answer.json()["access_token"])
+    return str(answer.json()["access_token"]), secret
 
 
 def accept_invitation(base_url: str, link: str, password: str, *, timeout_s: float = 10.0) -> str:
