@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from hiwallet.cli import app as cli
 from hiwallet.staff_admin import errors
+from hiwallet.staff_admin.login import StaffClient, current_code, first_login, next_code
 from hiwallet.staff_admin.service import PERMISSIONS
 from hiwallet.staff_admin.settings import get_staff_admin_settings
-from tests.identity.conftest import IdentityServer
+from tests.identity.conftest import PASSWORD, IdentityServer
 from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer, start_staff_admin
 from tests.staff_admin.test_rules import _service
 
@@ -104,5 +106,21 @@ def test_the_operator_commands(staff_admin: StaffAdminServer, monkeypatch: pytes
         assert audit.exit_code == 0 and viewer.subject in audit.output
         refused = runner.invoke(cli, ["staff", "bootstrap-invite", "--email", ADMIN])
         assert refused.exit_code == 1 and "staff.manage" in refused.output
+
+        # The panel's login from a shell: password, then the authenticator's code.
+        email = "shell@hiwallet.dev"
+        staff_admin.idp.create_user(email, email=email)
+        client = StaffClient(f"{staff_admin.idp.base_url}/realms/hiwallet-staff")
+        _, secret = first_login(client, email, PASSWORD)
+        login = ["staff", "token", "--email", email, "--password", PASSWORD]
+        wrong = runner.invoke(
+            cli, [*login, "--otp", "000000" if current_code(secret) != "000000" else "111111"]
+        )
+        assert wrong.exit_code == 1 and "Invalid authenticator code" in wrong.output
+        printed = runner.invoke(cli, [*login, "--otp", next_code(secret)])
+        assert printed.exit_code == 0, printed.output
+        token = printed.output.strip().splitlines()[-1]  # after the in-process servers' log lines
+        me = httpx.get(f"{staff_admin.base_url}/v1/me", headers={"Authorization": f"Bearer {token}"})
+        assert me.status_code == 403  # a good staff token; no employee behind it
     finally:
         get_staff_admin_settings.cache_clear()
