@@ -562,8 +562,14 @@ def seed_staff(
                 return False
         return True
 
+    async def managed() -> bool:
+        async with staff_service(get_staff_admin_settings()) as service:
+            return bool(await service.staff_managers())
+
     secret = asyncio.run(enrolled())
     if secret is None:
+        if asyncio.run(managed()):
+            return None  # someone else administers; no invitation is coming to the demo address
         link = _invitation_link(mail_url, email, MAIL_WAIT_S)
         if link is None:
             # The start-up invitation's mail is gone (the catcher keeps mail in memory).
