@@ -12,9 +12,11 @@ start + i/rate whatever the answers before it (so a slow answer delays nobody's 
 the latency of each is measured from when it was due: queueing included).
 
 The same run measures a bare baseline the same way: one uvicorn process (uvloop, httptools) with
-one endpoint that reads the same employee's row by primary key through an asyncpg pool and
-answers JSON, no token, no framework beyond FastAPI's routing. The ratio says what staff-admin's
-token check, problem+json edge, metrics and access line cost on top.
+a plain ASGI callable that reads the same employee's row by primary key through an asyncpg pool
+and answers JSON: no token, no framework. The ratios say what staff-admin's token check (a
+cached verification), its roles and permissions query, the edge (request id, problem+json,
+metrics, access line) cost on top; the server's CPU per call is the figure the machine's load
+moves least.
 
 Results as JSON in bench/results/staff-me-<time>.json. Everything it starts it stops; it drops
 its databases.
@@ -38,7 +40,7 @@ import httpx
 import uvloop
 
 import httpload
-from cpu import machine_busy_s
+from cpu import machine_busy_s, pids_cpu_s
 from hiwallet.core import db
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
@@ -66,24 +68,29 @@ uvicorn.run(create_identity_app("hiwallet-staff", settings, database=database), 
 # The baseline: what answering "who is this employee" costs with nothing of ours around it.
 _BARE = """
 import sys, asyncpg, uvicorn, orjson
-from contextlib import asynccontextmanager
-from fastapi import FastAPI, Response
 port, dsn = int(sys.argv[1]), sys.argv[2]
 SQL = "SELECT subject, email, name, active FROM staff.employees WHERE subject = $1"
 state = {}
-@asynccontextmanager
-async def lifespan(_):
-    state["pool"] = await asyncpg.create_pool(dsn, min_size=4, max_size=10)
-    yield
-    await state["pool"].close()
-app = FastAPI(lifespan=lifespan)
-@app.get("/ready")
-async def ready():
-    return {"status": "ready"}
-@app.get("/v1/me/{subject}")
-async def me(subject: str):
-    row = await state["pool"].fetchrow(SQL, subject)
-    return Response(orjson.dumps(dict(row)), media_type="application/json")
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                state["pool"] = await asyncpg.create_pool(dsn, min_size=4, max_size=10)
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await state["pool"].close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    path = scope["path"]
+    if path == "/ready":
+        body = b'{"status":"ready"}'
+    else:
+        row = await state["pool"].fetchrow(SQL, path.rsplit("/", 1)[-1])
+        body = orjson.dumps(dict(row))
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
 uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 """
 
@@ -136,7 +143,9 @@ async def employees(idp_url: str, staff_db: str, count: int) -> list[tuple[str, 
     return [(subject, token) for (subject, _), (token, _) in zip(made, tokens, strict=True)]
 
 
-async def open_loop(port: int, rate: int, duration_s: float, request: Any) -> dict[str, Any]:
+async def open_loop(
+    port: int, rate: int, duration_s: float, request: Any, server_pid: int | None = None
+) -> dict[str, Any]:
     """Call ``i`` due at start + i/rate; its latency from when it was due to its answer."""
     free: asyncio.Queue[httpload.Connection] = asyncio.Queue()
     for _ in range(CONNECTIONS):
@@ -160,6 +169,7 @@ async def open_loop(port: int, rate: int, duration_s: float, request: Any) -> di
 
     total = int(rate * duration_s)
     busy_before = machine_busy_s()
+    server_before = pids_cpu_s([server_pid]) if server_pid else 0.0
     start = time.perf_counter()
     for i in range(total):
         due = start + i / rate
@@ -171,6 +181,7 @@ async def open_loop(port: int, rate: int, duration_s: float, request: Any) -> di
         task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
+    server_cpu_s = pids_cpu_s([server_pid]) - server_before if server_pid else 0.0
     while not free.empty():
         free.get_nowait().close()
     return {
@@ -182,6 +193,8 @@ async def open_loop(port: int, rate: int, duration_s: float, request: Any) -> di
         "max_ms": round(max(latencies, default=0.0), 2),
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "machine_busy_s": round(machine_busy_s() - busy_before, 2),
+        # The server's own CPU per answered call: the figure the machine's load moves least.
+        "server_cpu_ms_per_call": round(1000 * server_cpu_s / max(1, statuses.get(200, 0)), 3),
     }
 
 
@@ -244,9 +257,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await open_loop(port, args.rate, 2, staff_request)
         await open_loop(bare_port, args.rate, 2, bare_request)
         print(f"bare baseline at {args.rate}/s for {args.duration} s ...", flush=True)
-        baseline = await open_loop(bare_port, args.rate, args.duration, bare_request)
+        baseline = await open_loop(bare_port, args.rate, args.duration, bare_request, bare.pid)
         print(f"staff-admin GET /v1/me at {args.rate}/s for {args.duration} s ...", flush=True)
-        measured = await open_loop(port, args.rate, args.duration, staff_request)
+        measured = await open_loop(port, args.rate, args.duration, staff_request, service.pid)
         service.sample()
         return {
             "what": "GET /v1/me, open loop, latency from each call's due time",
@@ -255,6 +268,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "bare": baseline,
             "p99_ratio": round(measured["p99_ms"] / baseline["p99_ms"], 2) if baseline["p99_ms"] else None,
             "p50_ratio": round(measured["p50_ms"] / baseline["p50_ms"], 2) if baseline["p50_ms"] else None,
+            "cpu_per_call_ratio": round(
+                measured["server_cpu_ms_per_call"] / baseline["server_cpu_ms_per_call"], 2
+            )
+            if baseline["server_cpu_ms_per_call"]
+            else None,
             "target_p99_ms": 10.0,
             "staff_admin_peak_mb": round(service.peak_mb, 1),
             "load_1m": os.getloadavg()[0],
