@@ -75,7 +75,7 @@ def run(
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
             "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
-            "mail-catcher, sms-fake, nvi-fake."
+            "mail-catcher, sms-fake, nvi-fake, staff-admin."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -146,6 +146,11 @@ def run(
 
         run_bank_adapter(port, host)
         return
+    if name == "staff-admin":
+        from hiwallet.staff_admin.app import run_staff_admin
+
+        run_staff_admin(port, host)
+        return
     if name == "bank-webhook":
         from hiwallet.bank.webhook import run_bank_webhook
 
@@ -187,6 +192,9 @@ def _register_subcommands() -> None:
     from hiwallet.bank.cli import bank_app
 
     app.add_typer(bank_app, name="bank")
+    from hiwallet.staff_admin.cli import staff_app
+
+    app.add_typer(staff_app, name="staff")
 
 
 _register_subcommands()
