@@ -19,6 +19,7 @@ PACKAGES = [
     "hiwallet.core.withdrawals",
     "hiwallet.core.background",
     "hiwallet.core.webhooks",
+    "hiwallet.core.staff",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
