@@ -24,11 +24,13 @@ from hiwallet.core.http import (
 )
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.staff import StaffDirectory
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.routes import document, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
+from hiwallet.wallet_api.staff_money_routes import staff_money_router
 
 log = structlog.get_logger(__name__)
 
@@ -92,6 +94,10 @@ def create_wallet_api_app(
         verifier = verifier_for(settings)
         store = LedgerStore.from_settings(pool, core)
         app.state.verifier = verifier
+        # who an employee is, asked on every staff request (core.staff.require_staff)
+        app.state.staff_directory = staff_directory = StaffDirectory(
+            settings.staff_admin_url, timeout_s=settings.staff_admin_timeout_s
+        )
         app.state.service = WalletService(pool, store, Fees.from_settings(core), settings)
 
         async def database_ready() -> None:
@@ -106,6 +112,7 @@ def create_wallet_api_app(
             with suppress(asyncio.CancelledError):
                 await purger
             await verifier.aclose()
+            await staff_directory.aclose()
             await pool.close()
 
     app = create_app(
@@ -119,6 +126,7 @@ def create_wallet_api_app(
     )
     app.include_router(lean_router)
     app.include_router(router)
+    app.include_router(staff_money_router)
     # The schemas the document refers to by hand, the supported currencies, the links.
     document(app, settings.currencies)
     return app
