@@ -172,6 +172,9 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_STAFF_ADMIN_PORT": str(ports["staff-admin"]),
         "HIWALLET_STAFF_ADMIN_DATABASE": databases["staff_admin"],
         "HIWALLET_STAFF_ADMIN_STAFF_ISSUER_BASE": staff,
+        "HIWALLET_WALLET_API_STAFF_ADMIN_URL": f"http://127.0.0.1:{ports['staff-admin']}",
+        "HIWALLET_WITHDRAWAL_STAFF_ADMIN_URL": f"http://127.0.0.1:{ports['staff-admin']}",
+        "HIWALLET_WITHDRAWAL_STAFF_ISSUER_BASE": staff,
         "HIWALLET_IDENTITY_ARGON2_TIME_COST": "1",
         "HIWALLET_IDENTITY_ARGON2_MEMORY_KIB": "1024",
         "HIWALLET_IDENTITY_ARGON2_PARALLELISM": "1",
@@ -282,8 +285,15 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         me_staff = await http.get(
             f"http://127.0.0.1:{ports['staff-admin']}/v1/me", headers={"Authorization": f"Bearer {staff}"}
         )
-    assert me_staff.status_code == 200, me_staff.text
-    assert "staff.manage" in me_staff.json()["permissions"]
+        assert me_staff.status_code == 200, me_staff.text
+        assert "staff.manage" in me_staff.json()["permissions"]
+        # The README's customer look-up: wallet-api asks staff-admin with the same token.
+        found = await http.get(
+            f"http://127.0.0.1:{ports['wallet-api']}/v1/staff/customers",
+            params={"email": DEMO_EMAIL},
+            headers={"Authorization": f"Bearer {staff}"},
+        )
+        assert found.status_code == 200, found.text
     [wallet_pid] = out.pids("child started", "wallet-api")
     [identity_pid] = out.pids("child started", "identity (hiwallet)")
     me = {"Authorization": f"Bearer {demo_token(ports['identity'])}"}
