@@ -598,6 +598,7 @@ def _staff_usage(staff: dict[str, str] | None, staff_admin_url: str, wallet_url:
     --otp $(oathtool --totp -b {staff["totp_secret"]}))
   curl -s -H "Authorization: Bearer $STAFF" {staff_admin_url}/v1/me
   curl -s -H "Authorization: Bearer $STAFF" "{wallet_url}/v1/staff/customers?email={DEMO_EMAIL}"
+  (no oathtool: --otp $(python -c "import pyotp; print(pyotp.TOTP('{staff["totp_secret"]}').now()")))
   (a code is good once: for another token, wait for the next one)
 """)
 
