@@ -17,8 +17,10 @@ PACKAGES = [
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.events",
     "hiwallet.core.background",
     "hiwallet.core.webhooks",
+    "hiwallet.core.staff",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
@@ -26,6 +28,7 @@ PACKAGES = [
     "hiwallet.fakes",
     "hiwallet.withdrawals",
     "hiwallet.onboarding",
+    "hiwallet.staff_admin",
 ]
 
 
