@@ -99,6 +99,30 @@ async def test_an_outage_of_wallet_api_is_finished_by_the_retry_or_the_sweep(onb
     assert done.json()["account_id"] == opened[0]["account_id"]
 
 
+async def test_a_claim_abandoned_without_a_user_does_not_hold_the_address_for_ever(onb: Onboarding) -> None:
+    email = new_email()
+    abandoned = await verified_registration(onb, email)
+    real = onb.settings.customer_issuer_base
+    onb.settings.customer_issuer_base = "http://127.0.0.1:9"  # identity is down
+    try:
+        assert_problem(await onb.complete(abandoned), "dependency-unavailable", 503)
+    finally:
+        onb.settings.customer_issuer_base = real
+    assert [r["sub"] for r in await onb.sql("SELECT sub FROM onboarding.customers")] == [None]
+    # while the first registration lives, its claim holds the address
+    second = await verified_registration(onb, email)  # a code, not "you have an account"
+    assert_problem(await onb.complete(second), "email-registered", 409)
+    # once it has expired, the next registration takes the address over
+    await onb.sql(
+        "UPDATE onboarding.registrations SET expires_at = now() - interval '1 second' WHERE id = $1",
+        abandoned,
+    )
+    done = await onb.complete(second)
+    assert done.status_code == 201, done.text
+    assert len(onb.users_with(email)) == 1
+    assert [r["id"] for r in await onb.sql("SELECT id FROM onboarding.customers")] == [second]
+
+
 @pytest.mark.parametrize("onboarding_settings", [{"rate_per_address": 2}], indirect=True)
 async def test_codes_to_one_address_are_rate_limited(onb: Onboarding) -> None:
     email = new_email()

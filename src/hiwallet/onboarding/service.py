@@ -249,10 +249,7 @@ class OnboardingService:
         email_hash = row["email_hash"]
         email = self.ring.open(row["email_enc"], place("registrations", "email_enc", registration_id))
         # 1. the claim on the address
-        if await self.pool.fetchval(Q["claim_email"], registration_id, email_hash) is None:
-            holder = await self.pool.fetchrow(Q["customer_of_email"], email_hash)
-            if holder is None or holder["id"] != registration_id:
-                raise errors.EmailRegistered()
+        await self._claim(registration_id, email_hash)
         await self.pool.execute(Q["registration_status"], registration_id, "email_verified")
         customer = await self.pool.fetchrow(Q["customer"], registration_id)
         # 2. the user
@@ -271,6 +268,23 @@ class OnboardingService:
         self.metrics.registrations.labels("completed").inc()
         log.info("registration completed", registration_id=registration_id)
         return Completed(await self._completed_body(registration_id, row), created=True)
+
+    async def _claim(self, registration_id: str, email_hash: bytes) -> None:
+        for _ in range(2):
+            if await self.pool.fetchval(Q["claim_email"], registration_id, email_hash) is not None:
+                return
+            holder = await self.pool.fetchrow(Q["customer_of_email"], email_hash)
+            if holder is not None and holder["id"] == registration_id:
+                return  # ours already (a retry, or a concurrent complete of this registration)
+            # Another's: a customer, a registration under way, or a claim abandoned without a
+            # user, which is released once (then claimed here, if no one is quicker).
+            if holder is not None and (
+                holder["sub"] is not None
+                or await self.pool.execute(Q["release_abandoned_claim"], holder["id"]) != "DELETE 1"
+            ):
+                break
+            log.info("registration took over an abandoned claim", registration_id=registration_id)
+        raise errors.EmailRegistered()
 
     async def _create_user(self, email: str, password: str, claimed_at: datetime) -> str:
         try:
