@@ -66,6 +66,8 @@ async def test_a_crash_after_the_user_was_created_is_finished_by_the_retry(
     rows = await onb.sql("SELECT sub, account_id FROM onboarding.customers")
     assert [(r["sub"], r["account_id"]) for r in rows] == [(None, None)]
     assert await accounts_of(onb, users[0]["id"]) == []
+    registration = await onb.sql("SELECT status, customer_id FROM onboarding.registrations")
+    assert [tuple(r) for r in registration] == [("email_verified", registration_id)]
     monkeypatch.delenv(FAULT_ENV)
     # the retry adopts the user (made after this registration's claim) and opens the account
     done = await onb.complete(registration_id)

@@ -50,6 +50,8 @@ async def test_a_registration_creates_one_user_and_one_account_and_the_customer_
     ]
     assert rows[0]["wallet_id"]
 
+    registration = await onb.sql("SELECT status, customer_id FROM onboarding.registrations")
+    assert [tuple(r) for r in registration] == [("completed", registration_id)]
     # repeated: the same answer, 200, nothing new
     again = await onb.complete(registration_id)
     assert again.status_code == 200 and again.json() == body

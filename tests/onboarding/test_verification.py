@@ -67,6 +67,18 @@ async def test_phone_identity_and_consents_make_the_account_unverified(onb: Onbo
     assert again.status_code == 200 and again.json()["tier"] == "unverified"
     assert ISMAIL["tckn"] not in again.text and phone not in again.text
 
+    metrics = (await onb.http.get("/metrics")).text
+    for line in (
+        'hiwallet_onboarding_verifications_total{kind="identity",outcome="ok"} 2.0',
+        'hiwallet_onboarding_verifications_total{kind="phone",outcome="ok"} 1.0',
+        'hiwallet_onboarding_tier_raises_total{outcome="done",tier="unverified"} 1.0',
+        'hiwallet_onboarding_registrations_total{step="completed"} 1.0',
+        'hiwallet_onboarding_dependency_seconds_count{dependency="registry",operation="check"} 1.0',
+        'hiwallet_onboarding_dependency_seconds_count{dependency="identity",operation="create_user"} 1.0',
+    ):
+        assert line in metrics, line
+    assert ISMAIL["tckn"] not in metrics and phone[1:] not in metrics and "@" not in metrics
+
 
 async def test_identity_refusals(onb: Onboarding) -> None:
     _, auth = await onb.customer()

@@ -23,6 +23,7 @@ from hiwallet.core.settings import Settings, get_settings
 from hiwallet.onboarding.clients import IdentityAdmin, ServiceToken, Sms, WalletApi
 from hiwallet.onboarding.crypto import Hasher, KeyRing
 from hiwallet.onboarding.mail import Mailer
+from hiwallet.onboarding.metrics import OnboardingMetrics
 from hiwallet.onboarding.registry import Registry
 from hiwallet.onboarding.routes import router
 from hiwallet.onboarding.service import OnboardingService
@@ -61,7 +62,10 @@ def dedicated_connection(
 
 
 def build_service(
-    pool: asyncpg.Pool, settings: OnboardingSettings, http: httpx.AsyncClient
+    pool: asyncpg.Pool,
+    settings: OnboardingSettings,
+    http: httpx.AsyncClient,
+    metrics: OnboardingMetrics | None = None,
 ) -> OnboardingService:
     """The service and its clients, on ``http`` (the CLI builds one too)."""
     token = ServiceToken(http, settings)
@@ -75,6 +79,7 @@ def build_service(
         mailer=Mailer(settings),
         sms=Sms(http, settings),
         registry=Registry(http, settings),
+        metrics=metrics,
     )
 
 
@@ -99,7 +104,7 @@ def create_onboarding_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_onboarding_pool(settings, core)
         http = httpx.AsyncClient(limits=httpx.Limits(max_connections=MAX_CONNECTIONS))
-        service = app.state.service = build_service(pool, settings, http)
+        service = app.state.service = build_service(pool, settings, http, metrics)
         app.state.verifier = verifier_for(settings)
         app.state.trusted_proxies = settings.proxies
 
@@ -144,6 +149,7 @@ def create_onboarding_app(
             await pool.close()
 
     app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
+    metrics = app.state.onboarding_metrics = OnboardingMetrics(app.state.metrics_registry)
     app.include_router(router)
     return app
 

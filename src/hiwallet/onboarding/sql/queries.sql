@@ -43,8 +43,13 @@ UPDATE onboarding.registrations
  WHERE id = $1 AND status = 'code_sent';
 
 -- name: registration_status
-UPDATE onboarding.registrations SET status = $2, customer_id = $1, updated_at = now()
- WHERE id = $1 AND status <> 'completed';
+-- Only forward: a slower concurrent complete never moves a registration back.
+UPDATE onboarding.registrations
+   SET customer_id = $1, updated_at = now(),
+       status = CASE WHEN array_position(ARRAY['code_sent', 'email_verified', 'user_created', 'completed'], status)
+                        < array_position(ARRAY['code_sent', 'email_verified', 'user_created', 'completed'], $2::text)
+                     THEN $2 ELSE status END
+ WHERE id = $1;
 
 -- name: delete_registration
 DELETE FROM onboarding.registrations WHERE id = $1;
