@@ -444,6 +444,8 @@ def _usage(
     stripe_url: str,
     bank_url: str,
     withdrawal_url: str = "http://127.0.0.1:8011",
+    onboarding_url: str = "http://127.0.0.1:8012",
+    mail_url: str = "http://127.0.0.1:8025",
 ) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
@@ -498,6 +500,11 @@ def _usage(
     -d '{withdrawal}' \\
     {withdrawal_url}/v1/withdrawals
   curl -s -H "Authorization: Bearer $TOKEN" "{withdrawal_url}/v1/withdrawals?wallet={customer["id"]}"
+
+  Register a customer at onboarding (the code arrives at the mail catcher, {mail_url}/api/v1/messages;
+  the whole way to Verified: README, "Register a customer"):
+  curl -s -H 'Content-Type: application/json' -d '{{"email":"you@example.com"}}' \\
+    {onboarding_url}/v1/registrations
 """)
 
 
@@ -561,6 +568,8 @@ def up() -> None:
                 supervisor.child("stripe-fake").deployable.url,
                 supervisor.child("bank-fake").deployable.url,
                 supervisor.child("withdrawal-orchestrator").deployable.url,
+                supervisor.child("onboarding").deployable.url,
+                supervisor.child("mail-catcher").deployable.url,
             )
             status = supervisor.run(stop)
     except RuntimeError as exc:
