@@ -11,6 +11,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 
+import asyncpg
 import httpx
 import pytest
 
@@ -101,32 +102,47 @@ async def test_a_customer_registers_verifies_logs_in_and_is_verified_by_their_fi
     # the first wire from their own account: bank-fake -> topup-webhook -> wallet-consumer
     # (credited, TopupCredited) -> onboarding (the bank's sender TCKN = theirs) -> verified
     customer = await system.customer(user["id"])
-    async with httpx.AsyncClient(base_url=system.url("bank-fake")) as bank:
-        wire = await bank.post(
-            "/v1/topups",
-            json={
-                "sender_name": f"{AYSE['given_name']} {AYSE['family_name']}",
-                "sender_iban": harness.SENDER_IBAN,
-                "sender_tckn": AYSE["tckn"],
-                "reference": f"HiWallet {customer['wallet_id']}",
-                "amount_minor": 500_00,
-                "currency": "TRY",
-            },
-            headers={"Authorization": f"Bearer {harness.BANK_API_KEY}"},
+
+    async def wire_from(tckn: str) -> str:
+        system.personal.add(tckn)  # through bank-fake, topup-webhook: no log may hold it either
+        async with httpx.AsyncClient(base_url=system.url("bank-fake")) as bank:
+            wire = await bank.post(
+                "/v1/topups",
+                json={
+                    "sender_name": harness.SENDER_NAME,
+                    "sender_iban": harness.SENDER_IBAN,
+                    "sender_tckn": tckn,
+                    "reference": f"HiWallet {customer['wallet_id']}",
+                    "amount_minor": 500_00,
+                    "currency": "TRY",
+                },
+                headers={"Authorization": f"Bearer {harness.BANK_API_KEY}"},
+            )
+        assert wire.status_code == 200, wire.text
+        return str(wire.json()["id"])
+
+    # first a wire from someone else's account: credited, checked, nothing raised
+    other = await wire_from(MEHMET["tckn"])
+
+    async def checked() -> list[asyncpg.Record]:
+        return await system.fetch(
+            system.onboarding_db, "SELECT * FROM onboarding.wire_checks ORDER BY checked_at"
         )
-    assert wire.status_code == 200, wire.text
+
+    [first] = await harness.until(checked, 30, "the other's wire checked")
+    assert (first["wire_id"], first["result"]) == (other, "other-sender")
+    assert [a["tier"] for a in await system.accounts_of(user["id"])] == ["unverified"]
+    own = await wire_from(AYSE["tckn"])
 
     async def tier_verified() -> bool:
         return [a["tier"] for a in await system.accounts_of(user["id"])] == ["verified"]
 
     await harness.until(tier_verified, 30, "the tier verified by the first own wire")
     assert (await http.get("/v1/me", headers=auth)).json()["tier"] == "verified"
-    [check] = await system.fetch(system.onboarding_db, "SELECT * FROM onboarding.wire_checks")
-    assert (check["customer_id"], check["wire_id"], check["result"]) == (
-        customer["id"],
-        wire.json()["id"],
-        "verified",
-    )
+    assert [(c["customer_id"], c["wire_id"], c["result"]) for c in await checked()] == [
+        (customer["id"], other, "other-sender"),
+        (customer["id"], own, "verified"),
+    ]
 
     # the sealed columns: no plaintext in the database; the key ring opens them, another key not
     row = await system.customer(user["id"])
