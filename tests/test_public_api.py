@@ -20,6 +20,7 @@ PACKAGES = [
     "hiwallet.core.events",
     "hiwallet.core.background",
     "hiwallet.core.webhooks",
+    "hiwallet.core.staff",
     "hiwallet.ledger",
     "hiwallet.topup_webhook",
     "hiwallet.wallet_consumer",
@@ -27,6 +28,7 @@ PACKAGES = [
     "hiwallet.fakes",
     "hiwallet.withdrawals",
     "hiwallet.onboarding",
+    "hiwallet.staff_admin",
 ]
 
 

@@ -75,7 +75,7 @@ def run(
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
             "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
-            "mail-catcher, sms-fake, nvi-fake, onboarding."
+            "mail-catcher, sms-fake, nvi-fake, onboarding, staff-admin."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -151,6 +151,11 @@ def run(
 
         run_bank_adapter(port, host)
         return
+    if name == "staff-admin":
+        from hiwallet.staff_admin.app import run_staff_admin
+
+        run_staff_admin(port, host)
+        return
     if name == "bank-webhook":
         from hiwallet.bank.webhook import run_bank_webhook
 
@@ -195,6 +200,9 @@ def _register_subcommands() -> None:
     from hiwallet.onboarding.cli import onboarding_app
 
     app.add_typer(onboarding_app, name="onboarding")
+    from hiwallet.staff_admin.cli import staff_app
+
+    app.add_typer(staff_app, name="staff")
 
 
 _register_subcommands()

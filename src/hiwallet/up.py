@@ -368,7 +368,8 @@ async def seed(
     Every step finds what a previous start made before making it. ``database`` and
     ``api_settings`` are for tests (a cloned database, servers on free ports)."""
     from hiwallet.ledger import Ledger
-    from hiwallet.wallet_api.cli import operator, service_account_subject, wallet_service
+    from hiwallet.wallet_api.cli import operator, wallet_service
+    from hiwallet.wallet_api.domain import service_account_subject
 
     realm = f"{identity_url}/realms/hiwallet"
     async with httpx.AsyncClient(timeout=10.0) as http:

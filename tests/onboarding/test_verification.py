@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from tests.identity.conftest import IdentityServer
 from tests.onboarding.conftest import (
     AYSE,
     DECEASED,
@@ -16,6 +17,7 @@ from tests.onboarding.conftest import (
     assert_problem,
     service_token,
 )
+from tests.wallet_api.conftest import client_token
 
 
 async def wallet_tier(onb: Onboarding, account_id: str) -> str:
@@ -156,10 +158,14 @@ async def test_a_consent_of_another_version_is_refused(onb: Onboarding) -> None:
     assert_problem(response, "validation-error", 422)
 
 
-async def test_only_a_customers_own_token(onb: Onboarding) -> None:
+async def test_only_a_customers_own_token(onb: Onboarding, staff_idp: IdentityServer) -> None:
     assert (await onb.http.get("/v1/me")).status_code == 401
-    service = {"Authorization": f"Bearer {service_token(onb.idp)}"}
-    assert_problem(await onb.http.get("/v1/me", headers=service), "caller-not-allowed", 403)
+    # a service account of the customers' realm (onboarding's own), and one of the staff realm
+    for token in (service_token(onb.idp), client_token(staff_idp, "staff-admin")):
+        refused = await onb.http.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
+        assert_problem(refused, "caller-not-allowed", 403)
+    forged = await onb.http.get("/v1/me", headers={"Authorization": "Bearer eyJhbGciOiJub25lIn0.e30."})
+    assert forged.status_code == 401
     # a customer of the realm not registered through onboarding
     onb.idp.create_user("outsider-" + onb.database[-8:], password="correct horse battery")
     token = onb.token(f"outsider-{onb.database[-8:]}@example.com", "correct horse battery")

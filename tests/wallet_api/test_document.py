@@ -69,7 +69,10 @@ def app_of(api: WalletApi) -> FastAPI:
 
 async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: WalletApi) -> None:
     alice = await api.customer(funds=10 * TL)
-    with_ids = [(m, p, params) for m, p, params in routes_of(app_of(api)) if params]
+    # The staff paths' ids answer the same after an employee's permission: test_staff.py.
+    with_ids = [
+        (m, p, params) for m, p, params in routes_of(app_of(api)) if params and not p.startswith("/v1/staff/")
+    ]
     literal = {p for _, p, params in routes_of(app_of(api)) if not params}
     # Today: tier, account, wallets, wallet, statement, promos, transfer, refund.
     assert len(with_ids) == 8, with_ids

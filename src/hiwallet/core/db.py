@@ -43,6 +43,7 @@ DATABASES: dict[str, str] = {
     "withdrawal": "hiwallet_withdrawal",
     "bank": "hiwallet_bank",
     "onboarding": "hiwallet_onboarding",
+    "staff_admin": "hiwallet_staff_admin",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity

@@ -182,6 +182,13 @@ class Ledger:
         )
 
     @staticmethod
+    def goodwill_posting(
+        key: str, wallet: str, amount: int, currency: str, *, actor: str, ref: str
+    ) -> Posting:
+        """A goodwill credit's posting (goodwill_expense −, customer cash +)."""
+        return rules.goodwill(key, wallet, amount, currency, actor=actor, ref=ref)
+
+    @staticmethod
     def refund_posting(original: TransactionView, *, actor: str, ref: str | None = None) -> Posting:
         return rules.refund(original, actor=actor, ref=ref)
 
@@ -212,6 +219,9 @@ class Ledger:
 
     async def statement(self, account_id: str, *, cursor: str | None = None, limit: int = 50) -> Statement:
         return await self.store.statement(account_id, cursor=cursor, limit=limit)
+
+    async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
+        return await self.store.actors(account_id, transaction_ids)
 
     async def transaction(self, transaction_id: str) -> TransactionView:
         return await self.store.transaction(transaction_id)
