@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-topup bench-withdrawal schema
+.PHONY: install up test lint bench bench-topup bench-withdrawal bench-onboarding schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -39,14 +39,19 @@ schema: install
 
 # The benchmarks make and drop their own databases (and RabbitMQ virtual host). `make bench` runs
 # them all; `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
-# `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10").
+# `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
+# `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
+	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 
 bench-topup: install
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
 
 bench-withdrawal: install
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
+
+bench-onboarding: install
+	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)

@@ -24,6 +24,9 @@ async def test_the_process_serves_and_stops(onboarding_db: str) -> None:
         "HIWALLET_ONBOARDING_DATABASE": onboarding_db,
         # nothing listens there: identity is down
         "HIWALLET_ONBOARDING_CUSTOMER_ISSUER_BASE": "http://127.0.0.1:9",
+        # no wires consumer: it would consume the real hiwallet.onboarding.wires (tests of it:
+        # tests/onboarding/test_wires.py, tests/e2e/test_onboarding.py)
+        "HIWALLET_ONBOARDING_WIRES_ENABLED": "false",
     }
     proc = await asyncio.create_subprocess_exec(
         HIWALLET, "run", "onboarding", "--port", str(port), env=env, stdout=asyncio.subprocess.DEVNULL

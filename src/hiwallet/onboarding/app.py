@@ -29,6 +29,7 @@ from hiwallet.onboarding.routes import router
 from hiwallet.onboarding.service import OnboardingService
 from hiwallet.onboarding.settings import OnboardingSettings, check_production, get_onboarding_settings
 from hiwallet.onboarding.store import create_onboarding_pool, database_of
+from hiwallet.onboarding.wires import WiresSettings, wires_running
 
 log = structlog.get_logger(__name__)
 
@@ -87,8 +88,10 @@ def create_onboarding_app(
     *,
     core_settings: Settings | None = None,
     background: bool = True,
+    wires_settings: WiresSettings | None = None,
 ) -> FastAPI:
-    """``background=False``: without the sweep (tests that run it by hand)."""
+    """``background=False``: without the sweep and the wires consumer (tests that run the
+    sweep by hand; no broker)."""
     settings = settings or get_onboarding_settings()
     core = core_settings or get_settings()
     check_production(settings)
@@ -120,8 +123,22 @@ def create_onboarding_app(
             )
             tasks.append(asyncio.create_task(supervised("sweep", sweep.run_forever)))
         try:
-            yield
+            # The first own wire -> verified (wires.py): a consumer of hiwallet.events.
+            async with wires_running(
+                pool=pool,
+                core=core,
+                http=http,
+                wallet_api=service.wallet_api,
+                hasher=service.hasher,
+                registry=app.state.metrics_registry,
+                settings=wires_settings,
+                enabled=background,
+            ) as wires_ready:
+                if wires_ready is not None:
+                    checks["wires"] = wires_ready
+                yield
         finally:
+            checks.pop("wires", None)
             for task in tasks:
                 task.cancel()
             for task in tasks:
