@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +17,11 @@ import pyotp
 import pytest
 
 from hiwallet.core.ids import new_id
+from hiwallet.core.settings import get_settings
 from hiwallet.fakes.mail import MailCatcherSettings, create_mail_catcher_app
-from hiwallet.staff_admin.app import create_staff_admin_app
-from hiwallet.staff_admin.service import PERMISSIONS
+from hiwallet.staff_admin.app import create_staff_admin_app, create_staff_admin_pool
+from hiwallet.staff_admin.identity import StaffRealm
+from hiwallet.staff_admin.service import PERMISSIONS, StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings
 from tests import pgtemplate
 from tests.identity.conftest import (
@@ -36,19 +38,6 @@ from tests.identity.test_staff_totp import finish, secret_on, start_login
 from tests.servers import serve, stop
 
 __all__ = ["identity_factory", "identity_template", "staff_identity_template"]  # fixtures, re-exported
-
-
-@pytest.fixture(scope="session")
-async def staff_admin_template() -> AsyncIterator[str]:
-    async with pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as name:
-        yield name
-
-
-@pytest.fixture
-async def staff_admin_db(staff_admin_template: str) -> AsyncIterator[str]:
-    """The name of a fresh, migrated ``hiwallet_staff_admin`` for one test."""
-    async with pgtemplate.temporary(pgtemplate.clone(staff_admin_template)) as name:
-        yield name
 
 
 @dataclass
@@ -239,4 +228,16 @@ def staff_admin(staff_idp: IdentityServer, staff_admin_db: str) -> Iterator[Staf
         server.stop()
 
 
-__all__ += ["PASSWORD", "Catcher", "Employee", "StaffAdminServer", "start_staff_admin"]
+async def service_of(server: StaffAdminServer) -> tuple[StaffAdmin, Callable[[], Awaitable[None]]]:
+    """The service on a pool of its own (what a shell's command uses), and how to close it."""
+    pool = await create_staff_admin_pool(server.settings, get_settings(), max_size=2)
+    realm = StaffRealm(server.settings, httpx.AsyncClient())
+
+    async def close() -> None:
+        await realm.client.aclose()
+        await pool.close()
+
+    return StaffAdmin(pool, server.settings, realm), close
+
+
+__all__ += ["PASSWORD", "Catcher", "Employee", "StaffAdminServer", "service_of", "start_staff_admin"]
