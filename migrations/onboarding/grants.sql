@@ -51,3 +51,10 @@ GRANT INSERT ON onboarding.consents TO :"app_role";
 -- 7. Rate windows: counted, purged once past.
 GRANT INSERT, DELETE ON onboarding.rate_hits TO :"app_role";
 GRANT UPDATE (hits) ON onboarding.rate_hits TO :"app_role";
+
+-- 8. The wires consumer (onboarding/wires.py): what it processed (its outcome stored once),
+--    and each wire it checked, never changed or erased. Reports may count the checks (ids
+--    and results only).
+GRANT INSERT, UPDATE (outcome) ON onboarding.processed_events TO :"app_role";
+GRANT INSERT ON onboarding.wire_checks TO :"app_role";
+GRANT SELECT ON onboarding.wire_checks TO :"readonly_role";

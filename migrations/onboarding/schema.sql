@@ -56,6 +56,15 @@ CREATE TABLE onboarding.phone_codes (
     CONSTRAINT phone_codes_attempts_check CHECK ((attempts_left >= 0))
 );
 
+-- Name: processed_events; Type: TABLE; Schema: onboarding; Owner: -
+
+CREATE TABLE onboarding.processed_events (
+    consumer text NOT NULL,
+    message_id text NOT NULL,
+    processed_at timestamp with time zone DEFAULT now() NOT NULL,
+    outcome jsonb DEFAULT '{}'::jsonb NOT NULL
+);
+
 -- Name: rate_hits; Type: TABLE; Schema: onboarding; Owner: -
 
 CREATE TABLE onboarding.rate_hits (
@@ -82,6 +91,17 @@ CREATE TABLE onboarding.registrations (
     expires_at timestamp with time zone NOT NULL,
     CONSTRAINT registrations_attempts_check CHECK ((attempts_left >= 0)),
     CONSTRAINT registrations_status_check CHECK ((status = ANY (ARRAY['code_sent'::text, 'email_verified'::text, 'user_created'::text, 'completed'::text])))
+);
+
+-- Name: wire_checks; Type: TABLE; Schema: onboarding; Owner: -
+
+CREATE TABLE onboarding.wire_checks (
+    payment_id text NOT NULL,
+    customer_id text NOT NULL,
+    wire_id text NOT NULL,
+    result text NOT NULL,
+    checked_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT wire_checks_result_check CHECK ((result = ANY (ARRAY['verified'::text, 'other-sender'::text, 'no-tckn'::text, 'wire-unknown'::text])))
 );
 
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
@@ -133,6 +153,11 @@ ALTER TABLE ONLY onboarding.customers
 ALTER TABLE ONLY onboarding.phone_codes
     ADD CONSTRAINT phone_codes_pkey PRIMARY KEY (customer_id);
 
+-- Name: processed_events processed_events_pkey; Type: CONSTRAINT; Schema: onboarding; Owner: -
+
+ALTER TABLE ONLY onboarding.processed_events
+    ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, message_id);
+
 -- Name: rate_hits rate_hits_pkey; Type: CONSTRAINT; Schema: onboarding; Owner: -
 
 ALTER TABLE ONLY onboarding.rate_hits
@@ -142,6 +167,11 @@ ALTER TABLE ONLY onboarding.rate_hits
 
 ALTER TABLE ONLY onboarding.registrations
     ADD CONSTRAINT registrations_pkey PRIMARY KEY (id);
+
+-- Name: wire_checks wire_checks_pkey; Type: CONSTRAINT; Schema: onboarding; Owner: -
+
+ALTER TABLE ONLY onboarding.wire_checks
+    ADD CONSTRAINT wire_checks_pkey PRIMARY KEY (payment_id);
 
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 
@@ -156,6 +186,10 @@ CREATE INDEX customers_tier_pending_idx ON onboarding.customers USING btree (id)
 
 CREATE INDEX registrations_expires_idx ON onboarding.registrations USING btree (expires_at);
 
+-- Name: wire_checks_verified_once; Type: INDEX; Schema: onboarding; Owner: -
+
+CREATE UNIQUE INDEX wire_checks_verified_once ON onboarding.wire_checks USING btree (customer_id) WHERE (result = 'verified'::text);
+
 -- Name: consents consents_customer_fkey; Type: FK CONSTRAINT; Schema: onboarding; Owner: -
 
 ALTER TABLE ONLY onboarding.consents
@@ -165,6 +199,11 @@ ALTER TABLE ONLY onboarding.consents
 
 ALTER TABLE ONLY onboarding.phone_codes
     ADD CONSTRAINT phone_codes_customer_fkey FOREIGN KEY (customer_id) REFERENCES onboarding.customers(id);
+
+-- Name: wire_checks wire_checks_customer_fkey; Type: FK CONSTRAINT; Schema: onboarding; Owner: -
+
+ALTER TABLE ONLY onboarding.wire_checks
+    ADD CONSTRAINT wire_checks_customer_fkey FOREIGN KEY (customer_id) REFERENCES onboarding.customers(id);
 
 -- Name: SCHEMA onboarding; Type: ACL; Schema: -; Owner: -
 
@@ -289,6 +328,14 @@ GRANT UPDATE(attempts_left) ON TABLE onboarding.phone_codes TO hiwallet_onboardi
 
 GRANT UPDATE(created_at) ON TABLE onboarding.phone_codes TO hiwallet_onboarding_app;
 
+-- Name: TABLE processed_events; Type: ACL; Schema: onboarding; Owner: -
+
+GRANT SELECT,INSERT ON TABLE onboarding.processed_events TO hiwallet_onboarding_app;
+
+-- Name: COLUMN processed_events.outcome; Type: ACL; Schema: onboarding; Owner: -
+
+GRANT UPDATE(outcome) ON TABLE onboarding.processed_events TO hiwallet_onboarding_app;
+
 -- Name: TABLE rate_hits; Type: ACL; Schema: onboarding; Owner: -
 
 GRANT SELECT,INSERT,DELETE ON TABLE onboarding.rate_hits TO hiwallet_onboarding_app;
@@ -349,6 +396,11 @@ GRANT UPDATE(updated_at) ON TABLE onboarding.registrations TO hiwallet_onboardin
 -- Name: COLUMN registrations.expires_at; Type: ACL; Schema: onboarding; Owner: -
 
 GRANT SELECT(expires_at) ON TABLE onboarding.registrations TO hiwallet_onboarding_readonly;
+
+-- Name: TABLE wire_checks; Type: ACL; Schema: onboarding; Owner: -
+
+GRANT SELECT,INSERT ON TABLE onboarding.wire_checks TO hiwallet_onboarding_app;
+GRANT SELECT ON TABLE onboarding.wire_checks TO hiwallet_onboarding_readonly;
 
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 

@@ -53,6 +53,20 @@ GRANT INSERT, UPDATE (attributed_wallet, attributed_by, attributed_at) ON wallet
 GRANT INSERT ON wallet.processed_messages TO :"app_role";
 GRANT INSERT, UPDATE (sent_at), DELETE ON wallet.outbox TO :"app_role";
 
+-- 3d. wallet-api's staff money (migrations/wallet/0013): campaigns created and their budget
+--     spent (remaining_minor only), each campaign grant recorded; programmes proposed, decided
+--     once and spent (triggers refuse changing a decision or the terms); goodwill credits
+--     requested and approved (a trigger refuses changing a posted one or the request); each
+--     employee's daily usage added to. Nothing deleted.
+GRANT INSERT, UPDATE (remaining_minor) ON wallet.campaigns TO :"app_role";
+GRANT INSERT ON wallet.campaign_grants TO :"app_role";
+GRANT INSERT, UPDATE (status, remaining_minor, decided_by, decided_at, decision_reason)
+    ON wallet.promo_programmes TO :"app_role";
+GRANT INSERT, UPDATE (granted_minor) ON wallet.promo_programme_receivers TO :"app_role";
+GRANT INSERT, UPDATE (status, approved_by, approved_at, transaction_id) ON wallet.goodwill_credits
+    TO :"app_role";
+GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
+
 -- 4. The ledger is written only by its functions, which check what they write: the service
 --    may call them and nothing else that writes. SECURITY DEFINER: they run as the owner,
 --    whatever the caller may do itself. The search path is pinned so that nothing the caller

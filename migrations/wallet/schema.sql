@@ -20,7 +20,8 @@ CREATE TYPE ledger.account_role AS ENUM (
     'provider_expense',
     'promo_expense',
     'promo_breakage',
-    'transit'
+    'transit',
+    'goodwill_expense'
 );
 
 -- Name: posting_in; Type: TYPE; Schema: ledger; Owner: -
@@ -66,7 +67,8 @@ CREATE TYPE ledger.tx_type AS ENUM (
     'provider_invoice',
     'hold_capture',
     'debit',
-    'sweep'
+    'sweep',
+    'goodwill'
 );
 
 -- Name: assert_balanced(text, bigint[], text[]); Type: FUNCTION; Schema: ledger; Owner: -
@@ -156,6 +158,7 @@ BEGIN
         UNION ALL SELECT 'transit', 'transit'
         UNION ALL SELECT 'nostro', 'nostro' WHERE p_bucket = 0
         UNION ALL SELECT 'provider_expense', 'provider_expense' WHERE p_bucket = 0
+        UNION ALL SELECT 'goodwill_expense', 'goodwill_expense' WHERE p_bucket = 0
       ) AS r
     ON CONFLICT (bucket, id) DO NOTHING;
 END $$;
@@ -801,6 +804,26 @@ BEGIN
     RETURN jsonb_build_object('counted', true, 'used', v_used, 'limit', p_limit);
 END $$;
 
+-- Name: goodwill_credits_guard(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.goodwill_credits_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.status = 'posted' THEN
+        RAISE EXCEPTION 'goodwill credit % is posted; a correction is another movement', OLD.id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF (NEW.id, NEW.bucket, NEW.wallet_id, NEW.currency, NEW.amount_minor, NEW.reason,
+        NEW.requested_by, NEW.requested_at)
+       IS DISTINCT FROM
+       (OLD.id, OLD.bucket, OLD.wallet_id, OLD.currency, OLD.amount_minor, OLD.reason,
+        OLD.requested_by, OLD.requested_at) THEN
+        RAISE EXCEPTION 'a goodwill credit''s request is never changed' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END $$;
+
 -- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.outbox_keeps_unsent() RETURNS trigger
@@ -832,6 +855,25 @@ CREATE FUNCTION wallet.processed_messages_append_only() RETURNS trigger
 BEGIN
     RAISE EXCEPTION 'a stored command response is never changed or deleted'
         USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+-- Name: promo_programmes_guard(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.promo_programmes_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.status <> 'proposed' AND NEW.status <> OLD.status THEN
+        RAISE EXCEPTION 'programme % was decided already', OLD.id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF (NEW.id, NEW.bucket, NEW.account_id, NEW.wallet_id, NEW.name, NEW.currency,
+        NEW.amount_per_customer, NEW.budget_minor, NEW.expires_at, NEW.proposed_by, NEW.proposed_at)
+       IS DISTINCT FROM
+       (OLD.id, OLD.bucket, OLD.account_id, OLD.wallet_id, OLD.name, OLD.currency,
+        OLD.amount_per_customer, OLD.budget_minor, OLD.expires_at, OLD.proposed_by, OLD.proposed_at) THEN
+        RAISE EXCEPTION 'a programme''s terms are never changed' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
 END $$;
 
 -- Name: return_withdrawal(smallint, text); Type: FUNCTION; Schema: wallet; Owner: -
@@ -1177,6 +1219,58 @@ CREATE TABLE wallet.accounts (
     CONSTRAINT accounts_tier_known CHECK ((((kind = 'personal'::text) AND (tier = ANY (ARRAY['unknown'::text, 'unverified'::text, 'verified'::text, 'contracted'::text]))) OR ((kind = 'business'::text) AND (tier IS NULL))))
 );
 
+-- Name: campaign_grants; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.campaign_grants (
+    campaign_id text NOT NULL,
+    transaction_id text NOT NULL,
+    wallet_id text NOT NULL,
+    amount_minor bigint NOT NULL,
+    granted_by text NOT NULL,
+    granted_at timestamp with time zone NOT NULL,
+    CONSTRAINT campaign_grants_amount_positive CHECK ((amount_minor > 0))
+);
+
+-- Name: campaigns; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.campaigns (
+    id text NOT NULL,
+    name text NOT NULL,
+    currency character(3) NOT NULL,
+    budget_minor bigint NOT NULL,
+    remaining_minor bigint NOT NULL,
+    ends_at timestamp with time zone NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    CONSTRAINT campaigns_budget_positive CHECK ((budget_minor > 0)),
+    CONSTRAINT campaigns_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT campaigns_name_length CHECK (((length(name) >= 1) AND (length(name) <= 140))),
+    CONSTRAINT campaigns_never_overspent CHECK (((remaining_minor >= 0) AND (remaining_minor <= budget_minor)))
+);
+
+-- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.goodwill_credits (
+    id text NOT NULL,
+    bucket smallint NOT NULL,
+    wallet_id text NOT NULL,
+    currency character(3) NOT NULL,
+    amount_minor bigint NOT NULL,
+    reason text NOT NULL,
+    status text NOT NULL,
+    requested_by text NOT NULL,
+    requested_at timestamp with time zone NOT NULL,
+    approved_by text,
+    approved_at timestamp with time zone,
+    transaction_id text,
+    CONSTRAINT goodwill_credits_amount_positive CHECK ((amount_minor > 0)),
+    CONSTRAINT goodwill_credits_approval_consistent CHECK (((approved_by IS NULL) = (approved_at IS NULL))),
+    CONSTRAINT goodwill_credits_four_eyes CHECK (((approved_by IS NULL) OR (approved_by <> requested_by))),
+    CONSTRAINT goodwill_credits_posted_has_transaction CHECK (((status = 'posted'::text) = (transaction_id IS NOT NULL))),
+    CONSTRAINT goodwill_credits_reason_length CHECK (((length(reason) >= 1) AND (length(reason) <= 500))),
+    CONSTRAINT goodwill_credits_status_known CHECK ((status = ANY (ARRAY['pending'::text, 'posted'::text])))
+);
+
 -- Name: idempotency_keys; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.idempotency_keys (
@@ -1263,6 +1357,55 @@ CREATE TABLE wallet.processed_messages (
     CONSTRAINT processed_messages_ids_length CHECK ((((length(command_id) >= 1) AND (length(command_id) <= 200)) AND ((length(saga_id) >= 1) AND (length(saga_id) <= 200)))),
     CONSTRAINT processed_messages_response_fits_command CHECK ((((command_type = 'DebitForWithdrawal'::text) AND (response_type = ANY (ARRAY['WithdrawalDebited'::text, 'WithdrawalDebitRejected'::text]))) OR ((command_type = 'SettleWithdrawal'::text) AND (response_type = 'WithdrawalSettled'::text)) OR ((command_type = 'RefundWithdrawal'::text) AND (response_type = 'WithdrawalRefunded'::text)))),
     CONSTRAINT processed_messages_response_object CHECK ((jsonb_typeof(response) = 'object'::text))
+);
+
+-- Name: promo_programme_receivers; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.promo_programme_receivers (
+    programme_id text NOT NULL,
+    wallet_id text NOT NULL,
+    granted_minor bigint NOT NULL,
+    CONSTRAINT promo_programme_receivers_positive CHECK ((granted_minor > 0))
+);
+
+-- Name: promo_programmes; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.promo_programmes (
+    id text NOT NULL,
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    wallet_id text NOT NULL,
+    name text NOT NULL,
+    currency character(3) NOT NULL,
+    amount_per_customer bigint NOT NULL,
+    budget_minor bigint NOT NULL,
+    remaining_minor bigint NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    status text NOT NULL,
+    proposed_by text NOT NULL,
+    proposed_at timestamp with time zone NOT NULL,
+    decided_by text,
+    decided_at timestamp with time zone,
+    decision_reason text,
+    CONSTRAINT promo_programmes_amounts_positive CHECK (((amount_per_customer > 0) AND (budget_minor > 0))),
+    CONSTRAINT promo_programmes_decision_consistent CHECK ((((status = 'proposed'::text) = (decided_by IS NULL)) AND ((decided_by IS NULL) = (decided_at IS NULL)))),
+    CONSTRAINT promo_programmes_name_length CHECK (((length(name) >= 1) AND (length(name) <= 140))),
+    CONSTRAINT promo_programmes_never_overspent CHECK (((remaining_minor >= 0) AND (remaining_minor <= budget_minor))),
+    CONSTRAINT promo_programmes_reason_length CHECK (((length(decision_reason) >= 1) AND (length(decision_reason) <= 500))),
+    CONSTRAINT promo_programmes_spent_only_accepted CHECK (((status = 'accepted'::text) OR (remaining_minor = budget_minor))),
+    CONSTRAINT promo_programmes_status_known CHECK ((status = ANY (ARRAY['proposed'::text, 'accepted'::text, 'refused'::text])))
+);
+
+-- Name: staff_daily_usage; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.staff_daily_usage (
+    actor text NOT NULL,
+    day date NOT NULL,
+    kind text NOT NULL,
+    currency character(3) NOT NULL,
+    used bigint NOT NULL,
+    CONSTRAINT staff_daily_usage_kind_known CHECK ((kind = ANY (ARRAY['goodwill'::text, 'promo'::text]))),
+    CONSTRAINT staff_daily_usage_used_positive CHECK ((used > 0))
 );
 
 -- Name: unattributed_topups; Type: TABLE; Schema: wallet; Owner: -
@@ -1359,6 +1502,21 @@ ALTER TABLE ONLY public.schema_migrations
 ALTER TABLE ONLY wallet.accounts
     ADD CONSTRAINT accounts_pkey PRIMARY KEY (bucket, id);
 
+-- Name: campaign_grants campaign_grants_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.campaign_grants
+    ADD CONSTRAINT campaign_grants_pkey PRIMARY KEY (campaign_id, transaction_id);
+
+-- Name: campaigns campaigns_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.campaigns
+    ADD CONSTRAINT campaigns_pkey PRIMARY KEY (id);
+
+-- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.goodwill_credits
+    ADD CONSTRAINT goodwill_credits_pkey PRIMARY KEY (id);
+
 -- Name: idempotency_keys idempotency_keys_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.idempotency_keys
@@ -1393,6 +1551,21 @@ ALTER TABLE ONLY wallet.outbox
 
 ALTER TABLE ONLY wallet.processed_messages
     ADD CONSTRAINT processed_messages_pkey PRIMARY KEY (command_id);
+
+-- Name: promo_programme_receivers promo_programme_receivers_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.promo_programme_receivers
+    ADD CONSTRAINT promo_programme_receivers_pkey PRIMARY KEY (programme_id, wallet_id);
+
+-- Name: promo_programmes promo_programmes_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.promo_programmes
+    ADD CONSTRAINT promo_programmes_pkey PRIMARY KEY (id);
+
+-- Name: staff_daily_usage staff_daily_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.staff_daily_usage
+    ADD CONSTRAINT staff_daily_usage_pkey PRIMARY KEY (actor, day, kind, currency);
 
 -- Name: unattributed_topups unattributed_topups_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1435,6 +1608,14 @@ CREATE INDEX promo_batches_spend_order ON ledger.promo_batches USING btree (buck
 
 CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btree (bucket, refund_of) WHERE ((refund_of IS NOT NULL) AND (bucket = home_bucket));
 
+-- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX goodwill_credits_pending ON wallet.goodwill_credits USING btree (requested_at) WHERE (status = 'pending'::text);
+
+-- Name: goodwill_credits_wallet; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX goodwill_credits_wallet ON wallet.goodwill_credits USING btree (bucket, wallet_id);
+
 -- Name: idempotency_keys_created; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX idempotency_keys_created ON wallet.idempotency_keys USING btree (created_at);
@@ -1450,6 +1631,14 @@ CREATE INDEX outbox_unsent ON wallet.outbox USING btree (id) WHERE (sent_at IS N
 -- Name: processed_messages_saga; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX processed_messages_saga ON wallet.processed_messages USING btree (saga_id);
+
+-- Name: promo_programmes_account; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX promo_programmes_account ON wallet.promo_programmes USING btree (bucket, account_id);
+
+-- Name: promo_programmes_proposed; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX promo_programmes_proposed ON wallet.promo_programmes USING btree (proposed_at) WHERE (status = 'proposed'::text);
 
 -- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
 
@@ -1487,6 +1676,10 @@ CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transa
 
 CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
 
+-- Name: goodwill_credits goodwill_credits_guard; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER goodwill_credits_guard BEFORE DELETE OR UPDATE ON wallet.goodwill_credits FOR EACH ROW EXECUTE FUNCTION wallet.goodwill_credits_guard();
+
 -- Name: outbox outbox_keeps_unsent; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON wallet.outbox FOR EACH ROW EXECUTE FUNCTION wallet.outbox_keeps_unsent();
@@ -1498,6 +1691,10 @@ CREATE TRIGGER outbox_notify AFTER INSERT ON wallet.outbox FOR EACH STATEMENT EX
 -- Name: processed_messages processed_messages_append_only; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER processed_messages_append_only BEFORE DELETE OR UPDATE ON wallet.processed_messages FOR EACH ROW EXECUTE FUNCTION wallet.processed_messages_append_only();
+
+-- Name: promo_programmes promo_programmes_guard; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER promo_programmes_guard BEFORE UPDATE ON wallet.promo_programmes FOR EACH ROW EXECUTE FUNCTION wallet.promo_programmes_guard();
 
 -- Name: unattributed_topups unattributed_topups_attributed_once; Type: TRIGGER; Schema: wallet; Owner: -
 
@@ -1523,6 +1720,11 @@ ALTER TABLE ONLY ledger.promo_spends
 ALTER TABLE ONLY ledger.promo_spends
     ADD CONSTRAINT promo_spends_transaction_fk FOREIGN KEY (bucket, transaction_id) REFERENCES ledger.transactions(bucket, id);
 
+-- Name: campaign_grants campaign_grants_campaign_id_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.campaign_grants
+    ADD CONSTRAINT campaign_grants_campaign_id_fkey FOREIGN KEY (campaign_id) REFERENCES wallet.campaigns(id);
+
 -- Name: limit_usage limit_usage_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.limit_usage
@@ -1532,6 +1734,11 @@ ALTER TABLE ONLY wallet.limit_usage
 
 ALTER TABLE ONLY wallet.members
     ADD CONSTRAINT members_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
+-- Name: promo_programme_receivers promo_programme_receivers_programme_id_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.promo_programme_receivers
+    ADD CONSTRAINT promo_programme_receivers_programme_id_fkey FOREIGN KEY (programme_id) REFERENCES wallet.promo_programmes(id);
 
 -- Name: wallets wallets_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1614,6 +1821,10 @@ REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_reques
 REVOKE ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) TO hiwallet_wallet_app;
 
+-- Name: FUNCTION goodwill_credits_guard(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.goodwill_credits_guard() FROM PUBLIC;
+
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.outbox_keeps_unsent() FROM PUBLIC;
@@ -1625,6 +1836,10 @@ REVOKE ALL ON FUNCTION wallet.outbox_notify() FROM PUBLIC;
 -- Name: FUNCTION processed_messages_append_only(); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.processed_messages_append_only() FROM PUBLIC;
+
+-- Name: FUNCTION promo_programmes_guard(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.promo_programmes_guard() FROM PUBLIC;
 
 -- Name: FUNCTION return_withdrawal(p_bucket smallint, p_command_id text); Type: ACL; Schema: wallet; Owner: -
 
@@ -1696,6 +1911,41 @@ GRANT UPDATE(tier) ON TABLE wallet.accounts TO hiwallet_wallet_app;
 
 GRANT UPDATE(updated_at) ON TABLE wallet.accounts TO hiwallet_wallet_app;
 
+-- Name: TABLE campaign_grants; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.campaign_grants TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.campaign_grants TO hiwallet_wallet_readonly;
+
+-- Name: TABLE campaigns; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.campaigns TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN campaigns.remaining_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(remaining_minor) ON TABLE wallet.campaigns TO hiwallet_wallet_app;
+
+-- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN goodwill_credits.status; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(status) ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
+
+-- Name: COLUMN goodwill_credits.approved_by; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(approved_by) ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
+
+-- Name: COLUMN goodwill_credits.approved_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(approved_at) ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
+
+-- Name: COLUMN goodwill_credits.transaction_id; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(transaction_id) ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
+
 -- Name: TABLE idempotency_keys; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT,INSERT,DELETE ON TABLE wallet.idempotency_keys TO hiwallet_wallet_app;
@@ -1729,6 +1979,49 @@ GRANT UPDATE(sent_at) ON TABLE wallet.outbox TO hiwallet_wallet_app;
 
 GRANT SELECT,INSERT ON TABLE wallet.processed_messages TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.processed_messages TO hiwallet_wallet_readonly;
+
+-- Name: TABLE promo_programme_receivers; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN promo_programme_receivers.granted_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(granted_minor) ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_app;
+
+-- Name: TABLE promo_programmes; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.promo_programmes TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN promo_programmes.remaining_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(remaining_minor) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: COLUMN promo_programmes.status; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(status) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: COLUMN promo_programmes.decided_by; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(decided_by) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: COLUMN promo_programmes.decided_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(decided_at) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: COLUMN promo_programmes.decision_reason; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(decision_reason) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT,INSERT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_readonly;
+
+-- Name: COLUMN staff_daily_usage.used; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(used) ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_app;
 
 -- Name: TABLE unattributed_topups; Type: ACL; Schema: wallet; Owner: -
 

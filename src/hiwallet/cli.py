@@ -75,7 +75,7 @@ def run(
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
             "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
-            "mail-catcher, sms-fake, nvi-fake, staff-admin."
+            "mail-catcher, sms-fake, nvi-fake, onboarding, staff-admin."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -130,6 +130,11 @@ def run(
 
         configure_logging("nvi-fake")
         run_nvi_fake(port, host)
+        return
+    if name == "onboarding":
+        from hiwallet.onboarding.app import run_onboarding
+
+        run_onboarding(port, host)
         return
     if name == "withdrawal-orchestrator":
         from hiwallet.withdrawals.app import run_withdrawal_orchestrator
@@ -192,6 +197,9 @@ def _register_subcommands() -> None:
     from hiwallet.bank.cli import bank_app
 
     app.add_typer(bank_app, name="bank")
+    from hiwallet.onboarding.cli import onboarding_app
+
+    app.add_typer(onboarding_app, name="onboarding")
     from hiwallet.staff_admin.cli import staff_app
 
     app.add_typer(staff_app, name="staff")

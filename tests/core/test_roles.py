@@ -46,6 +46,14 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     # and the outbox as its relay needs it (claim, mark sent, purge sent rows)
     "wallet.processed_messages": {"INSERT"},
     "wallet.outbox": {"INSERT", "DELETE"},
+    # wallet-api's staff money (migrations/wallet/0013): campaigns, programmes, goodwill
+    # credits, the employees' daily usage; nothing deleted
+    "wallet.campaigns": {"INSERT"},
+    "wallet.campaign_grants": {"INSERT"},
+    "wallet.promo_programmes": {"INSERT"},
+    "wallet.promo_programme_receivers": {"INSERT"},
+    "wallet.goodwill_credits": {"INSERT"},
+    "wallet.staff_daily_usage": {"INSERT"},
 }
 WALLET_APP_COLUMNS = {
     ("wallet.accounts", "tier", "UPDATE"),
@@ -55,6 +63,17 @@ WALLET_APP_COLUMNS = {
     ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_at", "UPDATE"),
     ("wallet.outbox", "sent_at", "UPDATE"),
+    ("wallet.campaigns", "remaining_minor", "UPDATE"),
+    *(
+        ("wallet.promo_programmes", column, "UPDATE")
+        for column in ("status", "remaining_minor", "decided_by", "decided_at", "decision_reason")
+    ),
+    ("wallet.promo_programme_receivers", "granted_minor", "UPDATE"),
+    *(
+        ("wallet.goodwill_credits", column, "UPDATE")
+        for column in ("status", "approved_by", "approved_at", "transaction_id")
+    ),
+    ("wallet.staff_daily_usage", "used", "UPDATE"),
 }
 WALLET_APP_FUNCTIONS = {
     "ledger.post",

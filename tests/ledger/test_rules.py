@@ -496,3 +496,21 @@ async def test_reads_statement_transaction_and_balance_as_of(ledger: Ledger) -> 
     assert await ledger.store.balance_as_of(cash_account(w), before_all) == 0
     assert await ledger.store.balance_as_of(cash_account(w), results[2].posted_at) == 30 * TL
     assert await ledger.store.balance_as_of(cash_account(w), p.posted_at) == 45 * TL
+
+
+async def test_goodwill(ledger: Ledger) -> None:
+    """goodwill_expense −, customer cash +: the platform's expense (central, per currency), cash
+    the customer may spend at once; a second post under the key is a replay; never refundable."""
+    w = (await ledger.open_wallet("alice", bucket=A)).wallet_id
+    expense = system_account(Role.GOODWILL_EXPENSE, "TRY")
+    assert expense == "0000:sys:goodwill_expense:TRY"
+    posting = ledger.goodwill_posting("gw1", w, 25 * TL, "TRY", actor="staff:emp-1", ref="late delivery")
+    r = await ledger.post(posting)
+    assert legs(r) == {cash_account(w): 25 * TL, expense: -25 * TL}
+    assert (await ledger.post(posting)).replayed
+    tx = await ledger.transaction(r.id)
+    assert (tx.type, tx.actor) == (TxType.GOODWILL, "staff:emp-1")
+    assert await cash(ledger, w) == 25 * TL
+    with pytest.raises(NotRefundable):
+        ledger.refund_posting(tx, actor="staff:emp-1")
+    await assert_verified(ledger.store)

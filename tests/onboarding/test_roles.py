@@ -23,6 +23,8 @@ TABLES = {
     "onboarding.phone_codes",
     "onboarding.consents",
     "onboarding.rate_hits",
+    "onboarding.processed_events",
+    "onboarding.wire_checks",
 }
 APP_WRITES: dict[str, set[str]] = {
     "onboarding.registrations": {"INSERT", "DELETE"},
@@ -30,6 +32,8 @@ APP_WRITES: dict[str, set[str]] = {
     "onboarding.phone_codes": {"INSERT", "DELETE"},
     "onboarding.consents": {"INSERT"},
     "onboarding.rate_hits": {"INSERT", "DELETE"},
+    "onboarding.processed_events": {"INSERT"},
+    "onboarding.wire_checks": {"INSERT"},
 }
 REGISTRATION_UPDATES = (
     "email_enc",
@@ -65,6 +69,7 @@ APP_COLUMNS = {
     *(("onboarding.customers", c, "UPDATE") for c in CUSTOMER_UPDATES),
     *(("onboarding.phone_codes", c, "UPDATE") for c in PHONE_CODE_UPDATES),
     ("onboarding.rate_hits", "hits", "UPDATE"),
+    ("onboarding.processed_events", "outcome", "UPDATE"),
 }
 READONLY_REGISTRATION = (
     "id",
@@ -110,7 +115,7 @@ async def test_the_onboarding_roles_may_do_exactly_what_their_service_needs(
     assert await table_names(owner, "onboarding") == TABLES
     assert await privileges(owner, APP) == expected(TABLES, APP_WRITES, APP_COLUMNS, set(), SCHEMAS)
     readonly = await privileges(owner, READONLY)
-    reports = {"onboarding.consents", "public.schema_migrations"}
+    reports = {"onboarding.consents", "onboarding.wire_checks", "public.schema_migrations"}
     assert readonly == expected(reports, {}, READONLY_COLUMNS, set(), SCHEMAS)
     # no column holding personal data, sealed or hashed, is readable by reports
     assert not [c for t, c, _ in readonly["columns"] if c.endswith(("_enc", "_hash"))]  # type: ignore[attr-defined]
@@ -128,6 +133,8 @@ async def test_the_application_role_cannot_rewrite_a_claim_or_a_consent(onboardi
                     "DELETE FROM onboarding.customers",
                     "UPDATE onboarding.consents SET version = 'x'",
                     "DELETE FROM onboarding.consents",
+                    "UPDATE onboarding.wire_checks SET result = 'verified'",
+                    "DELETE FROM onboarding.wire_checks",
                     "UPDATE onboarding.registrations SET email_hash = '\\x00'",
                     "TRUNCATE onboarding.registrations",
                     "CREATE TABLE onboarding.x (id int)",

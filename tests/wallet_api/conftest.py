@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import uvicorn
 
 from hiwallet.core import db
 from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.staff import StaffMember
 from hiwallet.identity.settings import REALMS_DIR
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
@@ -36,6 +38,8 @@ from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, free_port
 
 PROBLEM = "https://hiwallet.dev/problems/"
 TL = 100
+# A promo programme id of the right form that names none: for requests refused before it is read
+ANY_PROGRAMME = "00000000-0000-7000-8000-000000000000"
 
 
 MERCHANTS = ("merchant-demo", "merchant-two", "merchant-three")
@@ -197,6 +201,35 @@ class WalletApi:
         if funds:
             await self.fund(wallet["id"], funds)
         return Business(account["id"], wallet["id"], wallet["number"], token)
+
+    async def programme(
+        self,
+        business: Business,
+        *,
+        amount_per_customer: int = 100 * TL,
+        budget: int = 1_000 * TL,
+        days: int = 90,
+        accept: bool = True,
+    ) -> str:
+        """A promo programme the business proposes over HTTP; accepted by an employee (through
+        the service: the staff endpoints are tests/wallet_api/test_staff_money.py's)."""
+        proposed = await self.http.post(
+            "/v1/promo-programmes",
+            json={
+                "from_wallet": business.wallet_id,
+                "name": "Hoş geldin",
+                "amount_per_customer": amount_per_customer,
+                "budget_minor": budget,
+                "expires_at": (datetime.now(UTC) + timedelta(days=days)).isoformat(),
+            },
+            headers=business.auth,
+        )
+        assert proposed.status_code == 201, proposed.text
+        programme_id: str = proposed.json()["id"]
+        if accept:
+            employee = StaffMember("test-employee", None, frozenset())
+            await self.service.staff.decide_programme(employee, programme_id, accept=True, reason=None)
+        return programme_id
 
     async def fund(self, wallet_id: str, amount: int) -> None:
         await self.ledger.topup(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from tests.identity.test_verifier import claims_of, sign, staff_person_token
-from tests.wallet_api.conftest import TL, WalletApi, assert_problem, client_token
+from tests.wallet_api.conftest import ANY_PROGRAMME, TL, WalletApi, assert_problem, client_token
 
 
 async def test_a_stranger_gets_404_for_reading_and_moving(api: WalletApi) -> None:
@@ -39,7 +39,7 @@ async def test_a_stranger_gets_404_for_reading_and_moving(api: WalletApi) -> Non
     assert_problem(await api.post("/v1/transfers", steal_shop, mallory.auth), "not-found", 404)
     assert_problem(await api.post(f"/v1/transfers/{t['id']}/refund", {}, mallory.auth), "not-found", 404)
     expires = (datetime.now(UTC) + timedelta(days=1)).isoformat()
-    promo = {**steal_shop, "expires_at": expires}
+    promo = {**steal_shop, "expires_at": expires, "programme": ANY_PROGRAMME}
     assert_problem(await api.post("/v1/promos", promo, mallory.auth), "not-found", 404)
     r = await api.http.post(
         f"/v1/accounts/{alice.account_id}/wallets", json={"currency": "EUR"}, headers=mallory.auth

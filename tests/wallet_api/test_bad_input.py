@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR
-from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+from tests.wallet_api.conftest import ANY_PROGRAMME, TL, WalletApi, assert_problem
 
 GOOD_ID = "0001:w:01234567-89ab-7def-8123-456789abcdef"
 
@@ -119,6 +119,7 @@ async def test_malformed_bodies_and_ids(api: WalletApi) -> None:
             "from_wallet": shop.wallet_id,
             "to_wallet_number": alice.number,
             "amount": TL,
+            "programme": ANY_PROGRAMME,
             "expires_at": expires,
         }
         assert_problem(await api.post("/v1/promos", promo, shop.auth), slug, 422)

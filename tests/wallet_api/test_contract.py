@@ -284,9 +284,33 @@ def test_the_document_lists_every_endpoint_and_the_security_scheme(
         ("/v1/transfers/{transfer_id}", "get"),
         ("/v1/transfers/{transfer_id}/refund", "post"),
         ("/v1/promos", "post"),
+        ("/v1/promo-programmes", "post"),
+        ("/v1/promo-programmes", "get"),
+        ("/v1/promo-programmes/{programme_id}", "get"),
+        # staff money (issue 13): each names one permission (tests/wallet_api/test_staff_money.py)
+        ("/v1/staff/promos", "post"),
+        ("/v1/staff/campaigns", "post"),
+        ("/v1/staff/campaigns", "get"),
+        ("/v1/staff/campaigns/{campaign_id}", "get"),
+        ("/v1/staff/campaigns/{campaign_id}/grants", "post"),
+        ("/v1/staff/promo-programmes", "get"),
+        ("/v1/staff/promo-programmes/{programme_id}", "get"),
+        ("/v1/staff/promo-programmes/{programme_id}/accept", "post"),
+        ("/v1/staff/promo-programmes/{programme_id}/refuse", "post"),
+        ("/v1/staff/goodwill-credits", "post"),
+        ("/v1/staff/goodwill-credits", "get"),
+        ("/v1/staff/goodwill-credits/{credit_id}", "get"),
+        ("/v1/staff/goodwill-credits/{credit_id}/approve", "post"),
     }
     assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
-    money = ("/v1/transfers", "/v1/promos", "/v1/transfers/{transfer_id}/refund")
+    money = (
+        "/v1/transfers",
+        "/v1/promos",
+        "/v1/transfers/{transfer_id}/refund",
+        "/v1/staff/promos",
+        "/v1/staff/campaigns/{campaign_id}/grants",
+        "/v1/staff/goodwill-credits",
+    )
     for path, item in document["paths"].items():
         for method, op in item.items():
             assert op["security"] == [{"HTTPBearer": []}], (path, method)

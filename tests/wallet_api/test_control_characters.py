@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hiwallet.ledger.errors import InvalidPosting
-from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+from tests.wallet_api.conftest import ANY_PROGRAMME, TL, WalletApi, assert_problem
 
 CONTROL = ["\x00", "\x01", "\t", "\n", "\r", "\x1b", "\x1f", "\x7f", "\x80", "\x85", "\x9f"]
 
@@ -46,7 +46,19 @@ async def test_every_text_field_of_the_document_refuses_control_characters(api: 
     fields = _free_text(document)
     # What this found today: if a model gains a free-text field, it is checked here.
     assert fields["TransferIn"] == ["from_wallet", "to_wallet_number", "reference"]
-    assert set(fields) == {"OpenPersonalIn", "PromoIn", "RefundIn", "TransferIn"}  # OpenWalletIn: an enum
+    assert set(fields) == {
+        "OpenPersonalIn",
+        "PromoIn",
+        "RefundIn",
+        "TransferIn",
+        # issue 13: promo programmes and the staff money endpoints
+        "ProgrammeIn",
+        "StaffPromoIn",
+        "CampaignIn",
+        "CampaignGrantIn",
+        "DecisionIn",
+        "GoodwillIn",
+    }  # OpenWalletIn: an enum
     schemas = document["components"]["schemas"]
     for name, names in fields.items():
         for field in names:
@@ -99,6 +111,7 @@ async def test_control_characters_in_every_request_text_are_422(api: WalletApi) 
                     "from_wallet": shop.wallet_id,
                     "to_wallet_number": alice.number,
                     "amount": TL,
+                    "programme": ANY_PROGRAMME,
                     "expires_at": expires,
                     "reference": bad,
                 },

@@ -64,11 +64,13 @@ async def test_a_deadlock_is_retried_before_anything_is_answered(faulty: WalletA
     assert r.status_code == 201, r.text
     assert await dbfaults.fired_once(api.database)
     shop = await api.business(funds=100 * TL)
+    programme = await api.programme(shop)
     await dbfaults.rearm(api.database)
     grant = {
         "from_wallet": shop.wallet_id,
         "to_wallet_number": bob.number,
         "amount": TL,
+        "programme": programme,
         "expires_at": (datetime.now(UTC) + timedelta(days=3)).isoformat(),
         "reference": f"fault-once:{sqlstate}",
     }
@@ -105,6 +107,7 @@ async def test_a_promo_grant_in_a_unit_of_work_is_classified_the_same(
         "from_wallet": shop.wallet_id,
         "to_wallet_number": customer.number,
         "amount": TL,
+        "programme": await api.programme(shop),
         "expires_at": (datetime.now(UTC) + timedelta(days=3)).isoformat(),
         "reference": f"fault:{sqlstate}",
     }

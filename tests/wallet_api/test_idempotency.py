@@ -10,7 +10,7 @@ import asyncpg
 
 from hiwallet.core import db
 from hiwallet.wallet_api.idempotency import lock_key as _lock_key
-from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+from tests.wallet_api.conftest import ANY_PROGRAMME, TL, WalletApi, assert_problem
 
 
 async def test_same_key_same_body_answers_the_first_answer(api: WalletApi) -> None:
@@ -73,6 +73,7 @@ async def test_missing_or_malformed_key(api: WalletApi) -> None:
         "from_wallet": shop.wallet_id,
         "to_wallet_number": bob.number,
         "amount": TL,
+        "programme": ANY_PROGRAMME,
         "expires_at": expires,
     }
     assert_problem(await api.post("/v1/promos", promo, shop.auth, key=None), "idempotency-key-missing", 400)

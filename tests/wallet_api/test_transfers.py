@@ -53,6 +53,7 @@ async def test_p2p_moves_cash_and_shows_in_both_statements(api: WalletApi) -> No
 async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> None:
     payer = await api.customer("unverified", funds=100 * TL)
     shop = await api.business(funds=50 * TL)
+    programme = await api.programme(shop)
     # The shop gives the customer 40 TL of promo, then the customer pays the shop 100 TL.
     grant = await api.post(
         "/v1/promos",
@@ -60,6 +61,7 @@ async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> N
             "from_wallet": shop.wallet_id,
             "to_wallet_number": payer.number,
             "amount": 40 * TL,
+            "programme": programme,
             "expires_at": (datetime.now(UTC) + timedelta(days=30)).isoformat(),
         },
         shop.auth,
@@ -221,12 +223,14 @@ async def test_promo_grant_rules(api: WalletApi) -> None:
     newcomer = await api.customer("unknown")
     other_shop = await api.business("Diğer", client=None)
     soon = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    programme = await api.programme(shop, amount_per_customer=20 * TL)
 
     def grant(to: str, amount: int = TL, expires_at: str = soon) -> dict[str, object]:
         return {
             "from_wallet": shop.wallet_id,
             "to_wallet_number": to,
             "amount": amount,
+            "programme": programme,
             "expires_at": expires_at,
         }
 

@@ -30,6 +30,10 @@ class Role(StrEnum):
     PROMO_EXPENSE = "promo_expense"
     PROMO_BREAKAGE = "promo_breakage"
     TRANSIT = "transit"
+    # What the platform gives a customer as goodwill (staff credits, 000_…: credit type
+    # goodwill): an expense of its own, apart from promo_expense (promo money expires, goodwill
+    # is cash) and provider_expense (what the providers charge).
+    GOODWILL_EXPENSE = "goodwill_expense"
 
 
 # System accounts that many transactions touch are split into one sub-account per bucket; the
@@ -37,7 +41,9 @@ class Role(StrEnum):
 PER_BUCKET_ROLES = frozenset(
     {Role.CLEARING, Role.REVENUE, Role.PROMO_EXPENSE, Role.PROMO_BREAKAGE, Role.TRANSIT}
 )
-CENTRAL_ONLY_ROLES = frozenset({Role.NOSTRO, Role.PROVIDER_EXPENSE})
+# goodwill_expense is central: a staff credit is rare (an employee, by hand, under a daily
+# ceiling), so its one account is never a hot spot worth a sub-account per bucket.
+CENTRAL_ONLY_ROLES = frozenset({Role.NOSTRO, Role.PROVIDER_EXPENSE, Role.GOODWILL_EXPENSE})
 
 _ACCOUNT_ID = re.compile(r"^(\d{4}):[A-Za-z0-9:_.\-]{1,110}$")
 _CURRENCY = re.compile(r"^[A-Z]{3}$")

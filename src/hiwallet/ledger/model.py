@@ -26,6 +26,7 @@ class TxType(StrEnum):
     HOLD_CAPTURE = "hold_capture"
     DEBIT = "debit"
     SWEEP = "sweep"
+    GOODWILL = "goodwill"
 
 
 # What a refund may reverse. Promo movements, settlements and refunds themselves have their own

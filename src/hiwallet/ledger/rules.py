@@ -276,6 +276,18 @@ def promo_grant(
     )
 
 
+def goodwill(key: str, wallet: str, amount: int, currency: str, *, actor: str, ref: str) -> Posting:
+    """goodwill_expense −amount, customer cash +amount: the platform credits a customer from
+    its own expense (000_…: the credit of type goodwill, granted by staff). Never refundable: a
+    correction is another movement."""
+    amount, currency, b = check_amount(amount), check_currency(currency), bucket_of(wallet)
+    legs = [
+        Leg(cash_account(wallet), amount, currency),
+        Leg(system_account(Role.GOODWILL_EXPENSE, currency), -amount, currency),
+    ]
+    return _posting(key, b, TxType.GOODWILL, actor, ref, legs)
+
+
 def promo_expiry(
     batch_id: str, customer_promo_account: str, expire_to: str, currency: str, *, actor: str
 ) -> Posting:

@@ -182,6 +182,13 @@ class Ledger:
         )
 
     @staticmethod
+    def goodwill_posting(
+        key: str, wallet: str, amount: int, currency: str, *, actor: str, ref: str
+    ) -> Posting:
+        """A goodwill credit's posting (goodwill_expense −, customer cash +)."""
+        return rules.goodwill(key, wallet, amount, currency, actor=actor, ref=ref)
+
+    @staticmethod
     def refund_posting(original: TransactionView, *, actor: str, ref: str | None = None) -> Posting:
         return rules.refund(original, actor=actor, ref=ref)
 

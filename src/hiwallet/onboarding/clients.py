@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -118,8 +119,8 @@ class IdentityAdmin:
         self._token = token
         self._settings = settings
 
-    async def find_by_email(self, email: str) -> str | None:
-        """The id of the user with exactly this e-mail, or None."""
+    async def find_by_email(self, email: str) -> FoundUser | None:
+        """The user with exactly this e-mail, or None."""
         response = await self._token.request(
             "identity",
             "GET",
@@ -131,7 +132,8 @@ class IdentityAdmin:
             raise UnexpectedAnswer(f"identity's user search answered {response.status_code}")
         for user in response.json():
             if str(user.get("email", "")).lower() == email.lower():
-                return str(user["id"])
+                created = datetime.fromtimestamp(int(user.get("createdTimestamp", 0)) / 1000, UTC)
+                return FoundUser(str(user["id"]), created)
         return None
 
     async def create_user(self, email: str, password: str) -> str:
@@ -173,6 +175,12 @@ def _message(response: httpx.Response) -> str:
         found = body.get("errorMessage") or body.get("error_description") or body.get("detail")
         return str(found or "refused")[:200]
     return "refused"
+
+
+@dataclass(frozen=True)
+class FoundUser:
+    id: str
+    created_at: datetime
 
 
 @dataclass(frozen=True)

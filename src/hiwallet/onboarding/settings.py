@@ -40,8 +40,8 @@ class OnboardingSettings(BaseSettings):
     customer_issuer_base: str = "http://127.0.0.1:8080"
     customer_realm: str = "hiwallet"
     # The login page's client (login_url's client_id) and where it returns to.
-    login_client_id: str = "wallet-web-bff"
-    login_redirect_uri: str = "http://127.0.0.1:8003/auth/callback"
+    login_client_id: str = "personal-web-bff"
+    login_redirect_uri: str = "http://127.0.0.1:8002/auth/callback"
     staff_issuer_base: str = "http://127.0.0.1:8180"
     staff_realm: str = "hiwallet-staff"
     audience: str = "hiwallet-api"

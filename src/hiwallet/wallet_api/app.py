@@ -32,6 +32,7 @@ from hiwallet.wallet_api.routes import document, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 from hiwallet.wallet_api.staff_desk import StaffDesk
+from hiwallet.wallet_api.staff_money_routes import staff_money_router
 from hiwallet.wallet_api.staff_routes import staff_router
 
 log = structlog.get_logger(__name__)
@@ -136,6 +137,7 @@ def create_wallet_api_app(
     app.include_router(lean_router)
     app.include_router(router)
     app.include_router(staff_router)
+    app.include_router(staff_money_router)
     # The schemas the document refers to by hand, the supported currencies, the links.
     document(app, settings.currencies)
     return app

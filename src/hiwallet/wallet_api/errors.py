@@ -129,6 +129,54 @@ class InvalidRequest(ProblemError):
     title = "The request is not valid"
 
 
+class BudgetExhausted(ProblemError):
+    """A campaign's or a promo programme's budget holds less than the grant."""
+
+    status = 422
+    slug = "budget-exhausted"
+    title = "The budget does not hold this amount"
+
+
+class CampaignEnded(ProblemError):
+    status = 422
+    slug = "campaign-ended"
+    title = "The campaign takes no more grants"
+
+
+class ProgrammeRequired(ProblemError):
+    """A business grants promo only under a promo programme that staff accepted."""
+
+    status = 403
+    slug = "programme-not-accepted"
+    title = "The promo programme is not accepted"
+
+
+class CustomerAmountExceeded(ProblemError):
+    status = 422
+    slug = "programme-customer-amount-exceeded"
+    title = "The customer would receive more than the programme's amount per customer"
+
+
+class DailyCeilingExceeded(ProblemError):
+    status = 422
+    slug = "daily-ceiling-exceeded"
+    title = "The amount exceeds the employee's daily ceiling"
+
+
+class SameEmployee(ProblemError):
+    """Four eyes: the employee who asked for a credit never approves it."""
+
+    status = 403
+    slug = "four-eyes"
+    title = "A second employee must approve this"
+
+
+class AlreadyDecided(ProblemError):
+    status = 409
+    slug = "already-decided"
+    title = "This was decided already"
+
+
 class Unavailable(http.ServiceUnavailable):
     slug = "service-unavailable"
 

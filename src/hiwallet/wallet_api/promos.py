@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 
@@ -16,16 +16,22 @@ from hiwallet.wallet_api.adapters import Repo
 from hiwallet.wallet_api.domain import AccountKind, Caller
 from hiwallet.wallet_api.idempotency import Answer, idempotent, request_hash
 from hiwallet.wallet_api.settings import WalletApiSettings
+from hiwallet.wallet_api.staff_money import StaffMoney, check_expiry
 from hiwallet.wallet_api.views import view_of_post
-
-PROMO_MAX_DAYS = 366
 
 
 class Promos:
-    def __init__(self, pool: asyncpg.Pool, the_ledger: ledger.Ledger, settings: WalletApiSettings) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        the_ledger: ledger.Ledger,
+        settings: WalletApiSettings,
+        staff_money: StaffMoney,
+    ) -> None:
         self.pool = pool
         self.ledger = the_ledger
         self.settings = settings
+        self.staff_money = staff_money
 
     async def refund(
         self, caller: Caller, key: str | None, transfer_id: str, reference: str | None
@@ -62,10 +68,13 @@ class Promos:
         to_wallet_number: str,
         amount: int,
         currency: str,
-        expires_at: datetime,
+        programme: str,
+        expires_at: datetime | None,
         reference: str | None,
     ) -> Answer:
-        """A business gives promo money to a customer; what is left at expiry returns to it."""
+        """A business gives promo money to a customer under a promo programme staff accepted
+        (its budget and amount per customer spent in this transaction); what is left at expiry
+        returns to the business."""
         key = check_idempotency_key(key)
         bucket = domain.bucket_in(from_wallet)
         payload = {
@@ -73,7 +82,8 @@ class Promos:
             "to_wallet_number": to_wallet_number,
             "amount": amount,
             "currency": currency,
-            "expires_at": expires_at.isoformat(),
+            "programme": programme,
+            "expires_at": expires_at.isoformat() if expires_at else None,
             "reference": reference,
         }
 
@@ -81,12 +91,8 @@ class Promos:
             src = await own_wallet(conn, caller, from_wallet)
             if src.kind is not AccountKind.BUSINESS:
                 raise errors.NotABusiness("only a business grants promo money", operation="promo_grant")
-            now = datetime.now(UTC)
-            if not now + timedelta(minutes=1) <= expires_at <= now + timedelta(days=PROMO_MAX_DAYS):
-                raise errors.InvalidRequest(
-                    f"expires_at must be between a minute and {PROMO_MAX_DAYS} days from now",
-                    field="expires_at",
-                )
+            if expires_at is not None:
+                check_expiry(expires_at)
             to_bucket, number = domain.parse_wallet_number(to_wallet_number)
             dst = await Repo(conn).wallet_by_number(to_bucket, number)
             if dst is None:
@@ -99,13 +105,21 @@ class Promos:
                 raise errors.CurrencyMismatch(
                     "both wallets must hold the request's currency", currency=currency
                 )
+            expires = await self.staff_money.spend_programme(
+                conn,
+                programme,
+                business_wallet=src.wallet.id,
+                customer_wallet=dst.wallet.id,
+                amount=amount,
+                expires_at=expires_at,
+            )
             ref = reference or f"promo to {number}"
             posting = self.ledger.promo_grant_posting(
                 new_id(),
                 dst.wallet.id,
                 amount,
                 currency,
-                expires_at=expires_at,
+                expires_at=expires,
                 actor=caller.actor,
                 ref=ref,
                 business=src.wallet.id,

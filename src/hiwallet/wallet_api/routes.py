@@ -94,13 +94,57 @@ class TransferIn(_In):
     reference: Reference | None = None
 
 
+ProgrammeId = Annotated[
+    StrictStr,
+    Field(
+        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+        description="An accepted promo programme of the granting business (POST /v1/promo-programmes).",
+    ),
+]
+Name = Annotated[PrintableText, Field(min_length=1, max_length=140)]
+
+
 class PromoIn(_In):
     from_wallet: WalletId
     to_wallet_number: WalletNumber
     amount: Amount
     currency: Currency = "TRY"
-    expires_at: AwareDatetime
+    programme: ProgrammeId
+    expires_at: AwareDatetime | None = Field(
+        default=None, description="At most the programme's expiry, which it is when left out."
+    )
     reference: Reference | None = None
+
+
+class ProgrammeIn(_In):
+    from_wallet: WalletId = Field(description="The business's wallet that funds the grants.")
+    name: Name
+    amount_per_customer: Amount
+    budget_minor: Amount
+    expires_at: AwareDatetime = Field(description="No grant after it, and no grant's promo outlives it.")
+
+
+class ProgrammeOut(BaseModel):
+    id: str
+    account_id: str
+    wallet_id: str
+    name: str
+    currency: str
+    amount_per_customer: int
+    budget_minor: int
+    remaining_minor: int
+    expires_at: datetime
+    status: Literal["proposed", "accepted", "refused"]
+    proposed_by: str
+    proposed_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_reason: str | None
+
+
+class ProgrammesOut(BaseModel):
+    programmes: list[ProgrammeOut]
+    next_cursor: str | None = None
 
 
 class RefundIn(_In):
@@ -501,7 +545,8 @@ async def refund(transfer_id: TransferIdPath, request: Request, who: CallerDep, 
     tags=["promos"],
 )
 async def grant_promo(request: Request) -> Response:
-    """A business gives promo money to a customer's wallet; what is left at expiry returns."""
+    """A business gives promo money to a customer's wallet under an accepted promo programme
+    (its budget and amount per customer); what is left at expiry returns to the business."""
     who = await verified_caller(request)
     body = await json_body(request, PromoIn)
     answer = await service_of(request).promo_grant(
@@ -511,10 +556,36 @@ async def grant_promo(request: Request) -> Response:
         to_wallet_number=body.to_wallet_number,
         amount=body.amount,
         currency=body.currency,
+        programme=body.programme,
         expires_at=body.expires_at,
         reference=body.reference,
     )
     return _answer(answer)
+
+
+@router.post("/promo-programmes", response_model=ProgrammeOut, status_code=201, tags=["promos"])
+async def propose_programme(body: ProgrammeIn, who: CallerDep, svc: ServiceDep) -> JSONResponse:
+    """A business proposes a promo programme; it grants promo under it once staff accept it."""
+    view = await svc.propose_programme(
+        who,
+        from_wallet=body.from_wallet,
+        name=body.name,
+        amount_per_customer=body.amount_per_customer,
+        budget=body.budget_minor,
+        expires_at=body.expires_at,
+    )
+    return JSONResponse(view, status_code=201)
+
+
+@router.get("/promo-programmes", response_model=ProgrammesOut, tags=["promos"])
+async def my_programmes(who: CallerDep, svc: ServiceDep) -> Any:
+    """The promo programmes of the caller's businesses, newest first."""
+    return await svc.programmes_of(who)
+
+
+@router.get("/promo-programmes/{programme_id}", response_model=ProgrammeOut, tags=["promos"])
+async def my_programme(programme_id: str, who: CallerDep, svc: ServiceDep) -> Any:
+    return await svc.programme_of(who, programme_id)
 
 
 # ---------------------------------------------------------------------------------------------

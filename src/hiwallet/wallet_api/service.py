@@ -10,7 +10,8 @@ idempotency); SQL lives in adapters and the ledger, reached through its declared
 - :mod:`~hiwallet.wallet_api.parties`: the party cache of transfers;
 - :mod:`~hiwallet.wallet_api.accounts`: accounts, members, wallets, statements;
 - :mod:`~hiwallet.wallet_api.transfers`: the transfer pipeline;
-- :mod:`~hiwallet.wallet_api.promos`: refunds and promo grants.
+- :mod:`~hiwallet.wallet_api.promos`: refunds and promo grants;
+- :mod:`~hiwallet.wallet_api.staff_money`: staff promo, campaigns, promo programmes, goodwill.
 
 Answers are JSON-ready dicts: a money-moving answer is stored as-is for idempotent replays."""
 
@@ -26,6 +27,7 @@ from hiwallet.wallet_api.adapters import Q
 from hiwallet.wallet_api.parties import PartyCache
 from hiwallet.wallet_api.promos import Promos
 from hiwallet.wallet_api.settings import WalletApiSettings
+from hiwallet.wallet_api.staff_money import StaffMoney
 from hiwallet.wallet_api.transfers import Transfers
 
 __all__ = ["WalletService"]
@@ -47,7 +49,8 @@ class WalletService:
         self._transfers = transfers = Transfers(
             pool, self.ledger, settings, PartyCache(settings.party_cache_size)
         )
-        promos = Promos(pool, self.ledger, settings)
+        staff = StaffMoney(pool, self.ledger, settings)
+        promos = Promos(pool, self.ledger, settings, staff)
         # accounts and wallets
         self.open_personal = accounts.open_personal
         self.open_business = accounts.open_business
@@ -64,6 +67,11 @@ class WalletService:
         self.transfer_of = transfers.transfer_of
         self.refund = promos.refund
         self.promo_grant = promos.promo_grant
+        # promo programmes (a business proposes, staff decide) and staff money (issue 13)
+        self.propose_programme = staff.propose_programme
+        self.programmes_of = staff.programmes_of
+        self.programme_of = staff.programme_of
+        self.staff = staff
 
     # -- housekeeping -------------------------------------------------------------------------------
 

@@ -45,6 +45,13 @@ class WalletApiSettings(BaseSettings):
     identity_admin_secret: SecretStr = SecretStr("dev-wallet-api-secret")
     identity_admin_timeout_s: float = 3.0
 
+    # Staff money (issue 13), in minor units per currency. A goodwill credit above the
+    # threshold waits for a second employee; what one employee asks for in goodwill (pending
+    # or posted) and grants in platform promo outside a campaign is capped per UTC day.
+    goodwill_approval_threshold_minor: int = 500_00
+    goodwill_daily_ceiling_minor: int = 5_000_00
+    staff_promo_daily_ceiling_minor: int = 10_000_00
+
     currencies: list[str] = ["TRY", "EUR", "USD"]
     max_body_bytes: int = 16_384
     db_pool_max_size: int = 20

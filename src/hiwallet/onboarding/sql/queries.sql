@@ -21,7 +21,8 @@ RETURNING code_expires_at;
 SELECT * FROM onboarding.registrations WHERE id = $1 AND expires_at > now();
 
 -- name: registration_for_update
-SELECT * FROM onboarding.registrations WHERE id = $1 AND expires_at > now() FOR UPDATE;
+SELECT *, code_expires_at <= now() AS code_expired
+  FROM onboarding.registrations WHERE id = $1 AND expires_at > now() FOR UPDATE;
 
 -- name: new_code
 UPDATE onboarding.registrations
@@ -116,7 +117,7 @@ ON CONFLICT (customer_id) DO UPDATE
 RETURNING expires_at;
 
 -- name: phone_code_for_update
-SELECT * FROM onboarding.phone_codes WHERE customer_id = $1 FOR UPDATE;
+SELECT *, expires_at <= now() AS code_expired FROM onboarding.phone_codes WHERE customer_id = $1 FOR UPDATE;
 
 -- name: phone_code_failed
 UPDATE onboarding.phone_codes SET attempts_left = greatest(attempts_left - 1, 0)
