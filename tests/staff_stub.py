@@ -5,6 +5,7 @@ this one lets a service's tests run without it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -31,6 +32,7 @@ class StaffAdminStub:
         self.employees: dict[str, set[str]] = {}
         self.calls = 0
         self.answer: tuple[int, Any] | None = None  # a forced answer, whoever asks
+        self.delay_s = 0.0  # a slow staff-admin
         self.url = ""
         self._port: int | None = None
         self._server: tuple[uvicorn.Server, threading.Thread] | None = None
@@ -39,6 +41,8 @@ class StaffAdminStub:
         @app.get("/v1/me")
         async def me(request: Request) -> JSONResponse:
             self.calls += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             if self.answer is not None:
                 return JSONResponse(self.answer[1], status_code=self.answer[0])
             sub = claims_of(request.headers.get("authorization", "").removeprefix("Bearer "))["sub"]
