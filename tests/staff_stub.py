@@ -9,13 +9,14 @@ import asyncio
 import base64
 import json
 import threading
+import time
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tests.servers import serve, stop
+from tests.servers import START_TIMEOUT_S, serve, stop
 
 PROBLEM = "https://hiwallet.dev/problems/"
 
@@ -55,9 +56,24 @@ class StaffAdminStub:
         self.app = app
 
     def start(self) -> StaffAdminStub:
-        url, server, thread = serve(self.app, "staff-admin-stub", port=self._port)
-        self.url, self._server = url, (server, thread)
-        self._port = int(url.rsplit(":", 1)[1])
+        """Started, on the port it had before a stop (an outage ends where it began)."""
+        if self._port is None:
+            url, server, thread = serve(self.app, "staff-admin-stub")
+            self._port = int(url.rsplit(":", 1)[1])
+        else:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    self.app, host="127.0.0.1", port=self._port, log_level="warning", log_config=None
+                )
+            )
+            thread = threading.Thread(target=server.run, name="staff-admin-stub", daemon=True)
+            thread.start()
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError("the staff-admin stand-in did not start again")
+                time.sleep(0.02)
+        self.url, self._server = f"http://127.0.0.1:{self._port}", (server, thread)
         return self
 
     def stop(self) -> None:
