@@ -372,7 +372,7 @@ class StaffMoney:
         if current["status"] == status:
             return programme_view(current)
         raise errors.AlreadyDecided(
-            f"the programme was {current['status']} already", status=current["status"]
+            f"the programme was {current['status']} already", programme_status=current["status"]
         )
 
     async def spend_programme(
@@ -395,12 +395,12 @@ class StaffMoney:
             raise errors.ProgrammeRequired(
                 f"the programme is {row['status']}; promo is granted under an accepted one",
                 programme=programme_id,
-                status=row["status"],
+                programme_status=row["status"],
             )
         until: datetime = row["expires_at"]
         if until <= datetime.now(UTC) + timedelta(minutes=1):
             raise errors.ProgrammeRequired(
-                "the programme has expired", programme=programme_id, status="expired"
+                "the programme has expired", programme=programme_id, programme_status="expired"
             )
         expires = expires_at or until
         check_expiry(expires, until=until)
