@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -163,6 +164,44 @@ async def test_every_staff_money_endpoint_needs_its_permission(api: WalletApi, s
     # what the holders did: one promo grant and one goodwill credit, two legs each
     assert after["lines"] - before["lines"] == 4
     await api.verify()
+
+
+async def test_a_malformed_id_in_a_staff_path_is_the_404_of_a_missing_one(
+    api: WalletApi, staff: Staff
+) -> None:
+    """As on the customer routes (test_document): the answer says nothing of the id's form."""
+    alice = await api.customer()
+    _, auth = staff.employee(*ALL)
+    bodies = {
+        "/v1/staff/campaigns/{campaign_id}/grants": {
+            "wallet": alice.wallet_id,
+            "amount_minor": TL,
+            "expires_at": days(7),
+        },
+        "/v1/staff/promo-programmes/{programme_id}/accept": {},
+        "/v1/staff/promo-programmes/{programme_id}/refuse": {},
+    }
+    templates = [
+        ("GET", "/v1/staff/campaigns/{campaign_id}"),
+        ("POST", "/v1/staff/campaigns/{campaign_id}/grants"),
+        ("GET", "/v1/staff/promo-programmes/{programme_id}"),
+        ("POST", "/v1/staff/promo-programmes/{programme_id}/accept"),
+        ("POST", "/v1/staff/promo-programmes/{programme_id}/refuse"),
+        ("GET", "/v1/staff/goodwill-credits/{credit_id}"),
+        ("POST", "/v1/staff/goodwill-credits/{credit_id}/approve"),
+    ]
+    before = await api.counts()
+    for method, template in templates:
+        expected = None
+        for value in (str(uuid.uuid4()), "not-an-id", "0001:x", "%00", "x" * 300):
+            path = re.sub(r"\{\w+\}", value, template)
+            headers = {**auth, "Idempotency-Key": str(uuid.uuid4())}
+            r = await api.http.request(method, path, json=bodies.get(template), headers=headers)
+            body = assert_problem(r, "not-found", 404)
+            body.pop("instance")
+            expected = expected or body
+            assert body == expected, (method, template, value)
+    assert await api.counts() == before
 
 
 async def test_a_deactivated_employee_is_refused_on_the_next_request(api: WalletApi, staff: Staff) -> None:
