@@ -114,6 +114,19 @@ async def bank_db(bank_template: str) -> AsyncIterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+async def onboarding_template() -> AsyncIterator[str]:
+    async with pgtemplate.temporary(pgtemplate.make_template("onboarding")) as name:
+        yield name
+
+
+@pytest.fixture
+async def onboarding_db(onboarding_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_onboarding`` for one test."""
+    async with pgtemplate.temporary(pgtemplate.clone(onboarding_template)) as name:
+        yield name
+
+
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the

@@ -17,6 +17,7 @@ PACKAGES = [
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
     "hiwallet.core.withdrawals",
+    "hiwallet.core.events",
     "hiwallet.core.background",
     "hiwallet.core.webhooks",
     "hiwallet.core.staff",
@@ -26,6 +27,8 @@ PACKAGES = [
     "hiwallet.bank",
     "hiwallet.fakes",
     "hiwallet.withdrawals",
+    "hiwallet.onboarding",
+    "hiwallet.staff_admin",
 ]
 
 

@@ -40,6 +40,9 @@ CHILDREN = (
     "topup-webhook",
     "stripe-fake",
     "bank-fake",
+    "mail-catcher",
+    "sms-fake",
+    "nvi-fake",
     "withdrawal-orchestrator",
     "bank-adapter",
     "bank-webhook",
@@ -47,7 +50,7 @@ CHILDREN = (
 # The stop order's tiers (up.Deployable.tier): highest first.
 TIERS = {
     name: 2
-    if "fake" in name or name == "withdrawal-orchestrator"
+    if "fake" in name or name in ("mail-catcher", "withdrawal-orchestrator")
     else 0
     if name.startswith("identity")
     else 1
@@ -122,6 +125,10 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "withdrawal-orchestrator",
             "bank-adapter",
             "bank-webhook",
+            "mail",
+            "smtp",
+            "sms",
+            "nvi",
         )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
@@ -139,6 +146,10 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "STRIPE_FAKE_WEBHOOK_URL": f"{topup}/stripe",
         "BANK_FAKE_PORT": str(ports["bank"]),
         "BANK_FAKE_WEBHOOK_URL": f"{topup}/bank",
+        "MAIL_CATCHER_PORT": str(ports["mail"]),
+        "MAIL_CATCHER_SMTP_PORT": str(ports["smtp"]),
+        "SMS_FAKE_PORT": str(ports["sms"]),
+        "NVI_FAKE_PORT": str(ports["nvi"]),
         "HIWALLET_IDENTITY_PORT": str(ports["identity"]),
         "HIWALLET_IDENTITY_STAFF_PORT": str(ports["staff"]),
         "HIWALLET_IDENTITY_PUBLIC_URL": customer,

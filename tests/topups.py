@@ -47,6 +47,11 @@ def consumer_settings(**overrides: Any) -> WalletConsumerSettings:
         "withdrawals_queue_prefix": f"{prefix}.",
         "withdrawals_dead_letter_key": f"{prefix}.withdrawals",
         "withdrawals_dead_letter_queue": f"{prefix}.withdrawals.dead",
+        # and the events' (a credited wire's TopupCredited)
+        "events_exchange": f"{prefix}.events",
+        "events_queue_prefix": f"{prefix}.",
+        "events_dead_letter_key": f"{prefix}.events",
+        "events_dead_letter_queue": f"{prefix}.events.dead",
         "max_attempts": 2,
         **overrides,
     }

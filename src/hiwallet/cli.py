@@ -75,7 +75,7 @@ def run(
         typer.Argument(
             help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
             "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
-            "mail-catcher, sms-fake, nvi-fake."
+            "mail-catcher, sms-fake, nvi-fake, onboarding, staff-admin."
         ),
     ],
     realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
@@ -131,6 +131,11 @@ def run(
         configure_logging("nvi-fake")
         run_nvi_fake(port, host)
         return
+    if name == "onboarding":
+        from hiwallet.onboarding.app import run_onboarding
+
+        run_onboarding(port, host)
+        return
     if name == "withdrawal-orchestrator":
         from hiwallet.withdrawals.app import run_withdrawal_orchestrator
 
@@ -145,6 +150,11 @@ def run(
         from hiwallet.bank.adapter import run_bank_adapter
 
         run_bank_adapter(port, host)
+        return
+    if name == "staff-admin":
+        from hiwallet.staff_admin.app import run_staff_admin
+
+        run_staff_admin(port, host)
         return
     if name == "bank-webhook":
         from hiwallet.bank.webhook import run_bank_webhook
@@ -187,6 +197,12 @@ def _register_subcommands() -> None:
     from hiwallet.bank.cli import bank_app
 
     app.add_typer(bank_app, name="bank")
+    from hiwallet.onboarding.cli import onboarding_app
+
+    app.add_typer(onboarding_app, name="onboarding")
+    from hiwallet.staff_admin.cli import staff_app
+
+    app.add_typer(staff_app, name="staff")
 
 
 _register_subcommands()

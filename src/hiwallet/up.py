@@ -1,8 +1,9 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
 Migrates, starts every deployable as its own process (both identity realms, wallet-api,
-wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, stripe-fake
-and bank-fake so far; every later service joins the list), waits until each is ready, seeds
+wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, and the
+outside institutions' fakes: stripe-fake, bank-fake, mail-catcher, sms-fake, nvi-fake; every
+later service joins the list), waits until each is ready, seeds
 the demo data (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
@@ -82,6 +83,9 @@ class Deployable:
 def deployables() -> list[Deployable]:
     from hiwallet.bank.settings import get_bank_settings
     from hiwallet.fakes.bank import get_bank_fake_settings
+    from hiwallet.fakes.mail import get_mail_catcher_settings
+    from hiwallet.fakes.nvi import get_nvi_fake_settings
+    from hiwallet.fakes.sms import get_sms_fake_settings
     from hiwallet.fakes.stripe import get_stripe_fake_settings
     from hiwallet.identity.settings import get_identity_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
@@ -108,6 +112,11 @@ def deployables() -> list[Deployable]:
         Deployable("topup-webhook", ("run", "topup-webhook"), get_topup_webhook_settings().port, 1),
         Deployable("stripe-fake", ("run", "stripe-fake"), get_stripe_fake_settings().port, 2, "/health"),
         Deployable("bank-fake", ("run", "bank-fake"), get_bank_fake_settings().port, 2, "/health"),
+        # What onboarding sends codes through and checks identities with (and identity's mail).
+        # They send nothing by themselves: stopped with the other outside institutions.
+        Deployable("mail-catcher", ("run", "mail-catcher"), get_mail_catcher_settings().port, 2, "/health"),
+        Deployable("sms-fake", ("run", "sms-fake"), get_sms_fake_settings().port, 2, "/health"),
+        Deployable("nvi-fake", ("run", "nvi-fake"), get_nvi_fake_settings().port, 2, "/health"),
         # The withdrawal saga (docs/withdrawals.md). The orchestrator asks wallet-api while it
         # serves (tier 2: it drains while wallet-api still answers); bank-webhook takes the
         # bank's callbacks (1: bank-fake, 2, stops sending first); bank-adapter calls bank-fake,
@@ -354,7 +363,8 @@ async def seed(
     Every step finds what a previous start made before making it. ``database`` and
     ``api_settings`` are for tests (a cloned database, servers on free ports)."""
     from hiwallet.ledger import Ledger
-    from hiwallet.wallet_api.cli import operator, service_account_subject, wallet_service
+    from hiwallet.wallet_api.cli import operator, wallet_service
+    from hiwallet.wallet_api.domain import service_account_subject
 
     realm = f"{identity_url}/realms/hiwallet"
     async with httpx.AsyncClient(timeout=10.0) as http:
@@ -491,6 +501,7 @@ def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.bank.settings import get_bank_settings
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.onboarding.settings import get_onboarding_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
     from hiwallet.withdrawals.settings import get_withdrawal_settings
@@ -503,6 +514,7 @@ def _databases() -> dict[str, str]:
         "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
         "bank": get_bank_settings().database or db.DATABASES["bank"],
         "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
+        "onboarding": get_onboarding_settings().database or db.DATABASES["onboarding"],
     }
 
 

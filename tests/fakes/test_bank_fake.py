@@ -201,6 +201,25 @@ def test_the_listing_finds_the_wires(bank_fake: Fake, receiver: Receiver) -> Non
     assert httpx.get(f"{bank_fake.base_url}/v1/incoming-wires").status_code == 401
 
 
+def test_one_wire_carries_its_senders_identity_number(bank_fake: Fake, receiver: Receiver) -> None:
+    # what onboarding reads for the first wire -> verified: the sender's TCKN, as Turkish banks'
+    # notifications give it (checked), or null when the sender's bank sent none
+    sent = received_wire(bank_fake, sender_tckn=TCKN)
+    without = received_wire(bank_fake)
+    receiver.wait_for(2)
+    with bank_fake.client() as client:
+        one = client.get(f"/v1/incoming-wires/{sent['id']}").json()
+        assert (one["sender_tckn"], one["sender_name"], one["sender_iban"]) == (
+            TCKN,
+            "Ayşe Yılmaz",
+            "DE89370400440532013000",
+        )
+        assert client.get(f"/v1/incoming-wires/{without['id']}").json()["sender_tckn"] is None
+        missing = client.get("/v1/incoming-wires/wire_nothere")
+        assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
+    assert httpx.get(f"{bank_fake.base_url}/v1/incoming-wires/{sent['id']}").status_code == 401
+
+
 def test_duplicate_delay_drop_and_redeliver(bank_fake: Fake, receiver: Receiver) -> None:
     bank_fake.faults(duplicate=5)
     received_wire(bank_fake)

@@ -70,7 +70,8 @@ def app_of(api: WalletApi) -> FastAPI:
 
 async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: WalletApi) -> None:
     alice = await api.customer(funds=10 * TL)
-    # The staff routes answer an employee only: test_staff_money checks theirs.
+    # The staff paths' ids answer the same after an employee's permission: test_staff.py and
+    # test_staff_money.py.
     with_ids = [
         (m, p, params) for m, p, params in routes_of(app_of(api)) if params and not p.startswith("/v1/staff/")
     ]

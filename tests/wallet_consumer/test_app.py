@@ -17,6 +17,7 @@ import pytest
 from hiwallet.core.broker import Broker, topups_topology
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
+from hiwallet.core.events import events_topology
 from hiwallet.core.settings import Settings
 from hiwallet.core.withdrawals import withdrawals_topology
 from hiwallet.ledger import Ledger, LedgerStore, cash_account
@@ -40,7 +41,8 @@ async def processed(pool: asyncpg.Pool) -> int:
 
 
 def test_the_default_topology_is_the_contracts() -> None:
-    assert topology_of(WalletConsumerSettings()) == topups_topology() + withdrawals_topology()
+    contracts = topups_topology() + withdrawals_topology() + events_topology()
+    assert topology_of(WalletConsumerSettings()) == contracts
 
 
 async def test_the_app_credits_each_wallets_topups_once_and_in_order(

@@ -44,6 +44,10 @@ async def test_the_process_serves_consumes_and_stops_on_sigterm(
         "HIWALLET_WALLET_CONSUMER_WITHDRAWALS_QUEUE_PREFIX": settings.withdrawals_queue_prefix,
         "HIWALLET_WALLET_CONSUMER_WITHDRAWALS_DEAD_LETTER_KEY": settings.withdrawals_dead_letter_key,
         "HIWALLET_WALLET_CONSUMER_WITHDRAWALS_DEAD_LETTER_QUEUE": settings.withdrawals_dead_letter_queue,
+        "HIWALLET_WALLET_CONSUMER_EVENTS_EXCHANGE": settings.events_exchange,
+        "HIWALLET_WALLET_CONSUMER_EVENTS_QUEUE_PREFIX": settings.events_queue_prefix,
+        "HIWALLET_WALLET_CONSUMER_EVENTS_DEAD_LETTER_KEY": settings.events_dead_letter_key,
+        "HIWALLET_WALLET_CONSUMER_EVENTS_DEAD_LETTER_QUEUE": settings.events_dead_letter_queue,
     }
     process = await asyncio.create_subprocess_exec(
         str(HIWALLET),

@@ -42,6 +42,8 @@ DATABASES: dict[str, str] = {
     "topup": "hiwallet_topup",
     "withdrawal": "hiwallet_withdrawal",
     "bank": "hiwallet_bank",
+    "onboarding": "hiwallet_onboarding",
+    "staff_admin": "hiwallet_staff_admin",
 }
 
 # Databases that share one schema share one migrations folder: the staff realm's identity

@@ -220,6 +220,9 @@ class Ledger:
     async def statement(self, account_id: str, *, cursor: str | None = None, limit: int = 50) -> Statement:
         return await self.store.statement(account_id, cursor=cursor, limit=limit)
 
+    async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
+        return await self.store.actors(account_id, transaction_ids)
+
     async def transaction(self, transaction_id: str) -> TransactionView:
         return await self.store.transaction(transaction_id)
 

@@ -525,6 +525,14 @@ class LedgerStore:
             legs=tuple(_line(r) for r in lines),
         )
 
+    async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
+        """The actor of each of these transactions of ``account_id``'s statement (staff read the
+        customer's record with who did what: ``staff:<sub>``, ``customer:<sub>``...)."""
+        if not transaction_ids:
+            return {}
+        rows = await self._read("fetch", Q["actors"], bucket_of(account_id), transaction_ids)
+        return {r["id"]: r["actor"] for r in rows}
+
     async def refund_of(self, transaction_id: str) -> str | None:
         """The id of the refund of ``transaction_id``, if there is one."""
         value = await self._read("fetchval", Q["refund_of"], bucket_of(transaction_id), transaction_id)

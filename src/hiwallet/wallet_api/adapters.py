@@ -93,6 +93,17 @@ class Repo:
     async def is_member(self, bucket: int, account_id: str, issuer: str, subject: str) -> bool:
         return bool(await self.db.fetchval(Q["is_member"], bucket, account_id, issuer, subject))
 
+    async def members_of(self, bucket: int, account_id: str) -> list[asyncpg.Record]:
+        return list(await self.db.fetch(Q["members_of_account"], bucket, account_id))
+
+    async def opened_by(self, bucket: int, account_id: str) -> str | None:
+        value = await self.db.fetchval(Q["account_opened_by"], bucket, account_id)
+        return None if value is None else str(value)
+
+    async def account_of_wallet(self, bucket: int, wallet_id: str) -> str | None:
+        value = await self.db.fetchval(Q["wallet_account"], bucket, wallet_id)
+        return None if value is None else str(value)
+
     async def wallets_of(self, bucket: int, account_id: str) -> list[WalletRow]:
         return [wallet_row(r) for r in await self.db.fetch(Q["wallets_of_account"], bucket, account_id)]
 

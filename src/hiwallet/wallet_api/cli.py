@@ -15,9 +15,9 @@ from rich.console import Console
 
 from hiwallet.core import db
 from hiwallet.core.http import ProblemError
-from hiwallet.core.ids import derived_id
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, LedgerStore, init_connection
+from hiwallet.wallet_api.domain import service_account_subject
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
 
@@ -28,12 +28,6 @@ T = TypeVar("T")
 
 def operator() -> str:
     return f"operator:{getpass.getuser()}"
-
-
-def service_account_subject(realm: str, client_id: str) -> str:
-    """The ``sub`` of a client's service-account tokens: the identity service derives it from
-    the realm and the client (docs/identity.md); with Keycloak, pass --subject instead."""
-    return derived_id("service-account", realm, client_id)
 
 
 @asynccontextmanager

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from hiwallet.core.ids import new_id
+from hiwallet.core.ids import derived_id, new_id
 from hiwallet.ledger import BUCKETS, TxType
 from hiwallet.wallet_api import errors
 
@@ -178,3 +178,9 @@ def check_tier_raise(current: Tier, requested: Tier) -> bool:
             requested=requested.value,
         )
     return requested.rank > current.rank
+
+
+def service_account_subject(realm: str, client_id: str) -> str:
+    """The ``sub`` of a client's service-account tokens: the identity service derives it from
+    the realm and the client (docs/identity.md); with Keycloak, an operator passes the subject."""
+    return derived_id("service-account", realm, client_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property, lru_cache
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.wallet_api.domain import LimitKind, Tier
@@ -32,9 +33,17 @@ class WalletApiSettings(BaseSettings):
     # raises tiers (the architecture document: "these endpoints look for onboarding's client").
     onboarding_client: str = "onboarding"
 
-    # staff-admin, asked who an employee is on every staff request (core.staff, no cache)
+    # Staff endpoints (/v1/staff/...): staff-admin's GET /v1/me is asked, with the employee's
+    # own token, on every staff request (core.staff: no cache); bounded so a slow staff-admin
+    # holds no worker for long (503 staff-admin-unavailable, customers unaffected).
     staff_admin_url: str = "http://127.0.0.1:8013"
     staff_admin_timeout_s: float = 2.0
+    staff_admin_max_connections: int = 20
+    # Finding a customer by e-mail: the customer realm's admin API, with wallet-api's own
+    # service account (client "wallet-api", realm-management view-users only).
+    identity_admin_client: str = "wallet-api"
+    identity_admin_secret: SecretStr = SecretStr("dev-wallet-api-secret")
+    identity_admin_timeout_s: float = 3.0
 
     # Staff money (issue 13), in minor units per currency. A goodwill credit above the
     # threshold waits for a second employee; what one employee asks for in goodwill (pending

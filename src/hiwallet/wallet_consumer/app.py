@@ -29,6 +29,7 @@ from hiwallet.core import db
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.events import events_topology
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
@@ -39,10 +40,9 @@ from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
 from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
-from hiwallet.wallet_consumer.topups import count_unattributed
+from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, count_unattributed
 from hiwallet.wallet_consumer.withdrawals import (
     OUTBOX_CHANNEL,
-    OUTBOX_TABLE,
     WITHDRAWALS_CONSUMER_NAME,
     WithdrawalHandler,
     WithdrawalLimits,
@@ -57,8 +57,9 @@ OUTBOX_PURGE_LOCK_KEY = 0x6877_7770  # "hwwp"
 
 
 def topology_of(settings: WalletConsumerSettings) -> Topology:
-    """What the consumer declares: core.broker.topups_topology() and
-    core.withdrawals.withdrawals_topology() with the default settings."""
+    """What the consumer declares: core.broker.topups_topology(),
+    core.withdrawals.withdrawals_topology() and core.events.events_topology() with the default
+    settings."""
     topups = partitioned_topology(
         settings.exchange,
         partitions=settings.partitions,
@@ -66,7 +67,17 @@ def topology_of(settings: WalletConsumerSettings) -> Topology:
         dead_letter_key=settings.dead_letter_key,
         dead_letter_queue=settings.dead_letter_queue,
     )
-    return topups + withdrawal_topology_of(settings)
+    return topups + withdrawal_topology_of(settings) + events_topology_of(settings)
+
+
+def events_topology_of(settings: WalletConsumerSettings) -> Topology:
+    return events_topology(
+        exchange=settings.events_exchange,
+        queue_prefix=settings.events_queue_prefix,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_key=settings.events_dead_letter_key,
+        dead_letter_queue=settings.events_dead_letter_queue,
+    )
 
 
 def withdrawal_topology_of(settings: WalletConsumerSettings) -> Topology:
@@ -126,7 +137,7 @@ def create_wallet_consumer_app(
             await broker.start()
             await broker.declare(topology_of(settings))
             ledger = Ledger(LedgerStore.from_settings(pool, core), Fees.from_settings(core))
-            handler = TopupHandler(ledger, topup_metrics)
+            handler = TopupHandler(ledger, topup_metrics, events_exchange=settings.events_exchange)
             consumer = Consumer(
                 broker=broker,
                 pool=pool,

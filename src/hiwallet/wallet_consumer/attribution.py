@@ -1,6 +1,7 @@
 """An operator's attribution of an unattributed top-up to a wallet (``hiwallet topups
 attribute``): credited once, through the ledger under the payment's key, and the row marked, in
-one transaction; a second attribution is refused, whoever asks."""
+one transaction; a second attribution is refused, whoever asks. A wire (the bank's top-up)
+announces its credit (``TopupCredited``) in that transaction too, as the consumer's credit does."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from dataclasses import dataclass
 
 import structlog
 
+from hiwallet.core.events import EVENTS_EXCHANGE
 from hiwallet.core.text import has_control_characters
 from hiwallet.ledger import Ledger
+from hiwallet.wallet_consumer.handler import ANNOUNCED_PROVIDER, announce
 from hiwallet.wallet_consumer.topups import (
     MAX_OPERATOR,
     Q,
@@ -68,7 +71,9 @@ def operator_actor(operator: str) -> str:
     return f"operator:{name}"
 
 
-async def attribute(ledger: Ledger, payment_id: str, wallet: str, *, operator: str) -> Attribution:
+async def attribute(
+    ledger: Ledger, payment_id: str, wallet: str, *, operator: str, events_exchange: str = EVENTS_EXCHANGE
+) -> Attribution:
     """Credit the unattributed top-up ``payment_id`` to ``wallet`` and mark it attributed by
     ``operator``, all or nothing. Refused (:class:`AttributionRefused`) when there is no such
     top-up, it is attributed already, the ledger has it credited, or the wallet cannot take it;
@@ -100,5 +105,7 @@ async def attribute(ledger: Ledger, payment_id: str, wallet: str, *, operator: s
             conn=conn,
         )
         await conn.execute(Q["mark_attributed"], payment_id, wallet, actor)
+        if topup.provider == ANNOUNCED_PROVIDER:
+            await announce(conn, topup, wallet, posted, exchange=events_exchange)
     log.info("top-up attributed", payment_id=payment_id, transaction_id=posted.id)
     return Attribution(topup=topup, wallet=wallet, transaction_id=posted.id)

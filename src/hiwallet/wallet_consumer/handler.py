@@ -24,6 +24,11 @@ Every answer of the ledger is mapped here, deliberately:
   never retried forever);
 - :class:`LedgerInternalError` and anything else: raised as they are (a defect: the consumer's
   bounded attempts, then the dead letter).
+
+A bank top-up (a wire) credited for the first time also writes ``TopupCredited``
+(core/events.py) into ``wallet.outbox``, in the same transaction: onboarding raises a customer
+to verified on the first wire from their own account. Only the bank's: a card top-up writes
+nothing more (its path carries 1,000/s), and a replay wrote it the first time.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pydantic import ValidationError
 
 from hiwallet.core import db
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.events import EVENTS_EXCHANGE, topup_credited
+from hiwallet.core.outbox import enqueue
 from hiwallet.ledger import (
     AccountNotFound,
     CurrencyMismatch,
@@ -58,9 +65,11 @@ from hiwallet.ledger import (
 from hiwallet.wallet_consumer.metrics import TopupMetrics
 from hiwallet.wallet_consumer.topups import (
     MESSAGE_TYPE,
+    OUTBOX_TABLE,
     Q,
     TopupRecorded,
     Unattributed,
+    UnattributedTopup,
     credited_under_key,
     outcome,
     record_unattributed,
@@ -72,6 +81,8 @@ from hiwallet.wallet_consumer.topups import (
 log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = "wallet-consumer"
+# The provider whose credited top-ups are announced (TopupCredited): wires from a bank account.
+ANNOUNCED_PROVIDER = "bank"
 
 # Refusals a top-up posting cannot meet: if one comes, the ledger or this code is wrong.
 _IMPOSSIBLE = (InsufficientFunds, HoldNotUsable, NotRefundable, NothingToExpire, NotFound)
@@ -101,9 +112,16 @@ class TopupHandler:
     """``core.consumer.Handler`` of ``TopupRecorded``: ``await handler(conn, message)`` in the
     consumer's transaction, answering the outcome stored with the message."""
 
-    def __init__(self, ledger: Ledger, metrics: TopupMetrics | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        metrics: TopupMetrics | None = None,
+        *,
+        events_exchange: str = EVENTS_EXCHANGE,
+    ) -> None:
         self.ledger = ledger
         self.metrics = metrics
+        self.events_exchange = events_exchange
 
     async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
         done = await self.handle(conn, parse(message))
@@ -186,7 +204,7 @@ class TopupHandler:
                 except LedgerError as exc:
                     answers[i] = await self._refused(conn, bodies[i], exc)
                 else:
-                    answers[i] = self._credited(bodies[i], posted)
+                    answers[i] = await self._credited(conn, bodies[i], posted)
         done: list[dict[str, Any]] = []
         for body, answer in zip(bodies, answers, strict=True):
             done.append(answer if answer is not None else await self.handle(conn, body))
@@ -216,7 +234,7 @@ class TopupHandler:
             )
         except LedgerError as exc:
             return await self._refused(conn, body, exc)
-        return self._credited(body, posted)
+        return await self._credited(conn, body, posted)
 
     async def _refused(
         self, conn: asyncpg.Connection, body: TopupRecorded, exc: LedgerError
@@ -240,7 +258,11 @@ class TopupHandler:
             raise Unprocessable(f"the ledger refused a top-up with {exc.code}: a defect") from exc
         raise Unprocessable(f"unknown ledger refusal {exc.code}: a defect") from exc
 
-    def _credited(self, body: TopupRecorded, posted: PostResult) -> dict[str, Any]:
+    async def _credited(
+        self, conn: asyncpg.Connection, body: TopupRecorded, posted: PostResult
+    ) -> dict[str, Any]:
+        if not posted.replayed and body.provider == ANNOUNCED_PROVIDER and body.wallet is not None:
+            await announce(conn, body, body.wallet, posted, exchange=self.events_exchange)
         log.info(
             "top-up credited" if not posted.replayed else "top-up credited before",
             payment_id=body.payment_id,
@@ -284,3 +306,29 @@ class TopupHandler:
             raise Unprocessable(f"ledger key {body.payment_id} names another transaction") from exc
         log.info("top-up credited before by another route", payment_id=body.payment_id)
         return outcome("credited-already", transaction_id=seen.id)
+
+
+async def announce(
+    conn: asyncpg.Connection,
+    topup: TopupRecorded | UnattributedTopup,
+    wallet: str,
+    posted: PostResult,
+    *,
+    exchange: str = EVENTS_EXCHANGE,
+) -> None:
+    """``TopupCredited`` for a top-up just credited to ``wallet``, into the outbox in the
+    caller's transaction (the credit's). Ids and the amount only: no personal data."""
+    await enqueue(
+        conn,
+        topup_credited(
+            payment_id=topup.payment_id,
+            provider=topup.provider,
+            provider_payment_id=topup.provider_payment_id,
+            wallet=wallet,
+            amount_minor=topup.amount_minor,
+            currency=topup.currency,
+            credited_at=posted.posted_at,
+            exchange=exchange,
+        ),
+        table=OUTBOX_TABLE,
+    )

@@ -14,6 +14,7 @@ from hiwallet.core.broker import (
     TOPUPS_DEAD_LETTER_QUEUE,
     TOPUPS_EXCHANGE,
 )
+from hiwallet.core.events import EVENTS_DEAD_LETTER_KEY, EVENTS_DEAD_LETTER_QUEUE, EVENTS_EXCHANGE
 from hiwallet.core.withdrawals import (
     WITHDRAWALS_DEAD_LETTER_KEY,
     WITHDRAWALS_DEAD_LETTER_QUEUE,
@@ -100,6 +101,15 @@ class WalletConsumerSettings(BaseSettings):
     outbox_purge_max_batches: int = 100
     # How often the outbox lag gauges are read.
     outbox_metrics_interval_s: float = 15.0
+
+    # Events (core.events): a credited wire's TopupCredited goes to events_exchange through
+    # wallet.outbox. Publishing is mandatory, so the whole core.events_topology() (the
+    # subscribers' queues too) is declared at start; the prefix renames its queues (tests and
+    # a process started by them: never the real names).
+    events_exchange: str = EVENTS_EXCHANGE
+    events_queue_prefix: str = ""
+    events_dead_letter_key: str = EVENTS_DEAD_LETTER_KEY
+    events_dead_letter_queue: str = EVENTS_DEAD_LETTER_QUEUE
 
 
 @lru_cache(maxsize=1)

@@ -35,6 +35,8 @@ from hiwallet.ledger import (
 Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 
 MESSAGE_TYPE = "TopupRecorded"
+# wallet-consumer's outbox: the withdrawal saga's responses and the credited wires' events.
+OUTBOX_TABLE = "wallet.outbox"
 # A wallet id as the ledger makes them (ledger.new_wallet_id): a customer bucket, ":w:", an id.
 _WALLET_ID = re.compile(r"^(\d{4}):w:[A-Za-z0-9\-]{1,64}$")
 _KEY_PATTERN = r"^[A-Za-z0-9:_.\-]+$"  # the ledger's key alphabet (the payment id is the key)

@@ -75,7 +75,7 @@ from hiwallet.ledger import (
     TransactionIdReused,
     cash_account,
 )
-from hiwallet.wallet_consumer.topups import wallet_bucket
+from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, wallet_bucket
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +83,6 @@ Q = load_queries(Path(__file__).parent / "sql" / "withdrawals.sql")
 
 # The consumer's name in processed_events: apart from the top-ups' (one database, two consumers).
 WITHDRAWALS_CONSUMER_NAME = "wallet-consumer-withdrawals"
-OUTBOX_TABLE = "wallet.outbox"
 OUTBOX_CHANNEL = "wallet_outbox"
 COMMAND_TYPES: dict[str, type[BaseModel]] = {
     "DebitForWithdrawal": DebitForWithdrawal,

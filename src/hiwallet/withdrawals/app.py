@@ -25,12 +25,14 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.staff import StaffDirectory
 from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import router
 from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
+from hiwallet.withdrawals.staff_routes import staff_router
 from hiwallet.withdrawals.visibility import WalletDirectory
 
 log = structlog.get_logger(__name__)
@@ -140,6 +142,11 @@ def create_withdrawal_app(
         service = WithdrawalService(pool, settings, metrics, on_committed=hint.committed)
         app.state.service = service
         app.state.verifier = verifier or verifier_for(settings)
+        app.state.staff_directory = StaffDirectory(
+            settings.staff_admin_url,
+            timeout_s=settings.staff_admin_timeout_s,
+            max_connections=settings.staff_admin_max_connections,
+        )
         app.state.directory = WalletDirectory(
             settings.wallet_api_url,
             timeout_s=settings.wallet_api_timeout_s,
@@ -227,6 +234,7 @@ def create_withdrawal_app(
             if broker is not None:
                 await broker.close()
             await app.state.directory.aclose()
+            await app.state.staff_directory.aclose()
             if verifier is None:
                 await app.state.verifier.aclose()
             await hint.aclose()
@@ -239,6 +247,7 @@ def create_withdrawal_app(
     consumer_metrics = ConsumerMetrics(registry)
     app.state.withdrawal_metrics = metrics
     app.include_router(router)
+    app.include_router(staff_router)
     return app
 
 

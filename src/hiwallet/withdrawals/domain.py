@@ -89,3 +89,10 @@ def request_hash(wallet: str, amount_minor: int, currency: str, destination_iban
         ["withdrawal", wallet, amount_minor, currency, destination_iban], separators=(",", ":")
     )
     return hashlib.sha256(content.encode()).digest()
+
+
+def review_hash(decision: str, saga_id: str) -> bytes:
+    """The fingerprint of a review's POST (release or cancel): the same key for another
+    withdrawal or the other decision is 422."""
+    content = json.dumps(["review", decision, saga_id], separators=(",", ":"))
+    return hashlib.sha256(content.encode()).digest()

@@ -57,6 +57,7 @@ from hiwallet.withdrawals.domain import (
     masked_iban,
     normalized_iban,
     request_hash,
+    review_hash,
 )
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.settings import WithdrawalSettings
@@ -326,6 +327,14 @@ class WithdrawalService:
     async def under_review(self, limit: int = 100) -> list[asyncpg.Record]:
         return await self._read(Q["under_review"], limit)
 
+    async def under_review_page(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[asyncpg.Record], str | None]:
+        """A page of the withdrawals waiting for a review, oldest first, and the next cursor."""
+        rows = await self._read(Q["under_review_after"], cursor, limit + 1)
+        page = rows[:limit]
+        return page, (page[-1]["id"] if len(rows) > limit else None)
+
     async def history(self, saga_id: str) -> list[asyncpg.Record]:
         return await self._read(Q["history"], saga_id)
 
@@ -502,33 +511,64 @@ class WithdrawalService:
         """A reviewed withdrawal goes to the bank: under_review → bank_transfer_pending, with
         StartBankTransfer. Raises SagaNotFound, NotUnderReview, InvalidActor."""
         actor = staff_actor(actor)
-
-        async def work(conn: asyncpg.Connection) -> asyncpg.Record:
-            saga = await self._under_review(conn, saga_id)
-            return await self._move(
-                conn,
-                saga,
-                State.BANK_TRANSFER_PENDING,
-                actor,
-                command=self._start_bank_transfer(saga),
-                reviewed_by=actor,
-            )
-
-        return await self._reviewed(work, saga_id, actor, "released")
+        return await self._reviewed(
+            lambda conn: self._release(conn, saga_id, actor), saga_id, actor, "released"
+        )
 
     async def cancel(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal is refused: under_review → cancelling, with RefundWithdrawal
         whose actor is the member of staff (the reversal entry names them). Raises
         SagaNotFound, NotUnderReview, InvalidActor."""
         actor = staff_actor(actor)
+        return await self._reviewed(
+            lambda conn: self._cancel(conn, saga_id, actor), saga_id, actor, "cancelled"
+        )
 
-        async def work(conn: asyncpg.Connection) -> asyncpg.Record:
-            saga = await self._under_review(conn, saga_id)
-            return await self._move(
-                conn, saga, State.CANCELLING, actor, command=self._refund(saga, actor), reviewed_by=actor
+    async def review(self, decision: str, saga_id: str, actor: str, scope: str, key: str | None) -> Answer:
+        """The review over HTTP (POST /v1/staff/withdrawals/{id}/release|cancel): the decision
+        as :meth:`release` / :meth:`cancel` make it, and its answer stored under the employee's
+        ``Idempotency-Key`` in the same transaction, so a retry is answered the first answer
+        (not 409 not-under-review) and the same key for another decision is 422."""
+        key = check_idempotency_key(key)
+        actor = staff_actor(actor)
+        decide = {"release": self._release, "cancel": self._cancel}[decision]
+        fingerprint = review_hash(decision, saga_id)
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            begun = await conn.fetchrow(Q["idempotency_begin"], scope, key, _lock_key(scope, key))
+            if begun is None or not begun["locked"]:
+                raise in_progress()
+            if begun["request_hash"] is not None:
+                if bytes(begun["request_hash"]) != fingerprint:
+                    raise reused()
+                return Answer(int(begun["status"]), orjson.loads(begun["body"]), replayed=True)
+            answer = Answer(200, view(await decide(conn, saga_id, actor)))
+            await conn.execute(
+                Q["idempotency_put"], scope, key, fingerprint, 200, _json(answer.body), saga_id
             )
+            return answer
 
-        return await self._reviewed(work, saga_id, actor, "cancelled")
+        answer = await self._in_transaction(work)
+        if not answer.replayed:
+            log.info("withdrawal reviewed", saga_id=saga_id, decision=decision, actor=actor)
+        return answer
+
+    async def _release(self, conn: asyncpg.Connection, saga_id: str, actor: str) -> asyncpg.Record:
+        saga = await self._under_review(conn, saga_id)
+        return await self._move(
+            conn,
+            saga,
+            State.BANK_TRANSFER_PENDING,
+            actor,
+            command=self._start_bank_transfer(saga),
+            reviewed_by=actor,
+        )
+
+    async def _cancel(self, conn: asyncpg.Connection, saga_id: str, actor: str) -> asyncpg.Record:
+        saga = await self._under_review(conn, saga_id)
+        return await self._move(
+            conn, saga, State.CANCELLING, actor, command=self._refund(saga, actor), reviewed_by=actor
+        )
 
     async def _under_review(self, conn: asyncpg.Connection, saga_id: str) -> asyncpg.Record:
         saga = await conn.fetchrow(Q["saga_for_update"], saga_id)

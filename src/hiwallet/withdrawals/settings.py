@@ -22,11 +22,16 @@ class WithdrawalSettings(BaseSettings):
     # accounts) for the audience every internal service shares.
     customer_issuer_base: str = "http://127.0.0.1:8080"
     customer_realm: str = "hiwallet"
-    # Staff tokens are recognised (and refused, 403, as wallet-api refuses them on customer
-    # endpoints); staff decide through the review's operations.
+    # Staff tokens are refused (403) on customer endpoints, as wallet-api refuses them; staff
+    # review withdrawals on /v1/staff/withdrawals (withdrawal.review, checked live below).
     staff_issuer_base: str = "http://127.0.0.1:8180"
     staff_realm: str = "hiwallet-staff"
     audience: str = "hiwallet-api"
+    # Who an employee is, asked of staff-admin's GET /v1/me on every staff request (core.staff,
+    # no cache): unreachable -> 503 for the employee, customers never ask it.
+    staff_admin_url: str = "http://127.0.0.1:8013"
+    staff_admin_timeout_s: float = 2.0
+    staff_admin_max_connections: int = 20
     currencies: list[str] = ["TRY", "EUR", "USD"]
 
     # Visibility: the orchestrator knows no members; wallet-api answers "is this caller a member

@@ -55,6 +55,11 @@ SELECT account_id, version, transaction_id, type, ref, amount, currency, balance
  WHERE bucket = ANY ($1::smallint[]) AND transaction_id = $2
  ORDER BY bucket, account_id, version
 
+-- name: actors
+-- Who posted these transactions, read in one bucket: a transaction has a row in each bucket it
+-- touches (ledger.post), so the bucket of a statement's account holds every one of its lines'.
+SELECT id, actor FROM ledger.transactions WHERE bucket = $1 AND id = ANY ($2::text[])
+
 -- name: refund_of
 SELECT id FROM ledger.transactions WHERE bucket = $1 AND refund_of = $2 AND bucket = home_bucket
 

@@ -42,6 +42,19 @@ SELECT EXISTS (
     SELECT 1 FROM wallet.members
      WHERE bucket = $1 AND account_id = $2 AND issuer = $3 AND subject = $4)
 
+-- name: members_of_account
+-- Staff read an account's record: who its members are and who added them (an operator, an
+-- employee as staff:<sub>, onboarding's client).
+SELECT issuer, subject, added_by, created_at FROM wallet.members
+ WHERE bucket = $1 AND account_id = $2
+ ORDER BY created_at, issuer, subject
+
+-- name: account_opened_by
+SELECT opened_by FROM wallet.accounts WHERE bucket = $1 AND id = $2
+
+-- name: wallet_account
+SELECT account_id FROM wallet.wallets WHERE bucket = $1 AND id = $2
+
 -- name: set_tier
 UPDATE wallet.accounts SET tier = $3, updated_at = clock_timestamp()
  WHERE bucket = $1 AND id = $2

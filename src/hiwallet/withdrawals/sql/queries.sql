@@ -75,6 +75,14 @@ SELECT * FROM withdrawal.sagas
 -- name: under_review
 SELECT * FROM withdrawal.sagas WHERE state = 'under_review' ORDER BY id LIMIT $1
 
+-- name: under_review_after
+-- The review's queue for staff, oldest first (ids are UUIDv7); $1 is the cursor (the last id of
+-- the previous page) or NULL. The partial index sagas_under_review serves it.
+SELECT * FROM withdrawal.sagas
+ WHERE state = 'under_review' AND ($1::text IS NULL OR id > $1)
+ ORDER BY id
+ LIMIT $2
+
 -- name: history
 SELECT from_state, to_state, actor, at FROM withdrawal.transitions WHERE saga_id = $1 ORDER BY id
 

@@ -1,0 +1,131 @@
+"""The staff-admin app: the shared HTTP factory, the pool (as the staff-admin database's
+application role), the staff realm's verifier and admin client, the routes, and the bootstrap
+at start (the administrator role; the first administrator invitation, once)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import asyncpg
+import httpx
+import structlog
+from fastapi import FastAPI
+
+from hiwallet.core import db
+from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.background import supervised
+from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.settings import Settings, get_settings
+from hiwallet.staff_admin.identity import StaffRealm
+from hiwallet.staff_admin.routes import lean_router, router
+from hiwallet.staff_admin.service import StaffAdmin
+from hiwallet.staff_admin.settings import StaffAdminSettings, get_staff_admin_settings
+
+log = structlog.get_logger(__name__)
+
+SERVICE = "staff-admin"
+# The bootstrap needs the staff realm (the invitation); while it cannot be reached the service
+# serves anyway (GET /v1/me needs only the database) and tries again this often.
+BOOTSTRAP_RETRY_S = 5.0
+
+
+def database_of(settings: StaffAdminSettings) -> str:
+    return settings.database or db.DATABASES["staff_admin"]
+
+
+async def create_staff_admin_pool(
+    settings: StaffAdminSettings, core: Settings, *, max_size: int | None = None
+) -> asyncpg.Pool:
+    # As the staff-admin database's application role whatever the database's name (tests use
+    # clones): db.create_pool refuses the owner or a superuser.
+    return await db.create_pool(
+        database_of(settings),
+        role=db.app_role("staff_admin"),
+        settings=core,
+        max_size=max_size or settings.db_pool_max_size,
+    )
+
+
+def verifier_for(settings: StaffAdminSettings) -> TokenVerifier:
+    # The staff issuer ONLY (the architecture document): a customer's token is not one of ours.
+    return TokenVerifier(
+        [TrustedIssuer.keycloak(settings.staff_issuer_base, settings.staff_realm, "staff", settings.audience)]
+    )
+
+
+async def bootstrap_until_done(service: StaffAdmin) -> None:
+    """The bootstrap, retried while the staff realm (or the database) cannot be reached."""
+    while True:
+        try:
+            sent = await service.bootstrap()
+        except Exception as exc:  # any failure: logged, retried; the service keeps serving
+            log.warning("bootstrap failed; retrying", error=type(exc).__name__, retry_s=BOOTSTRAP_RETRY_S)
+            await asyncio.sleep(BOOTSTRAP_RETRY_S)
+            continue
+        if sent is not None:
+            log.info("bootstrap invitation sent", invitation_id=sent["id"])
+        return
+
+
+def create_staff_admin_app(
+    settings: StaffAdminSettings | None = None,
+    *,
+    core_settings: Settings | None = None,
+    verifier: TokenVerifier | None = None,
+    identity_client: httpx.AsyncClient | None = None,
+    bootstrap: bool = True,
+) -> FastAPI:
+    """``bootstrap=False``: no administrator role or first invitation at start (tests that do
+    it by hand)."""
+    settings = settings or get_staff_admin_settings()
+    core = core_settings or get_settings()
+    checks: dict[str, ReadyCheck] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_staff_admin_pool(settings, core)
+        realm = StaffRealm(settings, identity_client)
+        service = app.state.service = StaffAdmin(pool, settings, realm)
+        app.state.verifier = verifier or verifier_for(settings)
+
+        async def database_ready() -> None:
+            await pool.fetchval("SELECT 1")
+
+        checks["database"] = database_ready
+        task: asyncio.Task[None] | None = None
+        if bootstrap:
+            task = asyncio.create_task(supervised("bootstrap", lambda: bootstrap_until_done(service)))
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+            if verifier is None:
+                await app.state.verifier.aclose()
+            await realm.aclose()
+            await pool.close()
+
+    lean_routes = [r for r in lean_router.routes if isinstance(r, LeanRoute)]
+    app = create_app(
+        SERVICE,
+        ready_checks=checks,
+        lifespan=lifespan,
+        max_body_bytes=settings.max_body_bytes,
+        hot_routes=lean_routes,
+    )
+    app.state.settings = settings
+    app.include_router(lean_router)
+    app.include_router(router)
+    return app
+
+
+def run_staff_admin(port: int | None, host: str) -> None:
+    """Serve staff-admin (the process entry point)."""
+    configure_logging(SERVICE)
+    settings = get_staff_admin_settings()
+    serve(settle_heap_once_started(create_staff_admin_app(settings)), host=host, port=port or settings.port)
