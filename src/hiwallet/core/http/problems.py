@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 PROBLEM_BASE = "https://hiwallet.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -148,12 +149,30 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
         # one of ours (a chunked body over the limit, from the edge) keeps its own answer.
         return problem_response(exc.__cause__, request.url.path)
     slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = _allow(request, headers)
     body = {
         "type": problem_type(slug),
         "title": str(exc.detail),
         "status": exc.status_code,
         "instance": request.url.path,
     }
-    return JSONResponse(
-        body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=exc.headers
-    )
+    return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+
+
+def _allow(request: Request, headers: Mapping[str, str] | None) -> dict[str, str] | None:
+    """``Allow`` with the methods of every route of the path. Starlette's 405 names only the
+    first route that matched the path, so a path served by two routes (GET and POST of a
+    collection) would tell a client that one of its methods does not exist."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        # an included router stands for its routes (FastAPI's effective route contexts)
+        contexts = route.effective_route_contexts() if hasattr(route, "effective_route_contexts") else [route]
+        for context in contexts:
+            match, _ = context.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= getattr(context, "methods", None) or set()
+    if not methods:
+        return dict(headers) if headers else None
+    return {**(headers or {}), "Allow": ", ".join(sorted(methods))}
