@@ -127,6 +127,19 @@ async def onboarding_db(onboarding_template: str) -> AsyncIterator[str]:
         yield name
 
 
+@pytest.fixture(scope="session")
+async def staff_admin_template() -> AsyncIterator[str]:
+    async with pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as name:
+        yield name
+
+
+@pytest.fixture
+async def staff_admin_db(staff_admin_template: str) -> AsyncIterator[str]:
+    """The name of a fresh, migrated ``hiwallet_staff_admin`` for one test."""
+    async with pgtemplate.temporary(pgtemplate.clone(staff_admin_template)) as name:
+        yield name
+
+
 @pytest.fixture
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the

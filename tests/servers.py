@@ -20,10 +20,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(app: Any, name: str, port: int | None = None) -> tuple[str, uvicorn.Server, threading.Thread]:
-    """Start ``app``; its base URL, the server and its thread once it accepts connections.
-    ``port`` to start again where a stopped one was (tests of an outage)."""
-    port = port or free_port()
+def serve(app: Any, name: str) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """Start ``app``; its base URL, the server and its thread once it accepts connections."""
+    port = free_port()
     server = uvicorn.Server(
         # log_config=None: uvicorn leaves logging to ours (JSON), as in a service
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None)

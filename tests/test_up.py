@@ -26,7 +26,16 @@ import httpx
 import pytest
 
 from hiwallet.core import db
-from hiwallet.up import DEMO_EMAIL, DEMO_PASSWORD, Deployable, RestartPolicy, Supervisor
+from hiwallet.staff_admin.login import StaffClient, next_code, staff_token
+from hiwallet.up import (
+    DEMO_EMAIL,
+    DEMO_PASSWORD,
+    DEMO_STAFF_EMAIL,
+    DEMO_STAFF_PASSWORD,
+    Deployable,
+    RestartPolicy,
+    Supervisor,
+)
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.identity.conftest import free_port
@@ -36,6 +45,7 @@ CHILDREN = (
     "identity (hiwallet)",
     "identity (hiwallet-staff)",
     "wallet-api",
+    "staff-admin",
     "wallet-consumer",
     "topup-webhook",
     "stripe-fake",
@@ -100,7 +110,7 @@ async def databases() -> AsyncIterator[dict[str, str]]:
     await harness.add_vhost(vhost)
     try:
         names["vhost"] = vhost
-        for key in ("wallet", "identity", "staff_identity", "topup", "withdrawal", "bank"):
+        for key in ("wallet", "identity", "staff_identity", "topup", "withdrawal", "bank", "staff_admin"):
             names[key] = await pgtemplate.clone("template0")
             await db.migrate(key, database=names[key])
         yield names
@@ -129,6 +139,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "smtp",
             "sms",
             "nvi",
+            "staff-admin",
         )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
@@ -156,7 +167,14 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_IDENTITY_STAFF_PUBLIC_URL": staff,
         "HIWALLET_IDENTITY_DATABASE": databases["identity"],
         "HIWALLET_IDENTITY_STAFF_DATABASE": databases["staff_identity"],
-        "HIWALLET_IDENTITY_SMTP_ENABLED": "false",
+        # The staff realm mails the demo administrator's invitation to the mail catcher.
+        "HIWALLET_IDENTITY_SMTP_PORT": str(ports["smtp"]),
+        "HIWALLET_STAFF_ADMIN_PORT": str(ports["staff-admin"]),
+        "HIWALLET_STAFF_ADMIN_DATABASE": databases["staff_admin"],
+        "HIWALLET_STAFF_ADMIN_STAFF_ISSUER_BASE": staff,
+        "HIWALLET_WALLET_API_STAFF_ADMIN_URL": f"http://127.0.0.1:{ports['staff-admin']}",
+        "HIWALLET_WITHDRAWAL_STAFF_ADMIN_URL": f"http://127.0.0.1:{ports['staff-admin']}",
+        "HIWALLET_WITHDRAWAL_STAFF_ISSUER_BASE": staff,
         "HIWALLET_IDENTITY_ARGON2_TIME_COST": "1",
         "HIWALLET_IDENTITY_ARGON2_MEMORY_KIB": "1024",
         "HIWALLET_IDENTITY_ARGON2_PARALLELISM": "1",
@@ -256,6 +274,26 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         "hiwallet up running",
     )
     assert proc.poll() is None, out.path.read_text()
+    # The demo administrator, as printed: a staff login (password and TOTP), GET /v1/me.
+    [secret] = re.findall(r"TOTP secret ([A-Z2-7]+)", out.path.read_text())
+    client = StaffClient(f"http://127.0.0.1:{ports['staff']}/realms/hiwallet-staff")
+    # up logged in with the current code; the next one is good (one step ahead is accepted).
+    staff = await asyncio.to_thread(
+        staff_token, client, DEMO_STAFF_EMAIL, DEMO_STAFF_PASSWORD, next_code(secret)
+    )
+    async with httpx.AsyncClient(timeout=5) as http:
+        me_staff = await http.get(
+            f"http://127.0.0.1:{ports['staff-admin']}/v1/me", headers={"Authorization": f"Bearer {staff}"}
+        )
+        assert me_staff.status_code == 200, me_staff.text
+        assert "staff.manage" in me_staff.json()["permissions"]
+        # The README's customer look-up: wallet-api asks staff-admin with the same token.
+        found = await http.get(
+            f"http://127.0.0.1:{ports['wallet-api']}/v1/staff/customers",
+            params={"email": DEMO_EMAIL},
+            headers={"Authorization": f"Bearer {staff}"},
+        )
+        assert found.status_code == 200, found.text
     [wallet_pid] = out.pids("child started", "wallet-api")
     [identity_pid] = out.pids("child started", "identity (hiwallet)")
     me = {"Authorization": f"Bearer {demo_token(ports['identity'])}"}

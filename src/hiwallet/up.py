@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 import httpx
 import structlog
 from rich.console import Console
@@ -53,6 +55,11 @@ DEMO_EMAIL = "demo@hiwallet.dev"
 DEMO_PASSWORD = "hiwallet-demo"
 DEMO_BUSINESS = "Demo Kahve"
 DEMO_FUNDS_MINOR = 1_000_00
+# The demo administrator (staff realm): staff-admin's bootstrap invitation goes to this address
+# (HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL, unless set otherwise), and up follows its link.
+DEMO_STAFF_EMAIL = "admin@hiwallet.dev"
+DEMO_STAFF_PASSWORD = "hiwallet-staff-demo"
+MAIL_WAIT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.2
@@ -88,6 +95,7 @@ def deployables() -> list[Deployable]:
     from hiwallet.fakes.sms import get_sms_fake_settings
     from hiwallet.fakes.stripe import get_stripe_fake_settings
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.staff_admin.settings import get_staff_admin_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
     from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
@@ -108,6 +116,10 @@ def deployables() -> list[Deployable]:
             0,
         ),
         Deployable("wallet-api", ("run", "wallet-api"), wallet.port, 1),
+        # Employees, roles, invitations, audit; GET /v1/me for every staff request. It asks the
+        # staff realm (0) while serving; wallet-api and the orchestrator ask it (their staff
+        # requests get 503 while it is away, customers' none).
+        Deployable("staff-admin", ("run", "staff-admin"), get_staff_admin_settings().port, 1),
         Deployable("wallet-consumer", ("run", "wallet-consumer"), get_wallet_consumer_settings().port, 1),
         Deployable("topup-webhook", ("run", "topup-webhook"), get_topup_webhook_settings().port, 1),
         Deployable("stripe-fake", ("run", "stripe-fake"), get_stripe_fake_settings().port, 2, "/health"),
@@ -497,11 +509,106 @@ def _usage(
 """)
 
 
+def _invitation_link(mail_url: str, address: str, wait_s: float) -> str | None:
+    """The link of the newest mail to ``address`` in the mail catcher, waiting up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = httpx.get(f"{mail_url}/api/v1/search", params={"query": f"to:{address}"}, timeout=5).json()
+        if found["messages"]:
+            message = httpx.get(f"{mail_url}/api/v1/message/{found['messages'][0]['ID']}", timeout=5).json()
+            match = re.search(r"(http://\S+/login-actions/action-token\?key=\S+)", message["Text"])
+            if match:
+                return match[1]
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(POLL_S)
+
+
+def seed_staff(
+    staff_identity_url: str, staff_admin_url: str, mail_url: str, *, identity_database: str
+) -> dict[str, str] | None:
+    """The demo administrator, through the real way in: staff-admin's bootstrap invitation (sent
+    at its start to HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL), its link followed on the staff realm's
+    pages (password, authenticator), the first login, GET /v1/me completing the invitation. On a
+    later start the administrator is there: their TOTP secret is read back from the staff realm's
+    database (local development only; up owns the databases). None when someone else holds
+    staff.manage already (the invitation goes to them, not to a demo)."""
+    from hiwallet.staff_admin import errors as staff_errors
+    from hiwallet.staff_admin.cli import operator, staff_service
+    from hiwallet.staff_admin.login import StaffClient, accept_invitation, current_code, staff_token
+    from hiwallet.staff_admin.settings import get_staff_admin_settings
+
+    email = os.environ.get("HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL", DEMO_STAFF_EMAIL)
+    realm = get_staff_admin_settings().staff_realm
+    client = StaffClient(
+        f"{staff_identity_url}/realms/{realm}",
+        client_secret=_secret("backoffice-bff", "dev-backoffice-bff-secret"),
+    )
+
+    async def enrolled() -> str | None:
+        conn = await asyncpg.connect(db.owner_dsn(identity_database))
+        try:
+            secret: str | None = await conn.fetchval(
+                "SELECT totp_secret FROM users WHERE email = $1 AND cardinality(required_actions) = 0", email
+            )
+            return secret
+        finally:
+            await conn.close()
+
+    async def invite_again() -> bool:
+        async with staff_service(get_staff_admin_settings()) as service:
+            try:
+                await service.bootstrap_again(operator(), email)
+            except staff_errors.BootstrapNotNeeded:
+                return False
+        return True
+
+    async def managed() -> bool:
+        async with staff_service(get_staff_admin_settings()) as service:
+            return bool(await service.staff_managers())
+
+    secret = asyncio.run(enrolled())
+    if secret is None:
+        if asyncio.run(managed()):
+            return None  # someone else administers; no invitation is coming to the demo address
+        link = _invitation_link(mail_url, email, MAIL_WAIT_S)
+        if link is None:
+            # The start-up invitation's mail is gone (the catcher keeps mail in memory).
+            if not asyncio.run(invite_again()):
+                return None
+            link = _invitation_link(mail_url, email, MAIL_WAIT_S)
+        if link is None:
+            raise RuntimeError(f"no invitation mail to {email} reached the mail catcher")
+        secret = accept_invitation(staff_identity_url, link, DEMO_STAFF_PASSWORD)
+        token = staff_token(client, email, DEMO_STAFF_PASSWORD, current_code(secret))
+        me = httpx.get(f"{staff_admin_url}/v1/me", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        if me.status_code != 200:
+            raise RuntimeError(f"the demo administrator's first login was refused ({me.status_code})")
+    return {"email": email, "password": DEMO_STAFF_PASSWORD, "totp_secret": secret}
+
+
+def _staff_usage(staff: dict[str, str] | None, staff_admin_url: str, wallet_url: str) -> None:
+    if staff is None:
+        console.print("  (no demo administrator: an employee holds staff.manage already)")
+        return
+    console.print(f"""
+  demo administrator (staff realm; every permission)
+                 {staff["email"]} / {staff["password"]}  TOTP secret {staff["totp_secret"]}
+  STAFF=$(hiwallet staff token --email {staff["email"]} --password {staff["password"]} \\
+    --otp $(oathtool --totp -b {staff["totp_secret"]}))
+  curl -s -H "Authorization: Bearer $STAFF" {staff_admin_url}/v1/me
+  curl -s -H "Authorization: Bearer $STAFF" "{wallet_url}/v1/staff/customers?email={DEMO_EMAIL}"
+  (no oathtool: --otp $(python -c "import pyotp; print(pyotp.TOTP('{staff["totp_secret"]}').now()")))
+  (a code is good once: for another token, wait for the next one)
+""")
+
+
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.bank.settings import get_bank_settings
     from hiwallet.identity.settings import get_identity_settings
     from hiwallet.onboarding.settings import get_onboarding_settings
+    from hiwallet.staff_admin.settings import get_staff_admin_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
     from hiwallet.withdrawals.settings import get_withdrawal_settings
@@ -515,6 +622,7 @@ def _databases() -> dict[str, str]:
         "bank": get_bank_settings().database or db.DATABASES["bank"],
         "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
         "onboarding": get_onboarding_settings().database or db.DATABASES["onboarding"],
+        "staff_admin": get_staff_admin_settings().database or db.DATABASES["staff_admin"],
     }
 
 
@@ -529,6 +637,8 @@ def up() -> None:
                 await db.migrate(key, settings=settings, database=databases[key])
 
     asyncio.run(migrate_all())
+    # staff-admin's first administrator invitation: to the demo administrator unless configured.
+    os.environ.setdefault("HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL", DEMO_STAFF_EMAIL)
     stop = threading.Event()
     received: list[int] = []
 
@@ -550,6 +660,12 @@ def up() -> None:
         if not stop.is_set():
             identity, wallet = (supervisor.child(n).deployable for n in ("identity (hiwallet)", "wallet-api"))
             demo = asyncio.run(seed(identity.url, wallet.url, database=databases["wallet"]))
+            staff = seed_staff(
+                supervisor.child("identity (hiwallet-staff)").deployable.url,
+                supervisor.child("staff-admin").deployable.url,
+                supervisor.child("mail-catcher").deployable.url,
+                identity_database=databases["staff_identity"],
+            )
             _usage(
                 identity.url,
                 wallet.url,
@@ -558,6 +674,7 @@ def up() -> None:
                 supervisor.child("bank-fake").deployable.url,
                 supervisor.child("withdrawal-orchestrator").deployable.url,
             )
+            _staff_usage(staff, supervisor.child("staff-admin").deployable.url, wallet.url)
             status = supervisor.run(stop)
     except RuntimeError as exc:
         console.print(f"[red]{exc}[/red]")

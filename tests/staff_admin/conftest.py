@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,19 +36,6 @@ from tests.identity.test_staff_totp import finish, secret_on, start_login
 from tests.servers import serve, stop
 
 __all__ = ["identity_factory", "identity_template", "staff_identity_template"]  # fixtures, re-exported
-
-
-@pytest.fixture(scope="session")
-async def staff_admin_template() -> AsyncIterator[str]:
-    async with pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as name:
-        yield name
-
-
-@pytest.fixture
-async def staff_admin_db(staff_admin_template: str) -> AsyncIterator[str]:
-    """The name of a fresh, migrated ``hiwallet_staff_admin`` for one test."""
-    async with pgtemplate.temporary(pgtemplate.clone(staff_admin_template)) as name:
-        yield name
 
 
 @dataclass

@@ -9,7 +9,8 @@ from __future__ import annotations
 import httpx
 
 from hiwallet.core.http import problem_type
-from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer
+from tests.identity.conftest import IdentityServer
+from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer, start_staff_admin
 
 
 def invite(server: StaffAdminServer, admin: Employee, email: str, *role_ids: str) -> dict[str, object]:
@@ -118,3 +119,24 @@ def test_a_second_pending_invitation_to_one_address_is_refused(staff_admin: Staf
     )
     assert unknown.status_code == 422
     assert unknown.json()["type"] == problem_type("unknown-role")
+
+
+def test_a_mail_that_cannot_be_sent_leaves_no_invitation_and_no_audit_row(
+    staff_idp: IdentityServer, staff_admin_db: str, catcher: Catcher
+) -> None:
+    # The identity service refuses the e-mail (a redirect URI its client does not have) after
+    # the user was made: the invitation and its audit row, written before, are rolled back.
+    server = start_staff_admin(
+        staff_idp, staff_admin_db, invitation_redirect_uri="http://127.0.0.1:1/elsewhere"
+    )
+    try:
+        admin = server.admin()
+        body = {"email": "fail@hiwallet.dev", "role_ids": []}
+        refused = server.call("POST", "/v1/invitations", admin, body)
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["type"] == problem_type("identity-unavailable")
+        assert server.sql("SELECT count(*) FROM staff.invitations")[0][0] == 0
+        assert server.audit_rows() == []
+        assert catcher.messages_to("fail@hiwallet.dev") == []
+    finally:
+        server.stop()

@@ -3,6 +3,8 @@ application role (the same guards as the service: the audit log takes rows, neve
 
 - ``employees``: the employees, their roles, active or not;
 - ``audit [--actor --action --target --limit]``: the audit log, newest first;
+- ``token --email --otp``: an employee's access token, logged in as the staff panel does
+  (local development);
 - ``bootstrap-invite [--email]``: while nobody holds staff.manage, a new administrator
   invitation (a pending one to the address is revoked first)."""
 
@@ -22,6 +24,7 @@ from hiwallet.core.http import ProblemError
 from hiwallet.core.settings import get_settings
 from hiwallet.staff_admin.app import create_staff_admin_pool
 from hiwallet.staff_admin.identity import StaffRealm
+from hiwallet.staff_admin.login import LoginFailed, StaffClient, staff_token
 from hiwallet.staff_admin.service import StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings, get_staff_admin_settings
 
@@ -106,6 +109,23 @@ def audit(
                 return
 
     _run(work)
+
+
+@staff_app.command("token")
+def token(
+    email: Annotated[str, typer.Option(help="The employee's e-mail (their username).")],
+    password: Annotated[str, typer.Option(prompt=True, hide_input=True, help="Prompted when omitted.")],
+    otp: Annotated[str, typer.Option(help="The current code, e.g. $(oathtool --totp -b SECRET).")],
+) -> None:
+    """Log in as an employee the way the staff panel does (local development) and print the
+    access token: the staff realm has no direct grants."""
+    settings = get_staff_admin_settings()
+    client = StaffClient(settings.staff_issuer, redirect_uri=settings.invitation_redirect_uri)
+    try:
+        typer.echo(staff_token(client, email, password, otp))
+    except LoginFailed as exc:
+        console.print(f"[red]refused[/red]: {exc}")
+        raise typer.Exit(1) from exc
 
 
 @staff_app.command("bootstrap-invite")

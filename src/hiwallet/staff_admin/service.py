@@ -456,6 +456,10 @@ class StaffAdmin:
             log.warning("revoked invitation's user not disabled", invitation_id=invitation_id)
         return await self.invitation(invitation_id)
 
+    async def staff_managers(self) -> int:
+        """Active employees holding staff.manage."""
+        return int(await self.pool.fetchval(Q["staff_managers"]))
+
     # -- the audit log -------------------------------------------------------------------------
 
     async def audit(
