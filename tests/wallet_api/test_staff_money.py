@@ -3,17 +3,16 @@ goodwill credits with four eyes and a daily ceiling.
 
 Real wallet-api, real PostgreSQL, real tokens of the staff realm (one employee logs in with a
 password and TOTP on the identity pages; the tokens of the others are the same claims with
-another subject, signed with the staff realm's own active key, so the wallet-api verifies them
-as it verifies any). staff-admin's GET /v1/me is an in-process stand-in on a real socket, read
-on every request (the real staff-admin process is tests/e2e's); it is stopped for real where a
-test needs it down. After every test that moves money the ledger verifies clean.
+another subject, signed with the staff realm's own active key, so wallet-api verifies them as
+it verifies any: a login per employee would cost seconds each). staff-admin's GET /v1/me is
+tests/staff_stub.py's stand-in on a real socket, read on every request (the real staff-admin
+process is tests/e2e's); it is stopped for real where a test needs it down. After every test
+that moves money the ledger verifies clean.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -22,14 +21,11 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
 
 from hiwallet.ledger import Role, cash_account, promo_account, system_account
 from tests.identity.conftest import IdentityServer
-from tests.identity.test_staff_totp import finish, start_login
-from tests.identity.test_verifier import claims_of, post_otp, sign
-from tests.servers import serve, stop
+from tests.identity.test_verifier import sign
+from tests.staff_stub import StaffAdminStub, claims_of, staff_login
 from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, assert_problem
 
 ALL = [
@@ -41,33 +37,10 @@ ALL = [
 ]
 
 
-class StaffAdminStub:
-    """GET /v1/me as the contract shapes it: the employees by subject, read on every call."""
-
-    def __init__(self) -> None:
-        self.employees: dict[str, list[str]] = {}
-        app = FastAPI()
-
-        @app.get("/v1/me")
-        async def me(request: Request) -> JSONResponse:
-            token = request.headers.get("authorization", "").removeprefix("Bearer ")
-            payload = token.split(".")[1]
-            sub = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["sub"]
-            if sub not in self.employees:
-                return JSONResponse({"type": PROBLEM + "staff-not-allowed", "status": 403}, status_code=403)
-            body = {"subject": sub, "email": None, "name": sub, "active": True, "roles": []}
-            return JSONResponse({**body, "permissions": sorted(self.employees[sub])})
-
-        self.app = app
-        self.url, self.server, self.thread = serve(app, "staff-admin-stub")
-
-    def stop(self) -> None:
-        stop(self.server, self.thread)
-
-
 @pytest.fixture
 def staff_admin() -> Iterator[StaffAdminStub]:
-    stub = StaffAdminStub()
+    # per test: one test stops it for real
+    stub = StaffAdminStub().start()
     yield stub
     stub.stop()
 
@@ -81,12 +54,8 @@ def wallet_api_settings(staff_admin: StaffAdminStub, request: pytest.FixtureRequ
 @pytest.fixture(scope="module")
 def staff_claims(staff_idp: IdentityServer) -> dict[str, Any]:
     """The claims of a real staff-realm token: an employee logs in with password and TOTP."""
-    username = f"s{uuid.uuid4().hex[:10]}"
-    staff_idp.create_user(username)
-    with httpx.Client() as browser:
-        setup, verifier = start_login(staff_idp, browser, username)
-        callback = post_otp(staff_idp, browser, setup)
-    return claims_of(finish(staff_idp, callback, verifier)["access_token"])
+    token, _ = staff_login(staff_idp, f"s{uuid.uuid4().hex[:10]}")
+    return claims_of(token)
 
 
 class Staff:
@@ -96,7 +65,7 @@ class Staff:
     def employee(self, *permissions: str) -> tuple[str, dict[str, str]]:
         """A new employee holding ``permissions``: their actor and their Authorization header."""
         sub = str(uuid.uuid4())
-        self.stub.employees[sub] = list(permissions)
+        self.stub.employees[sub] = set(permissions)
         token = sign(self.api.staff_idp, {**self.claims, "sub": sub})
         return f"staff:{sub}", {"Authorization": f"Bearer {token}"}
 
