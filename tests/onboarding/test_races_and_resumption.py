@@ -69,12 +69,13 @@ async def test_a_crash_after_the_user_was_created_is_finished_by_the_retry(
     registration = await onb.sql("SELECT status, customer_id FROM onboarding.registrations")
     assert [tuple(r) for r in registration] == [("email_verified", registration_id)]
     monkeypatch.delenv(FAULT_ENV)
-    # the retry adopts the user (made after this registration's claim) and opens the account
-    done = await onb.complete(registration_id)
+    # the retry adopts the user (made after this registration's claim) and opens the account;
+    # the password is the retry's (the customer may have typed another)
+    done = await onb.complete(registration_id, "the second password")
     assert done.status_code == 201, done.text
     assert [u["id"] for u in onb.users_with(email)] == [users[0]["id"]]
     assert await accounts_of(onb, users[0]["id"]) == [done.json()["account_id"]]
-    onb.token(email)  # the password the first attempt set is the customer's
+    onb.token(email, "the second password")
 
 
 async def test_an_outage_of_wallet_api_is_finished_by_the_retry_or_the_sweep(onb: Onboarding) -> None:

@@ -299,6 +299,12 @@ class OnboardingService:
         if found is None or found.created_at < claimed_at - ADOPT_SKEW:
             # Made before this registration's claim: not ours (an operator's, the demo data).
             raise errors.EmailRegistered()
+        # The password is this request's, whatever the attempt that made the user was given.
+        try:
+            with self.metrics.timed("identity", "set_password"):
+                await self._identity(self.identity.set_password(found.id, password))
+        except InvalidPassword as exc:
+            raise errors.PasswordRefused(str(exc)) from exc
         self.metrics.registrations.labels("user_adopted").inc()
         log.info("registration adopted the user it had created")
         return found.id
