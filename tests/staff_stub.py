@@ -5,16 +5,18 @@ this one lets a service's tests run without it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
+import time
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tests.servers import serve, stop
+from tests.servers import START_TIMEOUT_S, serve, stop
 
 PROBLEM = "https://hiwallet.dev/problems/"
 
@@ -31,6 +33,7 @@ class StaffAdminStub:
         self.employees: dict[str, set[str]] = {}
         self.calls = 0
         self.answer: tuple[int, Any] | None = None  # a forced answer, whoever asks
+        self.delay_s = 0.0  # a slow staff-admin
         self.url = ""
         self._port: int | None = None
         self._server: tuple[uvicorn.Server, threading.Thread] | None = None
@@ -39,6 +42,8 @@ class StaffAdminStub:
         @app.get("/v1/me")
         async def me(request: Request) -> JSONResponse:
             self.calls += 1
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
             if self.answer is not None:
                 return JSONResponse(self.answer[1], status_code=self.answer[0])
             sub = claims_of(request.headers.get("authorization", "").removeprefix("Bearer "))["sub"]
@@ -51,9 +56,24 @@ class StaffAdminStub:
         self.app = app
 
     def start(self) -> StaffAdminStub:
-        url, server, thread = serve(self.app, "staff-admin-stub", port=self._port)
-        self.url, self._server = url, (server, thread)
-        self._port = int(url.rsplit(":", 1)[1])
+        """Started, on the port it had before a stop (an outage ends where it began)."""
+        if self._port is None:
+            url, server, thread = serve(self.app, "staff-admin-stub")
+            self._port = int(url.rsplit(":", 1)[1])
+        else:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    self.app, host="127.0.0.1", port=self._port, log_level="warning", log_config=None
+                )
+            )
+            thread = threading.Thread(target=server.run, name="staff-admin-stub", daemon=True)
+            thread.start()
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError("the staff-admin stand-in did not start again")
+                time.sleep(0.02)
+        self.url, self._server = f"http://127.0.0.1:{self._port}", (server, thread)
         return self
 
     def stop(self) -> None:

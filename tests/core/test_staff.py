@@ -8,14 +8,12 @@ tests/e2e/test_staff_endpoints.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
@@ -23,7 +21,7 @@ from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.http import create_app
 from hiwallet.core.staff import StaffDirectory, StaffMember, StaffPermission, require_staff
 from tests.core.test_auth import closed_port
-from tests.servers import serve, stop
+from tests.staff_stub import StaffAdminStub
 
 PROBLEM = "https://hiwallet.dev/problems/"
 KEY = RSAKey.generate_key(2048, private=True, parameters={"kid": "k1"})
@@ -37,40 +35,11 @@ def token(issuer: TrustedIssuer, sub: str, **extra: Any) -> str:
     return jwt.encode({"alg": "RS256", "kid": "k1"}, {**claims, **extra}, KEY, algorithms=["RS256"])
 
 
-class StaffAdminStub:
-    """GET /v1/me as the contract shapes it: employees by subject, read on every call."""
-
-    def __init__(self) -> None:
-        self.employees: dict[str, list[str]] = {}
-        self.calls = 0
-        self.answer: tuple[int, Any] | None = None  # forced answer
-        self.delay_s = 0.0
-        app = FastAPI()
-
-        @app.get("/v1/me")
-        async def me(request: Request) -> JSONResponse:
-            self.calls += 1
-            if self.delay_s:
-                await asyncio.sleep(self.delay_s)
-            if self.answer is not None:
-                return JSONResponse(self.answer[1], status_code=self.answer[0])
-            bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
-            sub = jwt.decode(bearer, KEY).claims["sub"]
-            if sub not in self.employees:
-                return JSONResponse({"type": PROBLEM + "staff-not-allowed", "status": 403}, status_code=403)
-            permissions = sorted(self.employees[sub])
-            body = {"subject": sub, "email": f"{sub}@staff.test", "name": sub, "active": True}
-            return JSONResponse({**body, "roles": [], "permissions": permissions})
-
-        self.app = app
-
-
 @pytest.fixture(scope="module")
 def stub() -> Iterator[tuple[StaffAdminStub, str]]:
-    s = StaffAdminStub()
-    url, server, thread = serve(s.app, "staff-admin-stub")
-    yield s, url
-    stop(server, thread)
+    s = StaffAdminStub().start()
+    yield s, s.url
+    s.stop()
 
 
 @pytest.fixture
@@ -120,7 +89,7 @@ def auth(t: str) -> dict[str, str]:
 async def test_an_employee_with_the_permission_is_let_in_as_staff_sub(
     client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str]
 ) -> None:
-    stub[0].employees["ann"] = ["customer.view", "withdrawal.review"]
+    stub[0].employees["ann"] = {"customer.view", "withdrawal.review"}
     response = await client.get("/v1/staff/thing", headers=auth(token(STAFF, "ann")))
     assert response.status_code == 200, response.text
     assert response.json() == {"actor": "staff:ann"}
@@ -129,7 +98,7 @@ async def test_an_employee_with_the_permission_is_let_in_as_staff_sub(
 async def test_without_the_permission_403_names_it(
     client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str]
 ) -> None:
-    stub[0].employees["bob"] = ["withdrawal.review", "some.future.permission"]
+    stub[0].employees["bob"] = {"withdrawal.review", "some.future.permission"}
     response = await client.get("/v1/staff/thing", headers=auth(token(STAFF, "bob")))
     assert response.status_code == 403
     assert response.json()["type"] == PROBLEM + "permission-missing"
@@ -139,7 +108,7 @@ async def test_without_the_permission_403_names_it(
 async def test_a_customer_token_is_refused_as_staff_are_on_customer_endpoints(
     client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str]
 ) -> None:
-    stub[0].employees["carl"] = ["customer.view"]  # the same subject in the other realm
+    stub[0].employees["carl"] = {"customer.view"}  # the same subject in the other realm
     calls = stub[0].calls
     response = await client.get("/v1/staff/thing", headers=auth(token(CUSTOMER, "carl")))
     assert response.status_code == 403
@@ -151,7 +120,7 @@ async def test_a_staff_realm_service_account_is_not_an_employee(
     client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str]
 ) -> None:
     sa = token(STAFF, "sa", azp="staff-admin", preferred_username="service-account-staff-admin")
-    stub[0].employees["sa"] = ["customer.view"]
+    stub[0].employees["sa"] = {"customer.view"}
     response = await client.get("/v1/staff/thing", headers=auth(sa))
     assert response.status_code == 403
     assert response.json()["type"] == PROBLEM + "caller-not-allowed"
@@ -164,9 +133,9 @@ async def test_permissions_are_read_on_every_request(
     request with the same token."""
     s = stub[0]
     t = token(STAFF, "dora")
-    s.employees["dora"] = ["customer.view"]
+    s.employees["dora"] = {"customer.view"}
     assert (await client.get("/v1/staff/thing", headers=auth(t))).status_code == 200
-    s.employees["dora"] = []
+    s.employees["dora"] = set()
     lost = await client.get("/v1/staff/thing", headers=auth(t))
     assert lost.json()["type"] == PROBLEM + "permission-missing"
     del s.employees["dora"]
@@ -206,7 +175,7 @@ async def test_staff_admin_down_is_503_with_retry_after() -> None:
 
 async def test_a_slow_staff_admin_is_503_within_the_timeout(stub: tuple[StaffAdminStub, str]) -> None:
     s, url = stub
-    s.employees["gus"] = ["customer.view"]
+    s.employees["gus"] = {"customer.view"}
     s.delay_s = 2.0  # it would answer 200, later than the timeout
     try:
         async with app_client(url, timeout_s=0.2) as c:

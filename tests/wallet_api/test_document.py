@@ -26,6 +26,7 @@ MISSING = {
     "account_id": f"0001:a:{UUID}",
     "wallet_id": f"0001:w:{UUID}",
     "transfer_id": "0001:no-such-transfer",
+    "programme_id": UUID,
 }
 VALID_BODIES: dict[str, Any] = {
     "TierIn": {"tier": "verified"},
@@ -69,13 +70,14 @@ def app_of(api: WalletApi) -> FastAPI:
 
 async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: WalletApi) -> None:
     alice = await api.customer(funds=10 * TL)
-    # The staff paths' ids answer the same after an employee's permission: test_staff.py.
+    # The staff paths' ids answer the same after an employee's permission: test_staff.py and
+    # test_staff_money.py.
     with_ids = [
         (m, p, params) for m, p, params in routes_of(app_of(api)) if params and not p.startswith("/v1/staff/")
     ]
     literal = {p for _, p, params in routes_of(app_of(api)) if not params}
-    # Today: tier, account, wallets, wallet, statement, promos, transfer, refund.
-    assert len(with_ids) == 8, with_ids
+    # Today: tier, account, wallets, wallet, statement, promos, transfer, refund, programme.
+    assert len(with_ids) == 9, with_ids
     document = (await api.http.get("/openapi.json")).json()
     before = await api.counts()
     for method, template, params in with_ids:
@@ -120,6 +122,9 @@ async def test_a_method_a_path_does_not_have_is_405(api: WalletApi) -> None:
         "account_id": alice.account_id,
         "wallet_id": alice.wallet_id,
         "transfer_id": MISSING["transfer_id"],
+        "programme_id": UUID,
+        "campaign_id": UUID,
+        "credit_id": UUID,
     }
     checked = 0
     for template, item in document["paths"].items():

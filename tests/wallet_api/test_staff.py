@@ -23,7 +23,7 @@ import pytest
 from hiwallet.core.staff import StaffPermission
 from hiwallet.wallet_api.domain import service_account_subject
 from tests.staff_stub import StaffAdminStub, staff_login
-from tests.wallet_api.conftest import TL, WalletApi, assert_problem, client_token, subject_of
+from tests.wallet_api.conftest import TL, WalletApi, assert_problem, client_token, running_api, subject_of
 
 VIEW = StaffPermission.CUSTOMER_VIEW.value
 BUSINESS = StaffPermission.PROMO_MERCHANT_ACCEPT.value
@@ -244,14 +244,15 @@ async def test_the_staff_paths_in_the_document_and_their_malformed_ids(
 ) -> None:
     document = (await api.http.get("/openapi.json")).json()
     staff = {(p, m) for p, item in document["paths"].items() for m in item if p.startswith("/v1/staff/")}
-    assert staff >= {
+    mine = {
         ("/v1/staff/customers", "get"),
         ("/v1/staff/accounts/{account_id}", "get"),
         ("/v1/staff/wallets/{wallet_id}/statement", "get"),
         ("/v1/staff/business-accounts", "post"),
         ("/v1/staff/business-accounts/{account_id}/members", "post"),
     }
-    for path, method in staff:
+    assert staff >= mine  # the money-moving ones: test_staff_money.py
+    for path, method in mine:
         op = document["paths"][path][method]
         assert op["security"] == [{"HTTPBearer": []}], path
         assert "permission-missing" in op["responses"]["403"]["description"], path
@@ -274,3 +275,34 @@ async def test_the_staff_paths_in_the_document_and_their_malformed_ids(
             got = assert_problem(r, "not-found", 404)
             assert (got["title"], got.get("detail")) == (expected["title"], expected.get("detail")), template
             assert "pattern" not in r.text
+
+
+def test_wallet_apis_own_client_only_reads_users(customer_idp: Any) -> None:
+    """wallet-api's client of the customer realm (the e-mail search) has view-users, nothing more."""
+    token = httpx.post(
+        customer_idp.token_url,
+        auth=("wallet-api", "dev-wallet-api-secret"),
+        data={"grant_type": "client_credentials"},
+    ).json()["access_token"]
+    users = f"{customer_idp.base_url}/admin/realms/hiwallet/users"
+    auth = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(users, params={"max": "1"}, headers=auth).status_code == 200
+    made = httpx.post(users, json={"username": f"x{uuid.uuid4().hex[:8]}", "enabled": True}, headers=auth)
+    assert made.status_code == 403, made.text
+
+
+async def test_the_e_mail_search_needs_the_identity_provider(
+    wallet_db: str, customer_idp: Any, staff_idp: Any, stub: StaffAdminStub
+) -> None:
+    """When the identity provider refuses wallet-api's client, the e-mail search is 503
+    identity-unavailable; the other searches work."""
+    settings = {"staff_admin_url": stub.url, "identity_admin_secret": "not-the-secret"}
+    async with running_api(wallet_db, customer_idp, staff_idp, **settings) as api:
+        alice = await api.customer()
+        viewer = employee(api, stub, VIEW)
+        by_email = {"email": f"{alice.username}@example.com"}
+        r = await api.http.get("/v1/staff/customers", params=by_email, headers=viewer.auth)
+        assert_problem(r, "identity-unavailable", 503)
+        by_number = {"wallet_number": alice.number}
+        r = await api.http.get("/v1/staff/customers", params=by_number, headers=viewer.auth)
+        assert [a["id"] for a in r.json()["accounts"]] == [alice.account_id]

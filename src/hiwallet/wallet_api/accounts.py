@@ -55,7 +55,8 @@ class Accounts:
         return await self._account_as_is(account_id, domain.bucket_in(account_id)), True
 
     async def open_business(self, name: str, *, operator: str) -> JSON:
-        """An operator opens a business account (until the staff side exists), with a TRY wallet."""
+        """An operator (``hiwallet business open``) or an employee opens a business account, with a
+        TRY wallet; ``operator`` is who, as the ledger names actors."""
         ledger.check_text(name, "name")
         account_id = await self._open_account(
             kind=AccountKind.BUSINESS, tier=None, name=name, opened_by=operator, members=[]

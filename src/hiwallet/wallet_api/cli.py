@@ -1,5 +1,6 @@
 """``hiwallet business ...``: an operator opens business accounts and links merchant
-integrations to them, until the staff side exists. The ledger records the operator as actor.
+integrations to them from a shell (employees do it over HTTP: POST /v1/staff/business-accounts).
+The ledger records the operator as actor.
 Commands only translate; the work is in :mod:`hiwallet.wallet_api.service`."""
 
 from __future__ import annotations

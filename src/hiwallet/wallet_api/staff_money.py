@@ -18,6 +18,7 @@ customer sees it in their statement (type promo_grant or goodwill, with its refe
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,17 @@ PROMO_MAX_DAYS = 366
 MAX_PAGE = 200
 GOODWILL = "goodwill"
 PROMO = "promo"
+
+
+_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def record_id(value: str, what: str) -> str:
+    """A campaign's, programme's or credit's id from a path: a malformed one names nothing,
+    the answer of a missing one (docs/wallet-api.md, the 404 rule)."""
+    if not _ID.match(value):
+        raise errors.NotFound(f"no such {what}")
+    return value
 
 
 def staff_caller(member: StaffMember) -> Caller:
@@ -228,6 +240,7 @@ class StaffMoney:
         return campaign_view(row)
 
     async def campaign(self, campaign_id: str) -> JSON:
+        record_id(campaign_id, "campaign")
         row = await self.pool.fetchrow(S["campaign_get"], campaign_id)
         if row is None:
             raise errors.NotFound("no such campaign")
@@ -249,6 +262,7 @@ class StaffMoney:
         reference: str | None,
     ) -> Answer:
         key = check_idempotency_key(key)
+        record_id(campaign_id, "campaign")
         bucket = domain.bucket_in(wallet)
         payload = {
             "campaign": campaign_id,
@@ -340,6 +354,7 @@ class StaffMoney:
         return {"programmes": out}
 
     async def programme_of(self, caller: Caller, programme_id: str) -> JSON:
+        record_id(programme_id, "programme")
         row = await self.pool.fetchrow(S["programme_get"], programme_id)
         if row is None or not await Repo(self.pool).is_member(
             row["bucket"], row["account_id"], caller.issuer, caller.subject
@@ -352,6 +367,7 @@ class StaffMoney:
         return {"programmes": [programme_view(r) for r in rows], "next_cursor": _page(rows, limit)}
 
     async def programme(self, programme_id: str) -> JSON:
+        record_id(programme_id, "programme")
         row = await self.pool.fetchrow(S["programme_get"], programme_id)
         if row is None:
             raise errors.NotFound("no such programme")
@@ -362,6 +378,7 @@ class StaffMoney:
     ) -> JSON:
         """Accept or refuse, once. The same decision asked again answers the programme (a
         retried click); the other decision after one is taken is 409."""
+        record_id(programme_id, "programme")
         status = "accepted" if accept else "refused"
         row = await self.pool.fetchrow(S["programme_decide"], programme_id, status, member.actor, reason)
         if row is not None:
@@ -372,7 +389,7 @@ class StaffMoney:
         if current["status"] == status:
             return programme_view(current)
         raise errors.AlreadyDecided(
-            f"the programme was {current['status']} already", status=current["status"]
+            f"the programme was {current['status']} already", programme_status=current["status"]
         )
 
     async def spend_programme(
@@ -395,12 +412,12 @@ class StaffMoney:
             raise errors.ProgrammeRequired(
                 f"the programme is {row['status']}; promo is granted under an accepted one",
                 programme=programme_id,
-                status=row["status"],
+                programme_status=row["status"],
             )
         until: datetime = row["expires_at"]
         if until <= datetime.now(UTC) + timedelta(minutes=1):
             raise errors.ProgrammeRequired(
-                "the programme has expired", programme=programme_id, status="expired"
+                "the programme has expired", programme=programme_id, programme_status="expired"
             )
         expires = expires_at or until
         check_expiry(expires, until=until)
@@ -469,6 +486,7 @@ class StaffMoney:
     async def approve_goodwill(self, member: StaffMember, credit_id: str) -> JSON:
         """The second pair of eyes: another employee posts a pending credit. Asked again once
         posted, it answers the credit (nothing moves twice: the posting is keyed by it)."""
+        record_id(credit_id, "goodwill credit")
 
         async def work(conn: asyncpg.Connection) -> JSON:
             row = await conn.fetchrow(S["goodwill_get_for_update"], credit_id)
@@ -484,6 +502,7 @@ class StaffMoney:
         return result
 
     async def goodwill(self, credit_id: str) -> JSON:
+        record_id(credit_id, "goodwill credit")
         row = await self.pool.fetchrow(S["goodwill_get"], credit_id)
         if row is None:
             raise errors.NotFound("no such goodwill credit")

@@ -7,16 +7,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AwareDatetime, BaseModel, Field
 
-from hiwallet.core.staff import StaffMember, StaffPermission, require_staff
+from hiwallet.core.staff import StaffMember, StaffPermission
 from hiwallet.core.text import PrintableText
 from hiwallet.wallet_api.idempotency import Answer
 from hiwallet.wallet_api.routes import (
-    _COMMON,
     _IDEMPOTENCY_HEADER,
     _REPLAYED,
     Amount,
@@ -32,24 +30,10 @@ from hiwallet.wallet_api.routes import (
     _In,
 )
 
+# one way for every staff endpoint: the dependency naming the permission, the 403/503 answers
+from hiwallet.wallet_api.staff_routes import _STAFF_RESPONSES, _staff
+
 __all__ = ["staff_money_router"]
-
-_bearer = HTTPBearer(
-    auto_error=False, bearerFormat="JWT", description="A staff-realm access token (audience hiwallet-api)."
-)
-
-
-def _staff(permission: StaffPermission) -> Any:
-    check = require_staff(permission)
-
-    async def dependency(
-        request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-    ) -> StaffMember:
-        # ``_bearer`` only declares the security scheme in the OpenAPI document.
-        return await check(request)
-
-    return Depends(dependency)
-
 
 PromoStaff = Annotated[StaffMember, _staff(StaffPermission.PROMO_STAFF)]
 CampaignsView = Annotated[StaffMember, _staff(StaffPermission.CAMPAIGNS_VIEW)]
@@ -136,7 +120,7 @@ class GoodwillListOut(BaseModel):
     next_cursor: str | None
 
 
-staff_money_router = APIRouter(prefix="/v1/staff", responses=_COMMON, tags=["staff"])
+staff_money_router = APIRouter(prefix="/v1/staff", responses=_STAFF_RESPONSES, tags=["staff"])
 _MONEY: dict[str, Any] = {"openapi_extra": _IDEMPOTENCY_HEADER}
 
 

@@ -16,6 +16,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 PROBLEM_BASE = "https://hiwallet.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -148,12 +149,35 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
         # one of ours (a chunked body over the limit, from the edge) keeps its own answer.
         return problem_response(exc.__cause__, request.url.path)
     slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": _allowed_methods(request, headers)}
     body = {
         "type": problem_type(slug),
         "title": str(exc.detail),
         "status": exc.status_code,
         "instance": request.url.path,
     }
-    return JSONResponse(
-        body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=exc.headers
-    )
+    return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request, headers: Mapping[str, str] | None) -> str:
+    """Every method the path has. Starlette's ``Allow`` names only the first route that matched
+    the path, so a path served by two routes (``GET`` and ``POST /v1/promo-programmes``, each
+    with its own handler) would be answered as having one method (RFC 9110 §15.5.6: ``Allow``
+    lists the target resource's methods)."""
+    # Each method asked of the app's own router, as Starlette routes it: a route nested in an
+    # included router answers for itself (FastAPI includes routers lazily, so the app's route
+    # list is not flat).
+    routes = getattr(getattr(request.app, "router", None), "routes", ())
+    methods = {
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    }
+    if not methods:  # not one of ours (a mounted app): keep what Starlette said
+        return (headers or {}).get("Allow", "")
+    return ", ".join(sorted(methods))
