@@ -123,6 +123,24 @@ async def test_a_bank_wire_signed_by_standard_webhooks_is_stored_with_the_wallet
     assert [m["routing_key"] for m in s.outbox] == [wallet]
 
 
+async def test_the_senders_identity_number_is_not_kept_the_rest_of_the_wire_is(
+    client: httpx.AsyncClient, owner: asyncpg.Connection
+) -> None:
+    """The TCKN a Turkish bank puts in a wire's notification is personal data that topup-webhook
+    has no use for: it is dropped before the notification is stored (onboarding asks the bank
+    for it, docs/events.md); the signature was checked on the body as sent."""
+    w = {**wire(reference=f"HiWallet {wallet_id()}"), "sender_tckn": "10000000146"}
+    body = bank_notification(w)
+
+    response = await client.post(BANK_PATH, content=body, headers=bank_signed(body))
+
+    assert response.status_code == 202, response.text
+    [row] = (await stored(owner)).inbox
+    kept = json.loads(row["payload"])["data"]
+    assert kept == {**w, "sender_tckn": None}
+    assert "10000000146" not in json.dumps(await owner.fetch("SELECT * FROM topup.inbox"), default=str)
+
+
 @pytest.mark.parametrize(
     "reference",
     [None, "no wallet here", "0421:w:not-a-uuid", f"two: {wallet_id()} and {wallet_id()}"],

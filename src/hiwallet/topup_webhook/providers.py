@@ -164,10 +164,22 @@ def read(provider: str, raw: bytes, message_id: str | None = None) -> Notificati
     if event_id is None:
         raise Unreadable("no event id")
     # the JSON text as sent: PostgreSQL parses it into the jsonb (orjson checked it is UTF-8)
-    payload = raw.decode()
+    payload = raw.decode() if provider == "stripe" else _without_identity_number(body, raw)
     if isinstance(found, Payment):
         return Notification(provider, event_id, event_type, payload, found)
     return Notification(provider, event_id, event_type, payload, None, found)
+
+
+def _without_identity_number(body: dict[str, Any], raw: bytes) -> str:
+    """The bank's notification as stored: without the sender's identity number (TCKN). Crediting
+    a wire never needs it, and a national id is personal data that belongs in onboarding's
+    database only (KVKK's data minimisation): onboarding reads it from the bank itself, for the
+    first-wire rule (docs/events.md). The sender's name and IBAN stay: an operator attributing
+    a wire reads them. The signature was checked on the bytes as sent, before this."""
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("sender_tckn") is None:
+        return raw.decode()
+    return orjson.dumps({**body, "data": {**data, "sender_tckn": None}}).decode()
 
 
 def from_stripe_listing(event: dict[str, Any]) -> Notification:
