@@ -100,6 +100,38 @@ async def test_an_outage_of_wallet_api_is_finished_by_the_retry_or_the_sweep(onb
     assert done.json()["account_id"] == opened[0]["account_id"]
 
 
+async def test_a_crash_after_the_user_was_created_then_no_retry_leaves_a_customer_not_a_stuck_address(
+    onb: Onboarding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registration dies after identity made the user and nobody retries before it
+    expires: the user exists (with the password the person chose) but onboarding never
+    recorded it. The next registration of the address finds the user; the claim takes it back,
+    the address answers as registered, and the sweep opens the account."""
+    email = new_email()
+    registration_id = await verified_registration(onb, email)
+    monkeypatch.setenv(FAULT_ENV, "raise")
+    assert_problem(await onb.complete(registration_id), "internal-error", 500)
+    monkeypatch.delenv(FAULT_ENV)
+    await onb.sql(
+        "UPDATE onboarding.registrations SET expires_at = now() - interval '1 second' WHERE id = $1",
+        registration_id,
+    )
+    [user] = onb.users_with(email)
+
+    again = await onb.register(email)
+
+    mails = await onb.mails_to(email)
+    assert len(mails) == 2  # the code, then "you already have an account": no second code
+    assert_problem(await onb.verify(again, "000000"), "code-invalid", 422)
+    rows = await onb.sql("SELECT id, sub, account_id FROM onboarding.customers")
+    assert [tuple(r) for r in rows] == [(registration_id, user["id"], None)]
+    assert run_in_service_loop(onb, onb.service.sweep()) >= 1
+    [opened] = await accounts_of(onb, user["id"])
+    rows = await onb.sql("SELECT account_id FROM onboarding.customers")
+    assert [r["account_id"] for r in rows] == [opened]
+    onb.token(email)  # the password the person chose the first time
+
+
 async def test_a_claim_abandoned_without_a_user_does_not_hold_the_address_for_ever(onb: Onboarding) -> None:
     email = new_email()
     abandoned = await verified_registration(onb, email)

@@ -34,6 +34,7 @@ from hiwallet.core.jobs import in_batches
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.clients import (
     DependencyUnavailable,
+    FoundUser,
     IdentityAdmin,
     InvalidPassword,
     Sms,
@@ -151,9 +152,13 @@ class OnboardingService:
         await self._limit("address", email_hash, s.rate_per_address)
         known = bool(await self.pool.fetchval(Q["email_taken"], email_hash))
         if not known:
-            # A user made without onboarding (an operator, the demo data) has no claim here.
+            # A user made without onboarding (an operator, the demo data) has no claim here;
+            # nor has one whose registration died between identity's answer and our record.
             with self.metrics.timed("identity", "find_user"):
-                known = await self._identity(self.identity.find_by_email(email)) is not None
+                found = await self._identity(self.identity.find_by_email(email))
+            if found is not None:
+                known = True
+                await self._adopt_orphan(email_hash, found)
         registration_id = new_id()
         code = new_code()
         expires_at = await self.pool.fetchval(
@@ -175,6 +180,18 @@ class OnboardingService:
         self.metrics.registrations.labels("started").inc()
         log.info("registration started", registration_id=registration_id)
         return {"registration_id": registration_id, "expires_at": iso(expires_at)}
+
+    async def _adopt_orphan(self, email_hash: bytes, found: FoundUser) -> None:
+        """The user of a claim whose registration crashed after identity made it and then
+        expired (no retry came): without this the address would be neither free (identity has
+        the user) nor registered here (no account, no record). The claim takes its user back;
+        the sweep opens the account, and the person logs in with the password they chose."""
+        adopted = await self.pool.fetchval(
+            Q["adopt_orphan_user"], email_hash, found.id, found.created_at, ADOPT_SKEW.total_seconds()
+        )
+        if adopted is not None:
+            self.metrics.registrations.labels("user_adopted").inc()
+            log.info("an abandoned claim took back the user made for it", customer_id=adopted)
 
     async def _mail(self, email: str, code: str, known: bool) -> None:
         try:

@@ -69,6 +69,16 @@ DELETE FROM onboarding.customers c
  WHERE c.id = $1 AND c.sub IS NULL
    AND NOT EXISTS (SELECT 1 FROM onboarding.registrations r WHERE r.id = c.id AND r.expires_at > now());
 
+-- name: adopt_orphan_user
+-- A claim that lost its user: identity made the user (after the claim, give or take $4
+-- seconds of two services' clocks) but the registration ended before recording it (a crash,
+-- then the registration expired). The user is the claim's: recorded, so the address counts
+-- as registered and the sweep opens the account.
+UPDATE onboarding.customers SET sub = $2, updated_at = now()
+ WHERE email_hash = $1 AND sub IS NULL
+   AND created_at <= $3::timestamptz + $4::double precision * interval '1 second'
+RETURNING id;
+
 -- name: claim_email
 -- The claim on an address: one customer per address, whichever registration comes first.
 INSERT INTO onboarding.customers (id, email_hash) VALUES ($1, $2)
