@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-topup bench-withdrawal bench-staff schema
+.PHONY: install up test lint bench bench-topup bench-withdrawal bench-onboarding bench-staff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,11 +40,13 @@ schema: install
 # The benchmarks make and drop their own databases (and RabbitMQ virtual host). `make bench` runs
 # them all; `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
 # `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
+# `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4");
 # `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
+	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
 
 bench-topup: install
@@ -52,6 +54,9 @@ bench-topup: install
 
 bench-withdrawal: install
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
+
+bench-onboarding: install
+	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 
 # staff-admin's GET /v1/me at 500 calls/s, with a bare baseline in the same run
 # (STAFF_BENCH_ARGS, e.g. "--duration 60").

@@ -20,12 +20,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(app: Any, name: str) -> tuple[str, uvicorn.Server, threading.Thread]:
-    """Start ``app``; its base URL, the server and its thread once it accepts connections."""
-    port = free_port()
+def serve(
+    app: Any, name: str, port: int | None = None, **config: Any
+) -> tuple[str, uvicorn.Server, threading.Thread]:
+    """Start ``app``; its base URL, the server and its thread once it accepts connections.
+    ``port`` to start again where a stopped one was (tests of an outage); ``config``: more of
+    uvicorn's settings (``proxy_headers=False`` as core.http.serve runs)."""
+    port = port or free_port()
     server = uvicorn.Server(
         # log_config=None: uvicorn leaves logging to ours (JSON), as in a service
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None)
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", log_config=None, **config
+        )
     )
     thread = threading.Thread(target=server.run, name=f"{name}-{port}", daemon=True)
     thread.start()

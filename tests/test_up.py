@@ -56,11 +56,12 @@ CHILDREN = (
     "withdrawal-orchestrator",
     "bank-adapter",
     "bank-webhook",
+    "onboarding",
 )
 # The stop order's tiers (up.Deployable.tier): highest first.
 TIERS = {
     name: 2
-    if "fake" in name or name in ("mail-catcher", "withdrawal-orchestrator")
+    if "fake" in name or name in ("mail-catcher", "withdrawal-orchestrator", "onboarding")
     else 0
     if name.startswith("identity")
     else 1
@@ -110,7 +111,16 @@ async def databases() -> AsyncIterator[dict[str, str]]:
     await harness.add_vhost(vhost)
     try:
         names["vhost"] = vhost
-        for key in ("wallet", "identity", "staff_identity", "topup", "withdrawal", "bank", "staff_admin"):
+        for key in (
+            "wallet",
+            "identity",
+            "staff_identity",
+            "topup",
+            "withdrawal",
+            "bank",
+            "onboarding",
+            "staff_admin",
+        ):
             names[key] = await pgtemplate.clone("template0")
             await db.migrate(key, database=names[key])
         yield names
@@ -139,6 +149,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "smtp",
             "sms",
             "nvi",
+            "onboarding",
             "staff-admin",
         )
     }
@@ -161,6 +172,15 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "MAIL_CATCHER_SMTP_PORT": str(ports["smtp"]),
         "SMS_FAKE_PORT": str(ports["sms"]),
         "NVI_FAKE_PORT": str(ports["nvi"]),
+        "HIWALLET_ONBOARDING_PORT": str(ports["onboarding"]),
+        "HIWALLET_ONBOARDING_DATABASE": databases["onboarding"],
+        "HIWALLET_ONBOARDING_CUSTOMER_ISSUER_BASE": customer,
+        "HIWALLET_ONBOARDING_STAFF_ISSUER_BASE": staff,
+        "HIWALLET_ONBOARDING_WALLET_API_URL": f"http://127.0.0.1:{ports['wallet-api']}",
+        "HIWALLET_ONBOARDING_SMTP_PORT": str(ports["smtp"]),
+        "HIWALLET_ONBOARDING_SMS_URL": f"http://127.0.0.1:{ports['sms']}",
+        "HIWALLET_ONBOARDING_NVI_URL": f"http://127.0.0.1:{ports['nvi']}/Service/KPSPublic.asmx",
+        "HIWALLET_ONBOARDING_BANK_URL": f"http://127.0.0.1:{ports['bank']}",
         "HIWALLET_IDENTITY_PORT": str(ports["identity"]),
         "HIWALLET_IDENTITY_STAFF_PORT": str(ports["staff"]),
         "HIWALLET_IDENTITY_PUBLIC_URL": customer,

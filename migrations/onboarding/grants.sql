@@ -14,6 +14,7 @@ REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 REVOKE ALL ON SCHEMA onboarding FROM PUBLIC, :"app_role", :"readonly_role";
 REVOKE ALL ON ALL TABLES IN SCHEMA onboarding, public FROM PUBLIC, :"app_role", :"readonly_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA onboarding, public FROM PUBLIC, :"app_role", :"readonly_role";
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA onboarding FROM PUBLIC, :"app_role", :"readonly_role";
 
 -- 2. Reading: the service every table; reports the columns without personal data.
 GRANT USAGE ON SCHEMA onboarding TO :"app_role", :"readonly_role";
@@ -32,9 +33,10 @@ GRANT INSERT, DELETE ON onboarding.registrations TO :"app_role";
 GRANT UPDATE (email_enc, known, status, code_hash, code_expires_at, attempts_left, customer_id, updated_at)
     ON onboarding.registrations TO :"app_role";
 
--- 4. Customers: made by the claim on an address, never deleted by the service; the address
---    claimed (email_hash) never changes.
-GRANT INSERT ON onboarding.customers TO :"app_role";
+-- 4. Customers: made by the claim on an address; the address claimed (email_hash) never
+--    changes. Deleted only as an abandoned claim (no user, its registration gone): the trigger
+--    of 0003 refuses deleting a customer with a user.
+GRANT INSERT, DELETE ON onboarding.customers TO :"app_role";
 GRANT UPDATE (sub, account_id, wallet_id, tier, tier_wanted, tier_changed_at, phone_hash, phone_enc,
               phone_verified_at, tckn_hash, tckn_enc, given_name_enc, family_name_enc, birth_date_enc,
               identity_verified_at, updated_at)

@@ -6,6 +6,19 @@
 
 CREATE SCHEMA onboarding;
 
+-- Name: customers_keep_users(); Type: FUNCTION; Schema: onboarding; Owner: -
+
+CREATE FUNCTION onboarding.customers_keep_users() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.sub IS NOT NULL THEN
+        RAISE EXCEPTION 'customer % has a user: never deleted', OLD.id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN OLD;
+END;
+$$;
+
 -- Name: consents; Type: TABLE; Schema: onboarding; Owner: -
 
 CREATE TABLE onboarding.consents (
@@ -190,6 +203,10 @@ CREATE INDEX registrations_expires_idx ON onboarding.registrations USING btree (
 
 CREATE UNIQUE INDEX wire_checks_verified_once ON onboarding.wire_checks USING btree (customer_id) WHERE (result = 'verified'::text);
 
+-- Name: customers customers_keep_users; Type: TRIGGER; Schema: onboarding; Owner: -
+
+CREATE TRIGGER customers_keep_users BEFORE DELETE ON onboarding.customers FOR EACH ROW EXECUTE FUNCTION onboarding.customers_keep_users();
+
 -- Name: consents consents_customer_fkey; Type: FK CONSTRAINT; Schema: onboarding; Owner: -
 
 ALTER TABLE ONLY onboarding.consents
@@ -210,6 +227,10 @@ ALTER TABLE ONLY onboarding.wire_checks
 GRANT USAGE ON SCHEMA onboarding TO hiwallet_onboarding_app;
 GRANT USAGE ON SCHEMA onboarding TO hiwallet_onboarding_readonly;
 
+-- Name: FUNCTION customers_keep_users(); Type: ACL; Schema: onboarding; Owner: -
+
+REVOKE ALL ON FUNCTION onboarding.customers_keep_users() FROM PUBLIC;
+
 -- Name: TABLE consents; Type: ACL; Schema: onboarding; Owner: -
 
 GRANT SELECT,INSERT ON TABLE onboarding.consents TO hiwallet_onboarding_app;
@@ -217,7 +238,7 @@ GRANT SELECT ON TABLE onboarding.consents TO hiwallet_onboarding_readonly;
 
 -- Name: TABLE customers; Type: ACL; Schema: onboarding; Owner: -
 
-GRANT SELECT,INSERT ON TABLE onboarding.customers TO hiwallet_onboarding_app;
+GRANT SELECT,INSERT,DELETE ON TABLE onboarding.customers TO hiwallet_onboarding_app;
 
 -- Name: COLUMN customers.id; Type: ACL; Schema: onboarding; Owner: -
 

@@ -1,8 +1,8 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
 Migrates, starts every deployable as its own process (both identity realms, wallet-api,
-wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, and the
-outside institutions' fakes: stripe-fake, bank-fake, mail-catcher, sms-fake, nvi-fake; every
+wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, onboarding,
+and the outside institutions' fakes: stripe-fake, bank-fake, mail-catcher, sms-fake, nvi-fake; every
 later service joins the list), waits until each is ready, seeds
 the demo data (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
@@ -95,6 +95,7 @@ def deployables() -> list[Deployable]:
     from hiwallet.fakes.sms import get_sms_fake_settings
     from hiwallet.fakes.stripe import get_stripe_fake_settings
     from hiwallet.identity.settings import get_identity_settings
+    from hiwallet.onboarding.settings import get_onboarding_settings
     from hiwallet.staff_admin.settings import get_staff_admin_settings
     from hiwallet.topup_webhook.settings import get_topup_webhook_settings
     from hiwallet.wallet_api.settings import get_wallet_api_settings
@@ -141,6 +142,10 @@ def deployables() -> list[Deployable]:
         ),
         Deployable("bank-adapter", ("run", "bank-adapter"), bank.adapter_port, 1),
         Deployable("bank-webhook", ("run", "bank-webhook"), bank.webhook_port, 1),
+        # Registration and verification (docs/onboarding.md): it calls identity's admin API and
+        # wallet-api while it serves (tier 2: it drains while they still answer), and consumes
+        # the credited wires' events (the first own wire -> verified).
+        Deployable("onboarding", ("run", "onboarding"), get_onboarding_settings().port, 2),
     ]
 
 
@@ -452,6 +457,8 @@ def _usage(
     stripe_url: str,
     bank_url: str,
     withdrawal_url: str = "http://127.0.0.1:8011",
+    onboarding_url: str = "http://127.0.0.1:8012",
+    mail_url: str = "http://127.0.0.1:8025",
 ) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
@@ -506,6 +513,11 @@ def _usage(
     -d '{withdrawal}' \\
     {withdrawal_url}/v1/withdrawals
   curl -s -H "Authorization: Bearer $TOKEN" "{withdrawal_url}/v1/withdrawals?wallet={customer["id"]}"
+
+  Register a customer at onboarding (the code arrives at the mail catcher, {mail_url}/api/v1/messages;
+  the whole way to Verified: README, "Register a customer"):
+  curl -s -H 'Content-Type: application/json' -d '{{"email":"you@example.com"}}' \\
+    {onboarding_url}/v1/registrations
 """)
 
 
@@ -673,6 +685,8 @@ def up() -> None:
                 supervisor.child("stripe-fake").deployable.url,
                 supervisor.child("bank-fake").deployable.url,
                 supervisor.child("withdrawal-orchestrator").deployable.url,
+                supervisor.child("onboarding").deployable.url,
+                supervisor.child("mail-catcher").deployable.url,
             )
             _staff_usage(staff, supervisor.child("staff-admin").deployable.url, wallet.url)
             status = supervisor.run(stop)

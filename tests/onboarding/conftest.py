@@ -200,9 +200,10 @@ def fakes() -> Iterator[Fakes]:
 
 
 @pytest.fixture
-def onboarding_settings() -> dict[str, Any]:
-    """Overrides of OnboardingSettings for a test (override the fixture or parametrize)."""
-    return {}
+def onboarding_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Overrides of OnboardingSettings for a test (parametrize it, indirect=True)."""
+    overrides: dict[str, Any] = getattr(request, "param", {})
+    return overrides
 
 
 @pytest.fixture
@@ -229,7 +230,9 @@ async def onb(
         **{"rate_per_ip": 1000, "rate_per_address": 20, **onboarding_settings},
     )
     app = create_onboarding_app(settings, background=False)
-    url, server, thread = serve(app, "onboarding")
+    # As core.http.serve runs a service: uvicorn does not rewrite the peer from X-Forwarded-For
+    # (onboarding decides whom to believe, trusted_proxies).
+    url, server, thread = serve(app, "onboarding", proxy_headers=False)
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             yield Onboarding(

@@ -28,7 +28,7 @@ TABLES = {
 }
 APP_WRITES: dict[str, set[str]] = {
     "onboarding.registrations": {"INSERT", "DELETE"},
-    "onboarding.customers": {"INSERT"},
+    "onboarding.customers": {"INSERT", "DELETE"},
     "onboarding.phone_codes": {"INSERT", "DELETE"},
     "onboarding.consents": {"INSERT"},
     "onboarding.rate_hits": {"INSERT", "DELETE"},
@@ -130,7 +130,6 @@ async def test_the_application_role_cannot_rewrite_a_claim_or_a_consent(onboardi
                 [
                     "UPDATE onboarding.customers SET email_hash = '\\x00'",
                     "UPDATE onboarding.customers SET id = 'x'",
-                    "DELETE FROM onboarding.customers",
                     "UPDATE onboarding.consents SET version = 'x'",
                     "DELETE FROM onboarding.consents",
                     "UPDATE onboarding.wire_checks SET result = 'verified'",
@@ -144,3 +143,20 @@ async def test_the_application_role_cannot_rewrite_a_claim_or_a_consent(onboardi
         )
     finally:
         await conn.close()
+
+
+async def test_a_customer_with_a_user_is_never_deleted(onboarding_db: str, owner: asyncpg.Connection) -> None:
+    await owner.execute(
+        "INSERT INTO onboarding.customers (id, email_hash, sub) VALUES ('c1', '\\x01', 'user-1'),"
+        " ('c2', '\\x02', NULL)"
+    )
+    conn = await asyncpg.connect(db.service_dsn(onboarding_db, APP))
+    try:
+        assert await refusals(conn, ["DELETE FROM onboarding.customers WHERE id = 'c1'"]) == []
+        # a claim without a user may go (an abandoned one, released for another registration)
+        assert await conn.execute("DELETE FROM onboarding.customers WHERE id = 'c2'") == "DELETE 1"
+    finally:
+        await conn.close()
+    # not even the owner deletes a customer with a user
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await owner.execute("DELETE FROM onboarding.customers WHERE id = 'c1'")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +17,11 @@ import pyotp
 import pytest
 
 from hiwallet.core.ids import new_id
+from hiwallet.core.settings import get_settings
 from hiwallet.fakes.mail import MailCatcherSettings, create_mail_catcher_app
-from hiwallet.staff_admin.app import create_staff_admin_app
-from hiwallet.staff_admin.service import PERMISSIONS
+from hiwallet.staff_admin.app import create_staff_admin_app, create_staff_admin_pool
+from hiwallet.staff_admin.identity import StaffRealm
+from hiwallet.staff_admin.service import PERMISSIONS, StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings
 from tests import pgtemplate
 from tests.identity.conftest import (
@@ -226,4 +228,16 @@ def staff_admin(staff_idp: IdentityServer, staff_admin_db: str) -> Iterator[Staf
         server.stop()
 
 
-__all__ += ["PASSWORD", "Catcher", "Employee", "StaffAdminServer", "start_staff_admin"]
+async def service_of(server: StaffAdminServer) -> tuple[StaffAdmin, Callable[[], Awaitable[None]]]:
+    """The service on a pool of its own (what a shell's command uses), and how to close it."""
+    pool = await create_staff_admin_pool(server.settings, get_settings(), max_size=2)
+    realm = StaffRealm(server.settings, httpx.AsyncClient())
+
+    async def close() -> None:
+        await realm.client.aclose()
+        await pool.close()
+
+    return StaffAdmin(pool, server.settings, realm), close
+
+
+__all__ += ["PASSWORD", "Catcher", "Employee", "StaffAdminServer", "service_of", "start_staff_admin"]

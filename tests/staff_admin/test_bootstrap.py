@@ -17,8 +17,7 @@ from hiwallet.staff_admin.login import StaffClient, current_code, first_login, n
 from hiwallet.staff_admin.service import PERMISSIONS
 from hiwallet.staff_admin.settings import get_staff_admin_settings
 from tests.identity.conftest import PASSWORD, IdentityServer
-from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer, start_staff_admin
-from tests.staff_admin.test_rules import _service
+from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer, service_of, start_staff_admin
 
 ADMIN = "boss@hiwallet.dev"
 
@@ -75,7 +74,7 @@ def test_the_first_administrator_is_invited_once_and_gets_everything(
 async def test_the_operator_sends_it_again_only_while_nobody_manages(
     staff_admin: StaffAdminServer, catcher: Catcher
 ) -> None:
-    service, close = await _service(staff_admin)
+    service, close = await service_of(staff_admin)
     try:
         sent = await service.bootstrap_again("operator:root", ADMIN)
         again = await service.bootstrap_again("operator:root", ADMIN)

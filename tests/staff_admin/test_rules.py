@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
 from hiwallet.core.http import problem_type
 from hiwallet.staff_admin import errors
-from hiwallet.staff_admin.identity import StaffRealm
-from hiwallet.staff_admin.service import StaffAdmin
-from tests.staff_admin.conftest import StaffAdminServer
+from tests.staff_admin.conftest import StaffAdminServer, service_of
 
 SELF = problem_type("self-escalation")
 
@@ -107,7 +104,7 @@ async def test_the_last_staff_manage_holder_cannot_lose_it(staff_admin: StaffAdm
     mine = own_role(staff_admin, admin.subject)
     # Not reachable over HTTP (the only holder is the actor, who cannot change themselves):
     # the service refuses it from a shell too, and the refusal leaves no audit row.
-    service, close = await _service(staff_admin)
+    service, close = await service_of(staff_admin)
     try:
         for attempt in (
             service.set_active("operator:root", admin.subject, False),
@@ -147,17 +144,3 @@ def test_two_administrators_deactivating_each_other_at_once_leave_one(staff_admi
         assert statuses in ([200, 403], [200, 409]), [r.text for r in answers]
         active = staff_admin.sql("SELECT count(*) FROM staff.employees WHERE active")[0][0]
         assert active == 1
-
-
-async def _service(server: StaffAdminServer) -> tuple[StaffAdmin, object]:
-    from hiwallet.core.settings import get_settings
-    from hiwallet.staff_admin.app import create_staff_admin_pool
-
-    pool = await create_staff_admin_pool(server.settings, get_settings(), max_size=2)
-    realm = StaffRealm(server.settings, httpx.AsyncClient())
-
-    async def close() -> None:
-        await realm.client.aclose()
-        await pool.close()
-
-    return StaffAdmin(pool, server.settings, realm), close

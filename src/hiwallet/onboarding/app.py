@@ -23,11 +23,13 @@ from hiwallet.core.settings import Settings, get_settings
 from hiwallet.onboarding.clients import IdentityAdmin, ServiceToken, Sms, WalletApi
 from hiwallet.onboarding.crypto import Hasher, KeyRing
 from hiwallet.onboarding.mail import Mailer
+from hiwallet.onboarding.metrics import OnboardingMetrics
 from hiwallet.onboarding.registry import Registry
 from hiwallet.onboarding.routes import router
 from hiwallet.onboarding.service import OnboardingService
 from hiwallet.onboarding.settings import OnboardingSettings, check_production, get_onboarding_settings
 from hiwallet.onboarding.store import create_onboarding_pool, database_of
+from hiwallet.onboarding.wires import WiresSettings, wires_running
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +62,10 @@ def dedicated_connection(
 
 
 def build_service(
-    pool: asyncpg.Pool, settings: OnboardingSettings, http: httpx.AsyncClient
+    pool: asyncpg.Pool,
+    settings: OnboardingSettings,
+    http: httpx.AsyncClient,
+    metrics: OnboardingMetrics | None = None,
 ) -> OnboardingService:
     """The service and its clients, on ``http`` (the CLI builds one too)."""
     token = ServiceToken(http, settings)
@@ -74,6 +79,7 @@ def build_service(
         mailer=Mailer(settings),
         sms=Sms(http, settings),
         registry=Registry(http, settings),
+        metrics=metrics,
     )
 
 
@@ -82,8 +88,10 @@ def create_onboarding_app(
     *,
     core_settings: Settings | None = None,
     background: bool = True,
+    wires_settings: WiresSettings | None = None,
 ) -> FastAPI:
-    """``background=False``: without the sweep (tests that run it by hand)."""
+    """``background=False``: without the sweep and the wires consumer (tests that run the
+    sweep by hand; no broker)."""
     settings = settings or get_onboarding_settings()
     core = core_settings or get_settings()
     check_production(settings)
@@ -96,7 +104,7 @@ def create_onboarding_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_onboarding_pool(settings, core)
         http = httpx.AsyncClient(limits=httpx.Limits(max_connections=MAX_CONNECTIONS))
-        service = app.state.service = build_service(pool, settings, http)
+        service = app.state.service = build_service(pool, settings, http, metrics)
         app.state.verifier = verifier_for(settings)
         app.state.trusted_proxies = settings.proxies
 
@@ -115,8 +123,22 @@ def create_onboarding_app(
             )
             tasks.append(asyncio.create_task(supervised("sweep", sweep.run_forever)))
         try:
-            yield
+            # The first own wire -> verified (wires.py): a consumer of hiwallet.events.
+            async with wires_running(
+                pool=pool,
+                core=core,
+                http=http,
+                wallet_api=service.wallet_api,
+                hasher=service.hasher,
+                registry=app.state.metrics_registry,
+                settings=wires_settings,
+                enabled=background,
+            ) as wires_ready:
+                if wires_ready is not None:
+                    checks["wires"] = wires_ready
+                yield
         finally:
+            checks.pop("wires", None)
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -127,6 +149,7 @@ def create_onboarding_app(
             await pool.close()
 
     app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
+    metrics = app.state.onboarding_metrics = OnboardingMetrics(app.state.metrics_registry)
     app.include_router(router)
     return app
 

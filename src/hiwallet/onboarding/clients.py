@@ -161,6 +161,21 @@ class IdentityAdmin:
             raise UnexpectedAnswer(f"identity's user creation answered {response.status_code}")
         return response.headers["location"].rstrip("/").rsplit("/", 1)[-1]
 
+    async def set_password(self, user_id: str, password: str) -> None:
+        """The user's password, replaced (an adopted user gets the password of the request that
+        adopts it)."""
+        response = await self._token.request(
+            "identity",
+            "PUT",
+            f"{self._settings.admin_users_url}/{user_id}/reset-password",
+            json={"type": "password", "value": password, "temporary": False},
+            timeout=self._settings.identity_timeout_s,
+        )
+        if response.status_code == 400:
+            raise InvalidPassword(_message(response))
+        if response.status_code != 204:
+            raise UnexpectedAnswer(f"identity's password reset answered {response.status_code}")
+
 
 class InvalidPassword(Exception):
     """The identity service refused the user as given (its password rules)."""

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
+from hiwallet.core.queries import load_queries
 from hiwallet.onboarding.crypto import KeyRing, place
 
-# Every sealed column, by table and the column naming its row (the AAD's row id).
-SEALED: dict[str, tuple[str, tuple[str, ...]]] = {
-    "registrations": ("id", ("email_enc",)),
-    "customers": ("id", ("phone_enc", "tckn_enc", "given_name_enc", "family_name_enc", "birth_date_enc")),
-    "phone_codes": ("customer_id", ("phone_enc",)),
+R = load_queries(Path(__file__).parent / "sql" / "rekey.sql")
+# Every sealed column, by table (sql/rekey.sql has each one's statements).
+SEALED: dict[str, tuple[str, ...]] = {
+    "registrations": ("email_enc",),
+    "customers": ("phone_enc", "tckn_enc", "given_name_enc", "family_name_enc", "birth_date_enc"),
+    "phone_codes": ("phone_enc",),
 }
 
 
@@ -32,7 +35,7 @@ class RekeyReport:
 async def count_rows(pool: asyncpg.Pool) -> int:
     total = 0
     for table in SEALED:
-        total += await pool.fetchval(f"SELECT count(*) FROM onboarding.{table}")  # names from SEALED
+        total += await pool.fetchval(R[f"count_{table}"])
     return int(total)
 
 
@@ -40,16 +43,10 @@ async def rekey(
     pool: asyncpg.Pool, ring: KeyRing, *, batch: int = 500, progress: Callable[[int], None] | None = None
 ) -> RekeyReport:
     report = RekeyReport()
-    for table, (key, columns) in SEALED.items():
+    for table, columns in SEALED.items():
         cursor = ""
-        listed = ", ".join(columns)
         while True:
-            rows = await pool.fetch(
-                f"SELECT {key} AS row_id, {listed} FROM onboarding.{table}"
-                f" WHERE {key} > $1 ORDER BY {key} LIMIT $2",
-                cursor,
-                batch,
-            )
+            rows = await pool.fetch(R[f"sealed_{table}"], cursor, batch)
             if not rows:
                 break
             async with pool.acquire() as conn, conn.transaction():
@@ -60,12 +57,7 @@ async def rekey(
                             continue
                         where = place(table, column, row["row_id"])
                         new = ring.seal(ring.open(old, where), where)
-                        status = await conn.execute(
-                            f"UPDATE onboarding.{table} SET {column} = $1 WHERE {key} = $2 AND {column} = $3",
-                            new,
-                            row["row_id"],
-                            old,
-                        )
+                        status = await conn.execute(R[f"reseal_{table}_{column}"], new, row["row_id"], old)
                         report.resealed += int(status.split()[-1])
             report.rows += len(rows)
             cursor = rows[-1]["row_id"]

@@ -17,7 +17,8 @@ import hmac
 import os
 import re
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ from hiwallet.onboarding.clients import (
 )
 from hiwallet.onboarding.crypto import Hasher, KeyRing, normalize_email, place
 from hiwallet.onboarding.mail import Mailer
+from hiwallet.onboarding.metrics import OnboardingMetrics
 from hiwallet.onboarding.registry import Registry
 from hiwallet.onboarding.settings import OnboardingSettings
 from hiwallet.onboarding.store import TIERS, Q, rank, record_tier
@@ -110,6 +112,7 @@ class OnboardingService:
         mailer: Mailer,
         sms: Sms,
         registry: Registry,
+        metrics: OnboardingMetrics | None = None,
     ) -> None:
         self.pool = pool
         self.settings = settings
@@ -120,6 +123,7 @@ class OnboardingService:
         self.mailer = mailer
         self.sms = sms
         self.registry = registry
+        self.metrics = metrics or OnboardingMetrics()
 
     # -- rate limits ---------------------------------------------------------------------------
 
@@ -148,7 +152,8 @@ class OnboardingService:
         known = bool(await self.pool.fetchval(Q["email_taken"], email_hash))
         if not known:
             # A user made without onboarding (an operator, the demo data) has no claim here.
-            known = await self._identity(self.identity.find_by_email(email)) is not None
+            with self.metrics.timed("identity", "find_user"):
+                known = await self._identity(self.identity.find_by_email(email)) is not None
         registration_id = new_id()
         code = new_code()
         expires_at = await self.pool.fetchval(
@@ -167,15 +172,17 @@ class OnboardingService:
         except errors.DependencyUnavailable:
             await self.pool.execute(Q["delete_registration"], registration_id)
             raise
+        self.metrics.registrations.labels("started").inc()
         log.info("registration started", registration_id=registration_id)
         return {"registration_id": registration_id, "expires_at": iso(expires_at)}
 
     async def _mail(self, email: str, code: str, known: bool) -> None:
         try:
-            if known:
-                await self.mailer.send_already_registered(email)
-            else:
-                await self.mailer.send_code(email, code)
+            with self.metrics.timed("mail", "already_registered" if known else "code"):
+                if known:
+                    await self.mailer.send_already_registered(email)
+                else:
+                    await self.mailer.send_code(email, code)
         except DependencyUnavailable as exc:
             log.warning("mail not sent", error=str(exc))
             raise errors.DependencyUnavailable("the e-mail could not be sent; try again") from exc
@@ -226,6 +233,7 @@ class OnboardingService:
                 await conn.execute(Q["email_verified"], registration_id)
         if refusal is not None:  # raised after the commit: the attempt stays counted
             raise refusal
+        self.metrics.registrations.labels("email_verified").inc()
         log.info("registration e-mail verified", registration_id=registration_id)
         return {"registration_id": registration_id, "status": "email_verified"}
 
@@ -241,10 +249,7 @@ class OnboardingService:
         email_hash = row["email_hash"]
         email = self.ring.open(row["email_enc"], place("registrations", "email_enc", registration_id))
         # 1. the claim on the address
-        if await self.pool.fetchval(Q["claim_email"], registration_id, email_hash) is None:
-            holder = await self.pool.fetchrow(Q["customer_of_email"], email_hash)
-            if holder is None or holder["id"] != registration_id:
-                raise errors.EmailRegistered()
+        await self._claim(registration_id, email_hash)
         await self.pool.execute(Q["registration_status"], registration_id, "email_verified")
         customer = await self.pool.fetchrow(Q["customer"], registration_id)
         # 2. the user
@@ -254,25 +259,53 @@ class OnboardingService:
             await self.pool.execute(Q["set_sub"], registration_id, sub)
             await self.pool.execute(Q["registration_status"], registration_id, "user_created")
             customer = await self.pool.fetchrow(Q["customer"], registration_id)
+            self.metrics.registrations.labels("user_created").inc()
             log.info("registration user created", registration_id=registration_id)
         # 3. the personal account
         if customer["account_id"] is None:
             await self._open_account(customer)
         await self.pool.execute(Q["registration_status"], registration_id, "completed")
+        self.metrics.registrations.labels("completed").inc()
         log.info("registration completed", registration_id=registration_id)
         return Completed(await self._completed_body(registration_id, row), created=True)
 
+    async def _claim(self, registration_id: str, email_hash: bytes) -> None:
+        for _ in range(2):
+            if await self.pool.fetchval(Q["claim_email"], registration_id, email_hash) is not None:
+                return
+            holder = await self.pool.fetchrow(Q["customer_of_email"], email_hash)
+            if holder is not None and holder["id"] == registration_id:
+                return  # ours already (a retry, or a concurrent complete of this registration)
+            # Another's: a customer, a registration under way, or a claim abandoned without a
+            # user, which is released once (then claimed here, if no one is quicker).
+            if holder is not None and (
+                holder["sub"] is not None
+                or await self.pool.execute(Q["release_abandoned_claim"], holder["id"]) != "DELETE 1"
+            ):
+                break
+            log.info("registration took over an abandoned claim", registration_id=registration_id)
+        raise errors.EmailRegistered()
+
     async def _create_user(self, email: str, password: str, claimed_at: datetime) -> str:
         try:
-            return await self._identity(self.identity.create_user(email, password))
+            with self.metrics.timed("identity", "create_user"):
+                return await self._identity(self.identity.create_user(email, password))
         except InvalidPassword as exc:
             raise errors.PasswordRefused(str(exc)) from exc
         except UserExists:
             pass
-        found = await self._identity(self.identity.find_by_email(email))
+        with self.metrics.timed("identity", "find_user"):
+            found = await self._identity(self.identity.find_by_email(email))
         if found is None or found.created_at < claimed_at - ADOPT_SKEW:
             # Made before this registration's claim: not ours (an operator's, the demo data).
             raise errors.EmailRegistered()
+        # The password is this request's, whatever the attempt that made the user was given.
+        try:
+            with self.metrics.timed("identity", "set_password"):
+                await self._identity(self.identity.set_password(found.id, password))
+        except InvalidPassword as exc:
+            raise errors.PasswordRefused(str(exc)) from exc
+        self.metrics.registrations.labels("user_adopted").inc()
         log.info("registration adopted the user it had created")
         return found.id
 
@@ -289,7 +322,8 @@ class OnboardingService:
 
     async def _open_account(self, customer: asyncpg.Record) -> None:
         try:
-            account = await self.wallet_api.open_personal(customer["sub"])
+            with self.metrics.timed("wallet-api", "open_personal"):
+                account = await self.wallet_api.open_personal(customer["sub"])
         except DependencyUnavailable as exc:
             raise errors.DependencyUnavailable("wallet-api is not reachable; try again") from exc
         await self.pool.execute(Q["set_account"], customer["id"], account.account_id, account.wallet_id)
@@ -385,15 +419,20 @@ class OnboardingService:
             s.code_max_attempts,
         )
         try:
-            await self.sms.send(
-                phone, f"HiWallet code: {code}. Do not share it with anyone.", idempotency_key=new_id()
-            )
+            with self.metrics.timed("sms", "send"):
+                await self.sms.send(
+                    phone, f"HiWallet code: {code}. Do not share it with anyone.", idempotency_key=new_id()
+                )
         except DependencyUnavailable as exc:
             await self.pool.execute(Q["delete_phone_code"], cid)
             raise errors.DependencyUnavailable("the SMS could not be sent; try again") from exc
         return {"phone": mask_phone(phone), "expires_at": iso(expires_at)}
 
     async def verify_phone(self, sub: str, code: str) -> dict[str, Any]:
+        with self._counted("phone"):
+            return await self._verify_phone(sub, code)
+
+    async def _verify_phone(self, sub: str, code: str) -> dict[str, Any]:
         customer = await self.customer_of(sub)
         cid = customer["id"]
         refusal: ProblemError | None = None
@@ -422,6 +461,12 @@ class OnboardingService:
     async def verify_identity(
         self, sub: str, tckn: str, given_name: str, family_name: str, birth_date: date
     ) -> dict[str, Any]:
+        with self._counted("identity"):
+            return await self._verify_identity(sub, tckn, given_name, family_name, birth_date)
+
+    async def _verify_identity(
+        self, sub: str, tckn: str, given_name: str, family_name: str, birth_date: date
+    ) -> dict[str, Any]:
         if not tckimlik.is_valid(tckn):
             raise errors.TcknInvalid("the number's check digits are wrong")
         tckn = tckimlik.compact(tckn)
@@ -436,7 +481,8 @@ class OnboardingService:
         if holder is not None and holder != cid:
             raise errors.TcknTaken()
         try:
-            confirmed = await self.registry.confirms(tckn, given_name, family_name, birth_date.year)
+            with self.metrics.timed("registry", "check"):
+                confirmed = await self.registry.confirms(tckn, given_name, family_name, birth_date.year)
         except DependencyUnavailable as exc:
             retry = str(self.settings.nvi_retry_after_s)
             raise errors.RegistryUnavailable(headers={"Retry-After": retry}) from exc
@@ -466,6 +512,10 @@ class OnboardingService:
         return await self.me(sub)
 
     async def accept_consent(self, sub: str, document: str, version: str) -> dict[str, Any]:
+        with self._counted("consent"):
+            return await self._accept_consent(sub, document, version)
+
+    async def _accept_consent(self, sub: str, document: str, version: str) -> dict[str, Any]:
         current = self.settings.consent_versions[document]
         if version != current:
             raise errors.ConsentVersionInvalid(document=document, current=current)
@@ -473,6 +523,15 @@ class OnboardingService:
         await self.pool.execute(Q["accept_consent"], customer["id"], document, version)
         await self._advance(customer["id"])
         return await self.me(sub)
+
+    @contextmanager
+    def _counted(self, kind: str) -> Iterator[None]:
+        try:
+            yield
+        except ProblemError as exc:
+            self.metrics.verifications.labels(kind, exc.slug).inc()
+            raise
+        self.metrics.verifications.labels(kind, "ok").inc()
 
     # -- the tier ------------------------------------------------------------------------------------
 
@@ -494,10 +553,13 @@ class OnboardingService:
         if customer["account_id"] is None:
             return customer
         try:
-            tier = await self.wallet_api.raise_tier(customer["account_id"], customer["tier_wanted"])
+            with self.metrics.timed("wallet-api", "raise_tier"):
+                tier = await self.wallet_api.raise_tier(customer["account_id"], customer["tier_wanted"])
         except DependencyUnavailable as exc:
+            self.metrics.tier_raises.labels(customer["tier_wanted"], "deferred").inc()
             log.warning("tier raise deferred", customer_id=customer["id"], error=str(exc))
             return customer
+        self.metrics.tier_raises.labels(customer["tier_wanted"], "done").inc()
         await record_tier(self.pool, customer["id"], tier)
         log.info("tier raised", customer_id=customer["id"], tier=tier)
         row: asyncpg.Record = await self.pool.fetchrow(Q["customer"], customer["id"])

@@ -280,13 +280,14 @@ async def wires_running(
     hasher: Hasher,
     registry: CollectorRegistry,
     settings: WiresSettings | None = None,
+    enabled: bool = True,
 ) -> AsyncIterator[ReadyCheck | None]:
     """Run the wires consumer for the ``async with`` (the onboarding app's lifespan): its own
     broker connection, the topology declared (core.events; idempotent), core's Consumer on the
-    queue. Yields the readiness check (None when ``wires_enabled`` is off). At exit it takes no
+    queue. Yields the readiness check (None when off: ``enabled`` or ``wires_enabled``). At exit it takes no
     new message, finishes the ones in hand (their transactions commit or are given back)."""
     settings = settings or WiresSettings()
-    if not settings.wires_enabled:
+    if not (enabled and settings.wires_enabled):
         yield None
         return
     broker = Broker(core.amqp_url, client_name=settings.client_name)

@@ -151,7 +151,7 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
     headers = exc.headers
     if exc.status_code == 405:
-        headers = _allow(request, headers)
+        headers = {**(headers or {}), "Allow": _allowed_methods(request, headers)}
     body = {
         "type": problem_type(slug),
         "title": str(exc.detail),
@@ -161,18 +161,23 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=exc.status_code, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
 
 
-def _allow(request: Request, headers: Mapping[str, str] | None) -> dict[str, str] | None:
-    """``Allow`` with the methods of every route of the path. Starlette's 405 names only the
-    first route that matched the path, so a path served by two routes (GET and POST of a
-    collection) would tell a client that one of its methods does not exist."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        # an included router stands for its routes (FastAPI's effective route contexts)
-        contexts = route.effective_route_contexts() if hasattr(route, "effective_route_contexts") else [route]
-        for context in contexts:
-            match, _ = context.matches(request.scope)
-            if match is not Match.NONE:
-                methods |= getattr(context, "methods", None) or set()
-    if not methods:
-        return dict(headers) if headers else None
-    return {**(headers or {}), "Allow": ", ".join(sorted(methods))}
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request, headers: Mapping[str, str] | None) -> str:
+    """Every method the path has. Starlette's ``Allow`` names only the first route that matched
+    the path, so a path served by two routes (``GET`` and ``POST /v1/promo-programmes``, each
+    with its own handler) would be answered as having one method (RFC 9110 §15.5.6: ``Allow``
+    lists the target resource's methods)."""
+    # Each method asked of the app's own router, as Starlette routes it: a route nested in an
+    # included router answers for itself (FastAPI includes routers lazily, so the app's route
+    # list is not flat).
+    routes = getattr(getattr(request.app, "router", None), "routes", ())
+    methods = {
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    }
+    if not methods:  # not one of ours (a mounted app): keep what Starlette said
+        return (headers or {}).get("Allow", "")
+    return ", ".join(sorted(methods))

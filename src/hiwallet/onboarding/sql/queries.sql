@@ -43,8 +43,13 @@ UPDATE onboarding.registrations
  WHERE id = $1 AND status = 'code_sent';
 
 -- name: registration_status
-UPDATE onboarding.registrations SET status = $2, customer_id = $1, updated_at = now()
- WHERE id = $1 AND status <> 'completed';
+-- Only forward: a slower concurrent complete never moves a registration back.
+UPDATE onboarding.registrations
+   SET customer_id = $1, updated_at = now(),
+       status = CASE WHEN array_position(ARRAY['code_sent', 'email_verified', 'user_created', 'completed'], status)
+                        < array_position(ARRAY['code_sent', 'email_verified', 'user_created', 'completed'], $2::text)
+                     THEN $2 ELSE status END
+ WHERE id = $1;
 
 -- name: delete_registration
 DELETE FROM onboarding.registrations WHERE id = $1;
@@ -54,7 +59,15 @@ DELETE FROM onboarding.registrations
  WHERE id IN (SELECT id FROM onboarding.registrations WHERE expires_at < now() LIMIT $1);
 
 -- name: email_taken
-SELECT EXISTS (SELECT 1 FROM onboarding.customers WHERE email_hash = $1);
+-- A customer with a user: a claim still without one (a registration under way, or abandoned)
+-- does not make the address registered.
+SELECT EXISTS (SELECT 1 FROM onboarding.customers WHERE email_hash = $1 AND sub IS NOT NULL);
+
+-- name: release_abandoned_claim
+-- A claim without a user whose registration is gone or expired: released for another.
+DELETE FROM onboarding.customers c
+ WHERE c.id = $1 AND c.sub IS NULL
+   AND NOT EXISTS (SELECT 1 FROM onboarding.registrations r WHERE r.id = c.id AND r.expires_at > now());
 
 -- name: claim_email
 -- The claim on an address: one customer per address, whichever registration comes first.
