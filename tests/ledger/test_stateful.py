@@ -154,6 +154,12 @@ class LedgerMachine(RuleBasedStateMachine):
     def topup(self, wallet: str, amount: int, provider: str) -> None:
         self._post("topup", (self.key(), wallet, amount), {"provider": provider, "actor": "p", "ref": "r"})
 
+    @rule(wallet=wallets, amount=amounts)
+    def goodwill(self, wallet: str, amount: int) -> None:
+        """A staff credit from the goodwill expense: cash the customer may spend, never refunded
+        (a correction is another movement)."""
+        self._post("goodwill", (self.key(), wallet, amount), {"actor": "staff:s", "ref": "r"})
+
     @precondition(lambda self: len(self.model) >= 2)
     @rule(sender=wallets, data=st.data(), amount=amounts)
     def transfer(self, sender: str, data: st.DataObject, amount: int) -> None:
@@ -351,7 +357,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def _expect(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """What the model says the posting does, or None if it must be refused for funds."""
         m = self.model
-        if name == "topup":
+        if name in ("topup", "goodwill"):
             _, wallet, amount = args
             return {"apply": [lambda: setattr(m[wallet], "cash", m[wallet].cash + amount)], "undo": {}}
         if name == "transfer":

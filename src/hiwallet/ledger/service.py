@@ -229,6 +229,22 @@ class Ledger:
     async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
         return await self.store.promo_batches(wallet_id)
 
+    async def goodwill(
+        self,
+        key: str,
+        wallet: str,
+        amount: int,
+        currency: str = "TRY",
+        *,
+        actor: str,
+        ref: str,
+        conn: asyncpg.Connection | None = None,
+    ) -> PostResult:
+        """The platform credits a customer's cash from its goodwill expense (staff)."""
+        return await self.store.post(
+            rules.goodwill(key, wallet, amount, currency, actor=actor, ref=ref), conn=conn
+        )
+
     async def topup(
         self,
         key: str,

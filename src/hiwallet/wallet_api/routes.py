@@ -633,6 +633,13 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
     ("/v1/promos", "post", "201"): {
         "GetGrant": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),
     },
+    ("/v1/promo-programmes", "post", "201"): {
+        "GetProgramme": (
+            "/v1/promo-programmes/{programme_id}",
+            "get",
+            {"programme_id": "$response.body#/id"},
+        ),
+    },
 }
 
 
