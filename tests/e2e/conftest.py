@@ -14,9 +14,11 @@ import pytest
 
 from tests import pgtemplate
 from tests.e2e import harness
+from tests.e2e.harness import Process
 from tests.e2e.system import System
 from tests.e2e.withdrawals import WithdrawalSystem, withdrawal_system
 from tests.identity.conftest import IdentityServer
+from tests.staff_admin.conftest import StaffAdminServer
 
 # The identity servers of the wallet-api tests (session fixtures): the withdrawal tests' customers
 # get real tokens from them.
@@ -106,3 +108,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture(scope="module")
+async def staff_admin_process(
+    staff_idp: IdentityServer,  # noqa: F811 (the fixture imported above)
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[Process, StaffAdminServer]]:
+    """staff-admin as a process on a clone of hiwallet_staff_admin (one per module: the staff
+    endpoints' tests); the helper that seeds
+    employees (as an accepted invitation leaves them) and logs them in on the staff realm."""
+    async with (
+        pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as template,
+        pgtemplate.temporary(pgtemplate.clone(template)) as database,
+    ):
+        port = harness.free_port()
+        env = harness.env_of(
+            dict(os.environ),
+            HIWALLET_STAFF_ADMIN_PORT=port,
+            HIWALLET_STAFF_ADMIN_DATABASE=database,
+            HIWALLET_STAFF_ADMIN_STAFF_ISSUER_BASE=staff_idp.base_url,
+            HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL="",
+        )
+        log_dir: Path = tmp_path_factory.mktemp("staff-admin")
+        process = Process(name="staff-admin", port=port, env=env, log_dir=log_dir)
+        process.start()
+        try:
+            await process.wait_ready()
+            helper = StaffAdminServer(process.url, database, staff_idp, None, None, None)  # type: ignore[arg-type]
+            yield process, helper
+        finally:
+            await process.stop()

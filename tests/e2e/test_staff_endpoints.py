@@ -17,17 +17,13 @@ same token), staff-admin stopped (503 while a customer's request at the same mom
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests import pgtemplate
-from tests.e2e import harness
 from tests.e2e.harness import Process
 from tests.e2e.withdrawals import FEE_MINOR, ORCHESTRATOR, WithdrawalSystem
 from tests.identity.conftest import IdentityServer
@@ -37,35 +33,6 @@ from tests.wallet_api.conftest import WalletApi, assert_problem, running_api
 TL = 100
 REVIEWED = 15_000 * TL  # above the review threshold (10,000.00 TRY)
 VIEW, REVIEW, BUSINESS = "customer.view", "withdrawal.review", "promo.merchant_accept"
-
-
-@pytest.fixture(scope="module")
-async def staff_admin_process(
-    staff_idp: IdentityServer, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[tuple[Process, StaffAdminServer]]:
-    """staff-admin as a process on a clone of hiwallet_staff_admin; the helper that seeds
-    employees (as an accepted invitation leaves them) and logs them in on the staff realm."""
-    async with (
-        pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as template,
-        pgtemplate.temporary(pgtemplate.clone(template)) as database,
-    ):
-        port = harness.free_port()
-        env = harness.env_of(
-            dict(os.environ),
-            HIWALLET_STAFF_ADMIN_PORT=port,
-            HIWALLET_STAFF_ADMIN_DATABASE=database,
-            HIWALLET_STAFF_ADMIN_STAFF_ISSUER_BASE=staff_idp.base_url,
-            HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL="",
-        )
-        log_dir: Path = tmp_path_factory.mktemp("staff-admin")
-        process = Process(name="staff-admin", port=port, env=env, log_dir=log_dir)
-        process.start()
-        try:
-            await process.wait_ready()
-            helper = StaffAdminServer(process.url, database, staff_idp, None, None, None)  # type: ignore[arg-type]
-            yield process, helper
-        finally:
-            await process.stop()
 
 
 @pytest.fixture

@@ -13,18 +13,14 @@ request at the same moment succeeds). The ledger verifies clean after the money 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests import pgtemplate
-from tests.e2e import harness
 from tests.e2e.harness import Process
 from tests.identity.conftest import IdentityServer
 from tests.staff_admin.conftest import Employee, StaffAdminServer
@@ -34,35 +30,6 @@ TL = 100
 PROMO, VIEW, MANAGE = "promo.staff", "campaigns.view", "campaigns.manage"
 ACCEPT, GOODWILL = "promo.merchant_accept", "credit.goodwill"
 ALL = (PROMO, VIEW, MANAGE, ACCEPT, GOODWILL)
-
-
-@pytest.fixture(scope="module")
-async def staff_admin_process(
-    staff_idp: IdentityServer, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[tuple[Process, StaffAdminServer]]:
-    """staff-admin as a process on a clone of hiwallet_staff_admin, and the helper that seeds
-    employees (as an accepted invitation leaves them) and logs them in on the staff realm."""
-    async with (
-        pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as template,
-        pgtemplate.temporary(pgtemplate.clone(template)) as database,
-    ):
-        port = harness.free_port()
-        env = harness.env_of(
-            dict(os.environ),
-            HIWALLET_STAFF_ADMIN_PORT=port,
-            HIWALLET_STAFF_ADMIN_DATABASE=database,
-            HIWALLET_STAFF_ADMIN_STAFF_ISSUER_BASE=staff_idp.base_url,
-            HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL="",
-        )
-        log_dir: Path = tmp_path_factory.mktemp("staff-admin")
-        process = Process(name="staff-admin", port=port, env=env, log_dir=log_dir)
-        process.start()
-        try:
-            await process.wait_ready()
-            helper = StaffAdminServer(process.url, database, staff_idp, None, None, None)  # type: ignore[arg-type]
-            yield process, helper
-        finally:
-            await process.stop()
 
 
 @pytest.fixture
