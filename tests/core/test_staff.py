@@ -149,13 +149,9 @@ async def test_permissions_are_read_on_every_request(
     [
         (500, {"type": PROBLEM + "internal-error"}),
         (502, "bad gateway"),
-        (200, {"subject": "eve", "active": True}),  # no permissions: unreadable
-        (200, {"subject": "eve", "active": False, "permissions": ["customer.view"]}),
-        (200, {"subject": "mallory", "active": True, "permissions": ["customer.view"]}),
-        (200, [1, 2]),
     ],
 )
-async def test_a_failing_or_odd_staff_admin_is_503(
+async def test_a_failing_staff_admin_is_503(
     client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str], answer: tuple[int, Any]
 ) -> None:
     stub[0].answer = answer
@@ -163,6 +159,27 @@ async def test_a_failing_or_odd_staff_admin_is_503(
     assert response.status_code == 503, response.text
     assert response.json()["type"] == PROBLEM + "staff-admin-unavailable"
     assert int(response.headers["retry-after"]) >= 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (200, {"subject": "eve", "active": True}),  # no permissions: unreadable
+        (200, {"subject": "eve", "active": False, "permissions": ["customer.view"]}),
+        (200, {"subject": "mallory", "active": True, "permissions": ["customer.view"]}),
+        (200, [1, 2]),
+    ],
+)
+async def test_an_answer_that_breaks_the_contract_is_a_500_not_retry_later(
+    client: httpx.AsyncClient, stub: tuple[StaffAdminStub, str], answer: tuple[int, Any]
+) -> None:
+    """A 200 staff-admin may not give is a defect no retry cures: a logged 500 (fail closed,
+    never "unavailable"), and no permission granted."""
+    stub[0].answer = answer
+    response = await client.get("/v1/staff/thing", headers=auth(token(STAFF, "eve")))
+    assert response.status_code == 500, response.text
+    assert response.json()["type"] == PROBLEM + "internal-error"
+    assert "retry-after" not in response.headers
 
 
 async def test_staff_admin_down_is_503_with_retry_after() -> None:

@@ -35,6 +35,7 @@ from hiwallet.core.http import Forbidden, ServiceUnavailable
 __all__ = [
     "ME_PATH",
     "PermissionMissing",
+    "StaffAdminContractBroken",
     "StaffAdminUnavailable",
     "StaffDirectory",
     "StaffMember",
@@ -107,6 +108,11 @@ class StaffAdminUnavailable(ServiceUnavailable):
         super().__init__(detail, headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
+class StaffAdminContractBroken(RuntimeError):
+    """staff-admin answered 200 with what its contract does not allow (unreadable, inactive,
+    another subject): a defect, answered as an internal error (500, logged by the edge)."""
+
+
 class StaffDirectory:
     """An httpx client of staff-admin's ``GET /v1/me``, asked with the employee's own token.
 
@@ -158,8 +164,9 @@ class StaffDirectory:
         try:
             return _member(response)
         except ValueError as exc:
-            log.warning("staff-admin answered an unreadable /v1/me", error=str(exc))
-            raise StaffAdminUnavailable("staff-admin's answer was not readable; retry") from exc
+            # A 200 that breaks the contract is a defect (a version skew, a bug), which no retry
+            # cures: a logged 500, never "retry later"; and it opens no door either way.
+            raise StaffAdminContractBroken(f"staff-admin's /v1/me answer is not readable: {exc}") from exc
 
 
 def _member(response: httpx.Response) -> StaffMember:
@@ -208,8 +215,7 @@ def require_staff(
         member = await staff.member(token)
         if member.subject != principal.subject:
             # staff-admin read the same token; a different subject is a defect, not a person.
-            log.error("staff-admin answered for another subject")
-            raise StaffAdminUnavailable("staff-admin's answer did not match the token")
+            raise StaffAdminContractBroken("staff-admin answered for another subject than the token's")
         if permission not in member.permissions:
             raise PermissionMissing(
                 f"this needs the permission {permission.value}", permission=permission.value
