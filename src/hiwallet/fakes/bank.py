@@ -39,7 +39,6 @@ from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 import structlog
-import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -59,6 +58,7 @@ from hiwallet.fakes.delivery import (
     iso_now,
     random_id,
 )
+from hiwallet.fakes.serving import serve
 
 __all__ = [
     "BankFake",
@@ -734,11 +734,4 @@ def get_bank_fake_settings() -> BankFakeSettings:
 def run_bank_fake(port: int | None, host: str) -> None:
     """Serve bank-fake (the process entry point; the caller has set up logging)."""
     settings = get_bank_fake_settings()
-    uvicorn.run(
-        create_bank_fake_app(settings),
-        host=host,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_bank_fake_app(settings), host, port or settings.port)

@@ -39,12 +39,13 @@ from functools import lru_cache, partial
 from typing import Any
 
 import structlog
-import uvicorn
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hiwallet.fakes.serving import serve
 
 __all__ = [
     "MailCatcher",
@@ -416,11 +417,4 @@ def run_mail_catcher(port: int | None, host: str) -> None:
     """Serve the mail catcher: HTTP on ``port`` (or the settings'), SMTP on ``smtp_port`` (the
     process entry point; the caller has set up logging)."""
     settings = get_mail_catcher_settings()
-    uvicorn.run(
-        create_mail_catcher_app(settings, host=host),
-        host=host,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_mail_catcher_app(settings, host=host), host, port or settings.port)

@@ -47,12 +47,13 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import structlog
-import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from stdnum.tr import tckimlik
+
+from hiwallet.fakes.serving import serve
 
 __all__ = [
     "CITIZENS",
@@ -380,11 +381,4 @@ def get_nvi_fake_settings() -> NviFakeSettings:
 def run_nvi_fake(port: int | None, host: str) -> None:
     """Serve nvi-fake (the process entry point; the caller has set up logging)."""
     settings = get_nvi_fake_settings()
-    uvicorn.run(
-        create_nvi_fake_app(settings),
-        host=host,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_nvi_fake_app(settings), host, port or settings.port)

@@ -28,11 +28,12 @@ from functools import lru_cache
 from typing import Any
 
 import structlog
-import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hiwallet.fakes.serving import serve
 
 __all__ = ["SmsFake", "SmsFakeSettings", "create_sms_fake_app", "get_sms_fake_settings", "run_sms_fake"]
 
@@ -257,11 +258,4 @@ def get_sms_fake_settings() -> SmsFakeSettings:
 def run_sms_fake(port: int | None, host: str) -> None:
     """Serve sms-fake (the process entry point; the caller has set up logging)."""
     settings = get_sms_fake_settings()
-    uvicorn.run(
-        create_sms_fake_app(settings),
-        host=host,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_sms_fake_app(settings), host, port or settings.port)

@@ -27,13 +27,13 @@ from functools import lru_cache
 from typing import Any
 
 import structlog
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from hiwallet.fakes.delivery import Deliverer, DeliverySettings, Notification, control_router, random_id
+from hiwallet.fakes.serving import serve
 
 __all__ = [
     "StripeFake",
@@ -421,11 +421,4 @@ def get_stripe_fake_settings() -> StripeFakeSettings:
 def run_stripe_fake(port: int | None, host: str) -> None:
     """Serve stripe-fake (the process entry point; the caller has set up logging)."""
     settings = get_stripe_fake_settings()
-    uvicorn.run(
-        create_stripe_fake_app(settings),
-        host=host,
-        port=port or settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-    )
+    serve(create_stripe_fake_app(settings), host, port or settings.port)
