@@ -33,7 +33,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any process it started logged a secret; and make sure the scan saw the
-    services the run exercised (their access lines are in the file)."""
+    services the run exercised (their access lines are in the file).
+
+    Under pytest-xdist (``make test`` runs two workers) the workers inherit the controller's
+    log file and the controller sees every worker's reports: the scan is the controller's, once,
+    after every worker has finished."""
+    if hasattr(session.config, "workerinput"):
+        return
     path = Path(os.environ[LOG_FILE_ENV])
     text = path.read_text(errors="replace") if path.exists() else ""
     problems = [f"{kind}: {line[:300]}" for kind, line in logscan.find_secrets(text)]

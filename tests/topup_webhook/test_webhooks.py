@@ -144,6 +144,8 @@ async def test_the_senders_identity_number_is_not_kept_the_rest_of_the_wire_is(
 @pytest.mark.parametrize(
     "reference",
     [None, "no wallet here", "0421:w:not-a-uuid", f"two: {wallet_id()} and {wallet_id()}"],
+    # ids that do not change between collections (pytest-xdist's workers each collect)
+    ids=["none", "no-wallet", "not-a-uuid", "two-wallets"],
 )
 async def test_a_payment_without_one_wallet_is_recorded_unattributed(
     client: httpx.AsyncClient, owner: asyncpg.Connection, reference: str | None

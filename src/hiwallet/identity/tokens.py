@@ -283,6 +283,10 @@ async def _refresh_grant(realm: Realm, client: ClientConfig, form: Mapping[str, 
         raise InvalidGrant("Invalid refresh token. Token client and authorized client don't match")
     row = await realm.pool.fetchrow(Q["use_refresh_token"], hashed)
     if row is None:
+        # Read again: ``known`` was read before this use, and a concurrent refresh with the same
+        # token may have spent it since. That is a reuse too, and its family must go; the first
+        # read would say "unused" and let the winner's new token live.
+        known = await realm.pool.fetchrow(Q["refresh_token_by_hash"], hashed) or known
         if known["used_at"] is not None:
             # Reuse: either the client or a thief holds a newer token. Revoke them all.
             log.warning("refresh token reused; revoking its family", client=client.client_id)
