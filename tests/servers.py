@@ -3,9 +3,11 @@ a test that needs a real socket (the fakes, topup-webhook behind them, a provide
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -14,8 +16,35 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports for the servers the tests start (in-process or as processes): below the kernel's
+# ephemeral range, so that no outgoing connection (the run makes thousands: PostgreSQL, RabbitMQ,
+# HTTP) can take a port between free_port() choosing it and the server binding it, as bind(0)'s
+# ports could; at random, so that two pytest-xdist workers seldom choose alike, and never one
+# this process handed out before (a server it names may not have bound yet).
+_PORTS = range(20_000, max(20_001, min(_ephemeral_floor(), 32_768)))
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket() as s:  # the range is taken: what the kernel gives
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 from fastapi import Depends
@@ -12,16 +10,11 @@ from joserfc.jwk import RSAKey
 
 from hiwallet.core.auth import Principal, TokenVerifier, TrustedIssuer, require_principal
 from hiwallet.core.http import create_app
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.servers import free_port  # no server is started on it: closed
 
 
 async def test_unreachable_issuer_is_503_not_401() -> None:
-    base = f"http://127.0.0.1:{closed_port()}"
+    base = f"http://127.0.0.1:{free_port()}"
     issuer = TrustedIssuer.keycloak(base, "hiwallet", "customer", "hiwallet-api")
     verifier = TokenVerifier([issuer], timeout_seconds=1)
     app = create_app("auth-test")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
@@ -11,6 +10,7 @@ from hiwallet.core.broker import Broker, BrokerUnavailable, OutgoingMessage, Pub
 from hiwallet.core.ids import new_id
 from hiwallet.core.logging import REQUEST_ID
 from tests.core import spine
+from tests.servers import free_port  # no server is started on it: closed
 
 
 def _message(names: spine.Names, key: str, **extra: str) -> OutgoingMessage:
@@ -113,14 +113,8 @@ async def test_a_missing_exchange_is_refused_and_the_broker_recovers(
     assert len(await spine.collect(broker, names.queues, 1)) == 1
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_unreachable_broker_is_unavailable() -> None:
-    broker = Broker(f"amqp://guest:guest@127.0.0.1:{_closed_port()}/", client_name="t", connect_timeout_s=1.0)
+    broker = Broker(f"amqp://guest:guest@127.0.0.1:{free_port()}/", client_name="t", connect_timeout_s=1.0)
     with pytest.raises(BrokerUnavailable):
         await broker.start()
     with pytest.raises(BrokerUnavailable):

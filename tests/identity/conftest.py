@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -27,6 +26,7 @@ from hiwallet.core.settings import get_settings
 from hiwallet.identity.app import create_identity_app
 from hiwallet.identity.settings import IdentitySettings
 from tests import pgtemplate
+from tests.servers import free_port
 
 SECRETS = {
     "personal-web-bff": "dev-personal-web-bff-secret",
@@ -50,12 +50,6 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
