@@ -257,6 +257,37 @@ def withdrawal_request(token: str, wallet: str, i: int) -> tuple[dict[str, str],
 # ---------------------------------------------------------------------------------------------
 
 
+DB_COUNTERS = ("xact_commit", "xact_rollback", "tup_inserted", "tup_updated", "tup_deleted")
+
+
+async def db_counters(dbs: dict[str, str]) -> dict[str, dict[str, int]]:
+    """PostgreSQL's own counts for each database (pg_stat_database): with the sagas completed
+    between two readings, what one saga costs each database in transactions and rows written,
+    the measure that says where a saga's database work goes and what batching would save."""
+    conn = await asyncpg.connect(db.owner_dsn("postgres"))
+    try:
+        rows = await conn.fetch(
+            f"SELECT datname, {', '.join(DB_COUNTERS)} FROM pg_stat_database WHERE datname = ANY($1::text[])",
+            list(dbs.values()),
+        )
+    finally:
+        await conn.close()
+    by_name = {r["datname"]: r for r in rows}
+    return {
+        key: {c: int(by_name[name][c]) for c in DB_COUNTERS} for key, name in dbs.items() if name in by_name
+    }
+
+
+def per_saga(
+    before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], sagas: int
+) -> dict[str, Any]:
+    return {
+        key: {c: round((after[key][c] - before[key][c]) / max(1, sagas), 1) for c in DB_COUNTERS}
+        for key in after
+        if key in before
+    }
+
+
 class Observer:
     """Owner connections to the three databases and a channel to the vhost."""
 
@@ -761,6 +792,7 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
             spying = asyncio.create_task(spy_later())
         completed_before = (await observer.by_state()).get("completed", 0)
+        counters_before = await db_counters(dbs)
         sessions, depth_sampler = Sessions(dbs), Sampler(observer)
         watching = [asyncio.create_task(sessions.run()), asyncio.create_task(depth_sampler.run())]
         load_started = time.time()
@@ -782,6 +814,9 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         throughput["completed_incl_drain_per_s"] = round(
             completed / (args.duration + throughput["drain_after_load_s"]), 1
         )
+        # the statistics are flushed by each backend within a second of its transactions
+        await asyncio.sleep(1.5)
+        throughput["db_work_per_saga"] = per_saga(counters_before, await db_counters(dbs), completed)
         if spying is not None:
             throughput["py_spy"] = await spying
         report["throughput"] = throughput

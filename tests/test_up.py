@@ -38,7 +38,7 @@ from hiwallet.up import (
 )
 from tests import pgtemplate
 from tests.e2e import harness
-from tests.identity.conftest import free_port
+from tests.servers import free_port
 
 POLL_S = 0.05
 CHILDREN = (

@@ -35,42 +35,15 @@ BEGIN
     RETURNING * INTO v_payment;
     IF v_payment.id IS NOT NULL THEN
         INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
-        VALUES (
-            p_message_id, p_exchange, coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
-            -- the correlation id travels in the headers document (core.outbox.CORRELATION_ID_KEY)
-            jsonb_strip_nulls(jsonb_build_object('x-hiwallet-correlation-id', v_payment.id,
-                                                 'x-request-id', p_request_id)),
-            jsonb_build_object(
-                'payment_id', v_payment.id,
-                'provider', v_payment.provider,
-                'provider_payment_id', v_payment.provider_payment_id,
-                'wallet', v_payment.wallet,
-                'reference', v_payment.reference,
-                'amount_minor', v_payment.amount_minor,
-                'currency', v_payment.currency,
-                'recorded_at', to_char(v_payment.created_at AT TIME ZONE 'UTC',
-                                       'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-                'route', p_route));
+        VALUES (p_message_id, p_exchange, coalesce(v_payment.wallet, v_payment.id), 'TopupRecorded',
+                topup.recorded_headers(v_payment, p_request_id), topup.recorded_body(v_payment, p_route));
         RETURN 'recorded';
     END IF;
 
     -- Recorded before (by another notification, route, or a concurrent one that committed
     -- first: ON CONFLICT waited for it). Only the two lists grow.
-    UPDATE topup.payments
-       SET reported_by = CASE WHEN p_event_id = ANY (reported_by) THEN reported_by
-                              ELSE reported_by || p_event_id END,
-           routes = CASE WHEN p_route = ANY (routes) THEN routes ELSE routes || p_route END
-     WHERE id = p_payment_id
-    RETURNING * INTO v_payment;
-    IF v_payment.provider IS DISTINCT FROM p_provider
-       OR v_payment.provider_payment_id IS DISTINCT FROM p_provider_payment_id THEN
-        -- a derived id names one (provider, payment) only; anything else is a defect
-        RAISE EXCEPTION 'payment % is recorded for another provider payment', p_payment_id;
-    END IF;
-    IF v_payment.amount_minor <> p_amount_minor OR v_payment.currency <> p_currency THEN
-        RETURN 'mismatch';
-    END IF;
-    RETURN 'reported';
+    RETURN topup.report_payment(p_payment_id, p_provider, p_provider_payment_id, p_event_id, p_route,
+                                p_amount_minor, p_currency);
 END $$;
 
 -- Name: ingest_batch(text[], text[], text[], text[], text[], text[], text[], text[], text[], bigint[], text[], text[], text, text[]); Type: FUNCTION; Schema: topup; Owner: -
@@ -81,7 +54,8 @@ CREATE FUNCTION topup.ingest_batch(p_providers text[], p_event_ids text[], p_eve
     AS $$
 DECLARE
     n int := coalesce(cardinality(p_event_ids), 0);
-    answers text[] := array_fill(NULL::text, ARRAY[n]);
+    answers text[];
+    apart boolean;
 BEGIN
     IF n > 1000 THEN
         RAISE EXCEPTION 'a batch holds at most 1000 notifications, not %', n
@@ -97,11 +71,72 @@ BEGIN
     THEN
         RAISE EXCEPTION 'topup.ingest_batch: the arrays differ in length' USING ERRCODE = 'array_subscript_error';
     END IF;
+    IF n = 0 THEN
+        RETURN '{}';
+    END IF;
+
+    SELECT count(DISTINCT (p_providers[i], p_event_ids[i])) = n
+           AND count(DISTINCT p_payment_ids[i]) = count(p_payment_ids[i])
+      INTO apart
+      FROM generate_subscripts(p_event_ids, 1) AS i;
+
+    IF NOT apart THEN
+        -- Items that must see each other's rows: one after the other, as topup.ingest does.
+        answers := array_fill(NULL::text, ARRAY[n]);
+        FOR i IN 1 .. n LOOP
+            answers[i] := topup.ingest(
+                p_providers[i], p_event_ids[i], p_event_types[i], p_routes[i], p_payloads[i]::jsonb,
+                p_payment_ids[i], p_provider_payment_ids[i], p_wallets[i], p_references[i],
+                p_amounts_minor[i], p_currencies[i], p_message_ids[i], p_exchange, p_request_ids[i]);
+        END LOOP;
+        RETURN answers;
+    END IF;
+
+    -- Every item its own event and payment: each INSERT takes the whole batch, in item order
+    -- (the order topup.ingest would take their locks in). A data-modifying WITH runs whether
+    -- or not the final SELECT reads it. 'later': a payment recorded before, reported below.
+    WITH inbox AS (
+        INSERT INTO topup.inbox (provider, event_id, event_type, route, payload, payment_id, processed_at)
+        SELECT p_providers[i], p_event_ids[i], p_event_types[i], p_routes[i], p_payloads[i]::jsonb,
+               p_payment_ids[i], now()
+          FROM generate_subscripts(p_event_ids, 1) AS i
+         ORDER BY i
+        ON CONFLICT ON CONSTRAINT inbox_event_seen DO NOTHING
+        RETURNING provider, event_id
+    ), fresh AS (
+        SELECT i FROM generate_subscripts(p_event_ids, 1) AS i
+          JOIN inbox ON inbox.provider = p_providers[i] AND inbox.event_id = p_event_ids[i]
+    ), recorded AS (
+        INSERT INTO topup.payments (id, provider, provider_payment_id, wallet, reference, amount_minor,
+                                    currency, reported_by, routes)
+        SELECT p_payment_ids[i], p_providers[i], p_provider_payment_ids[i], p_wallets[i], p_references[i],
+               p_amounts_minor[i], p_currencies[i], ARRAY[p_event_ids[i]], ARRAY[p_routes[i]]
+          FROM fresh
+         WHERE p_payment_ids[i] IS NOT NULL
+         ORDER BY i
+        ON CONFLICT ON CONSTRAINT payments_pkey DO NOTHING
+        RETURNING *
+    ), announced AS (
+        INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
+        SELECT p_message_ids[f.i], p_exchange, coalesce(r.wallet, r.id), 'TopupRecorded',
+               topup.recorded_headers(r, p_request_ids[f.i]), topup.recorded_body(r, p_routes[f.i])
+          FROM recorded r JOIN fresh f ON p_payment_ids[f.i] = r.id
+         ORDER BY f.i
+    )
+    SELECT array_agg(CASE WHEN f.i IS NULL THEN 'duplicate'
+                          WHEN p_payment_ids[s.i] IS NULL THEN 'stored'
+                          WHEN r.id IS NOT NULL THEN 'recorded'
+                          ELSE 'later' END ORDER BY s.i)
+      INTO answers
+      FROM generate_subscripts(p_event_ids, 1) AS s(i)
+      LEFT JOIN fresh f ON f.i = s.i
+      LEFT JOIN recorded r ON f.i IS NOT NULL AND r.id = p_payment_ids[s.i];
+
     FOR i IN 1 .. n LOOP
-        answers[i] := topup.ingest(
-            p_providers[i], p_event_ids[i], p_event_types[i], p_routes[i], p_payloads[i]::jsonb,
-            p_payment_ids[i], p_provider_payment_ids[i], p_wallets[i], p_references[i],
-            p_amounts_minor[i], p_currencies[i], p_message_ids[i], p_exchange, p_request_ids[i]);
+        IF answers[i] = 'later' THEN
+            answers[i] := topup.report_payment(p_payment_ids[i], p_providers[i], p_provider_payment_ids[i],
+                                               p_event_ids[i], p_routes[i], p_amounts_minor[i], p_currencies[i]);
+        END IF;
     END LOOP;
     RETURN answers;
 END $$;
@@ -136,6 +171,80 @@ CREATE FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) RETURN
         RETURNING 1)
     SELECT count(*)::integer FROM gone
 $$;
+
+-- Name: payments; Type: TABLE; Schema: topup; Owner: -
+
+CREATE TABLE topup.payments (
+    id text NOT NULL,
+    provider text NOT NULL,
+    provider_payment_id text NOT NULL,
+    wallet text,
+    reference text,
+    amount_minor bigint NOT NULL,
+    currency text NOT NULL,
+    reported_by text[] NOT NULL,
+    routes text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT payments_amount_bounded CHECK ((amount_minor <= '1000000000000000'::bigint)),
+    CONSTRAINT payments_amount_positive CHECK ((amount_minor > 0)),
+    CONSTRAINT payments_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT payments_provider_known CHECK ((provider = ANY (ARRAY['stripe'::text, 'bank'::text]))),
+    CONSTRAINT payments_provider_payment_id_length CHECK (((length(provider_payment_id) >= 1) AND (length(provider_payment_id) <= 200))),
+    CONSTRAINT payments_reference_length CHECK (((reference IS NULL) OR (length(reference) <= 500))),
+    CONSTRAINT payments_reported CHECK ((cardinality(reported_by) >= 1)),
+    CONSTRAINT payments_routes_known CHECK (((cardinality(routes) >= 1) AND (routes <@ ARRAY['webhook'::text, 'reconciliation'::text, 'operator'::text]))),
+    CONSTRAINT payments_wallet_length CHECK (((wallet IS NULL) OR ((length(wallet) >= 1) AND (length(wallet) <= 128))))
+);
+
+-- Name: recorded_body(topup.payments, text); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.recorded_body(p topup.payments, p_route text) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT jsonb_build_object(
+        'payment_id', p.id,
+        'provider', p.provider,
+        'provider_payment_id', p.provider_payment_id,
+        'wallet', p.wallet,
+        'reference', p.reference,
+        'amount_minor', p.amount_minor,
+        'currency', p.currency,
+        'recorded_at', to_char(p.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'route', p_route)
+$$;
+
+-- Name: recorded_headers(topup.payments, text); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.recorded_headers(p topup.payments, p_request_id text) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT jsonb_strip_nulls(jsonb_build_object('x-hiwallet-correlation-id', p.id, 'x-request-id', p_request_id))
+$$;
+
+-- Name: report_payment(text, text, text, text, text, bigint, text); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.report_payment(p_payment_id text, p_provider text, p_provider_payment_id text, p_event_id text, p_route text, p_amount_minor bigint, p_currency text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_payment topup.payments;
+BEGIN
+    UPDATE topup.payments
+       SET reported_by = CASE WHEN p_event_id = ANY (reported_by) THEN reported_by
+                              ELSE reported_by || p_event_id END,
+           routes = CASE WHEN p_route = ANY (routes) THEN routes ELSE routes || p_route END
+     WHERE id = p_payment_id
+    RETURNING * INTO v_payment;
+    IF v_payment.provider IS DISTINCT FROM p_provider
+       OR v_payment.provider_payment_id IS DISTINCT FROM p_provider_payment_id THEN
+        -- a derived id names one (provider, payment) only; anything else is a defect
+        RAISE EXCEPTION 'payment % is recorded for another provider payment', p_payment_id;
+    END IF;
+    IF v_payment.amount_minor <> p_amount_minor OR v_payment.currency <> p_currency THEN
+        RETURN 'mismatch';
+    END IF;
+    RETURN 'reported';
+END $$;
 
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
 
@@ -198,30 +307,6 @@ ALTER TABLE topup.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
-);
-
--- Name: payments; Type: TABLE; Schema: topup; Owner: -
-
-CREATE TABLE topup.payments (
-    id text NOT NULL,
-    provider text NOT NULL,
-    provider_payment_id text NOT NULL,
-    wallet text,
-    reference text,
-    amount_minor bigint NOT NULL,
-    currency text NOT NULL,
-    reported_by text[] NOT NULL,
-    routes text[] NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT payments_amount_bounded CHECK ((amount_minor <= '1000000000000000'::bigint)),
-    CONSTRAINT payments_amount_positive CHECK ((amount_minor > 0)),
-    CONSTRAINT payments_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
-    CONSTRAINT payments_provider_known CHECK ((provider = ANY (ARRAY['stripe'::text, 'bank'::text]))),
-    CONSTRAINT payments_provider_payment_id_length CHECK (((length(provider_payment_id) >= 1) AND (length(provider_payment_id) <= 200))),
-    CONSTRAINT payments_reference_length CHECK (((reference IS NULL) OR (length(reference) <= 500))),
-    CONSTRAINT payments_reported CHECK ((cardinality(reported_by) >= 1)),
-    CONSTRAINT payments_routes_known CHECK (((cardinality(routes) >= 1) AND (routes <@ ARRAY['webhook'::text, 'reconciliation'::text, 'operator'::text]))),
-    CONSTRAINT payments_wallet_length CHECK (((wallet IS NULL) OR ((length(wallet) >= 1) AND (length(wallet) <= 128))))
 );
 
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -291,6 +376,23 @@ REVOKE ALL ON FUNCTION topup.outbox_keeps_unsent() FROM PUBLIC;
 REVOKE ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) TO hiwallet_topup_app;
 
+-- Name: TABLE payments; Type: ACL; Schema: topup; Owner: -
+
+GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_app;
+GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_readonly;
+
+-- Name: FUNCTION recorded_body(p topup.payments, p_route text); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.recorded_body(p topup.payments, p_route text) FROM PUBLIC;
+
+-- Name: FUNCTION recorded_headers(p topup.payments, p_request_id text); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.recorded_headers(p topup.payments, p_request_id text) FROM PUBLIC;
+
+-- Name: FUNCTION report_payment(p_payment_id text, p_provider text, p_provider_payment_id text, p_event_id text, p_route text, p_amount_minor bigint, p_currency text); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.report_payment(p_payment_id text, p_provider text, p_provider_payment_id text, p_event_id text, p_route text, p_amount_minor bigint, p_currency text) FROM PUBLIC;
+
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 
 GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_topup_readonly;
@@ -308,8 +410,3 @@ GRANT SELECT ON TABLE topup.outbox TO hiwallet_topup_readonly;
 -- Name: COLUMN outbox.sent_at; Type: ACL; Schema: topup; Owner: -
 
 GRANT UPDATE(sent_at) ON TABLE topup.outbox TO hiwallet_topup_app;
-
--- Name: TABLE payments; Type: ACL; Schema: topup; Owner: -
-
-GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_app;
-GRANT SELECT ON TABLE topup.payments TO hiwallet_topup_readonly;

@@ -20,7 +20,7 @@ from joserfc.jwk import RSAKey
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.http import create_app
 from hiwallet.core.staff import StaffDirectory, StaffMember, StaffPermission, require_staff
-from tests.core.test_auth import closed_port
+from tests.servers import free_port as closed_port  # nothing listens on it
 from tests.staff_stub import StaffAdminStub
 
 PROBLEM = "https://hiwallet.dev/problems/"

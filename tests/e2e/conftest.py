@@ -18,6 +18,7 @@ from tests.e2e.harness import Process
 from tests.e2e.system import System
 from tests.e2e.withdrawals import WithdrawalSystem, withdrawal_system
 from tests.identity.conftest import IdentityServer
+from tests.servers import free_port
 from tests.staff_admin.conftest import StaffAdminServer
 
 # The identity servers of the wallet-api tests (session fixtures): the withdrawal tests' customers
@@ -122,7 +123,7 @@ async def staff_admin_process(
         pgtemplate.temporary(pgtemplate.make_template("staff_admin")) as template,
         pgtemplate.temporary(pgtemplate.clone(template)) as database,
     ):
-        port = harness.free_port()
+        port = free_port()
         env = harness.env_of(
             dict(os.environ),
             HIWALLET_STAFF_ADMIN_PORT=port,

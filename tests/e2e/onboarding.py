@@ -39,6 +39,7 @@ from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import Children, Process
 from tests.identity.conftest import IdentityServer
+from tests.servers import free_port
 from tests.wallet_api.conftest import WalletApi, running_api
 
 ONBOARDING = "onboarding"
@@ -104,8 +105,8 @@ class OnboardingSystem:
 
     async def open(self) -> None:
         for role in ROLES:
-            self.ports[role] = harness.free_port()
-        self.ports["smtp"] = harness.free_port()
+            self.ports[role] = free_port()
+        self.ports["smtp"] = free_port()
         for role in ROLES:
             self.processes[role] = self._process(role)
         await self.start(*self.processes.values())

@@ -27,6 +27,7 @@ from hiwallet.wallet_api.settings import WalletApiSettings
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import BankFake, Children, Process, StallingProxy, StripeFake
+from tests.servers import free_port
 
 # The settings each process reads (CONTRACT-10, "Settings", and the services' settings modules).
 TOPUP_ENV = "HIWALLET_TOPUP_"
@@ -52,7 +53,7 @@ class System:
 
     async def open(self) -> None:
         for role in ("topup-webhook", "wallet-consumer", "stripe-fake", "bank-fake"):
-            self.ports[role] = harness.free_port()
+            self.ports[role] = free_port()
         settings = get_settings()
         self.pool = await db.create_pool(
             self.wallet_db, role=db.app_role("wallet"), min_size=1, max_size=4, init=init_connection

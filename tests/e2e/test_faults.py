@@ -20,6 +20,7 @@ import asyncpg
 from hiwallet.core import db
 from tests.e2e import harness
 from tests.e2e.system import System
+from tests.servers import free_port
 from tests.stripe_events import stripe_event
 
 # The relay's mark waits in this trigger (the owner adds it to the test's clone only).
@@ -256,7 +257,7 @@ async def test_topup_webhook_killed_right_after_answering_202(system: System) ->
 
 
 async def test_two_relays_one_works_and_the_other_takes_over_when_it_dies(system: System) -> None:
-    first, second = system.topup_webhook(), system.topup_webhook(port=harness.free_port())
+    first, second = system.topup_webhook(), system.topup_webhook(port=free_port())
     await system.start(first, second, system.wallet_consumer())
     wallet = await system.open_wallet()
 

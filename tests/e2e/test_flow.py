@@ -16,6 +16,7 @@ import httpx
 from hiwallet.core.ids import derived_id
 from tests.e2e import harness
 from tests.e2e.system import System
+from tests.servers import free_port
 from tests.stripe_events import stripe_event
 
 
@@ -200,7 +201,7 @@ async def test_one_wallets_messages_are_handled_in_order_across_partitions(syste
     halfway. Each wallet's ledger lines follow the order its payments were recorded."""
     webhook = system.topup_webhook()
     first = system.wallet_consumer()
-    second = system.wallet_consumer(port=harness.free_port())
+    second = system.wallet_consumer(port=free_port())
     await system.start(webhook, first, second)
     wallets = [await system.open_wallet() for _ in range(8)]
 

@@ -52,6 +52,7 @@ from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import Children, Process, StallingProxy
 from tests.identity.conftest import IdentityServer
+from tests.servers import free_port
 from tests.wallet_api.conftest import Customer, WalletApi, running_api
 
 WITHDRAWAL_ENV = "HIWALLET_WITHDRAWAL_"
@@ -172,7 +173,7 @@ class WithdrawalSystem:
 
     async def open(self) -> None:
         for role in ROLES:
-            self.ports[role] = harness.free_port()
+            self.ports[role] = free_port()
         if self.proxied:
             for role in (ORCHESTRATOR, WALLET_CONSUMER, BANK_ADAPTER):
                 proxy = StallingProxy("127.0.0.1", harness.AMQP_PORT)
@@ -305,7 +306,7 @@ class WithdrawalSystem:
         model = self.processes[role]
         process = Process(
             name=role,
-            port=harness.free_port(),
+            port=free_port(),
             env=model.env,
             log_dir=self.log_dir,
             ready_path=model.ready_path,

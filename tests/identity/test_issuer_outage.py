@@ -29,7 +29,7 @@ from joserfc.jwk import RSAKey
 
 from hiwallet.core.auth import TokenVerifier
 from tests import pgtemplate
-from tests.identity.conftest import IdentityServer, free_port, run_sync, start_server
+from tests.identity.conftest import IdentityServer, run_sync, start_server
 from tests.identity.test_verifier import (
     assert_refused,
     b64,
@@ -39,6 +39,7 @@ from tests.identity.test_verifier import (
     protected_app,
     unsigned,
 )
+from tests.servers import free_port
 
 INTERVAL_S = 5.0
 

@@ -91,6 +91,135 @@ async def test_a_batch_answers_each_notification_as_one_after_the_other(
     assert {await alone.ingest(n, "webhook", None) for n in items} == {Outcome.DUPLICATE}
 
 
+async def test_a_batch_of_distinct_notifications_is_answered_as_one_after_the_other(
+    pool: asyncpg.Pool, owner: asyncpg.Connection
+) -> None:
+    """Every item its own event and payment: topup.ingest_batch's set-based path. The same
+    answers, rows and messages as item by item, for each kind of answer at once."""
+    wallet = wallet_id()
+    first, first_again = stripe_events(wallet=wallet, amount=700)
+    second, second_again = stripe_events(wallet=wallet, amount=300)
+    second_again["data"]["object"].update(amount=999, amount_received=999)  # type: ignore[attr-defined]
+    seen, _ = stripe_events(wallet=wallet_id())
+    new, _ = stripe_events(wallet=None)  # no wallet: routed by the payment's id
+    unknown = {**new, "id": "evt_distinct_unknown", "type": "customer.created"}
+    w = wire(reference=wallet)
+    alone = TopupStore(pool, EXCHANGE)
+    for earlier in (first, second, seen):
+        assert await alone.ingest(stripe(earlier), "webhook", "req-alone") is Outcome.RECORDED
+    before = await stored(owner)
+
+    recorded: list[int] = []
+    store = TopupStore(pool, EXCHANGE, on_recorded=lambda: recorded.append(1))
+    items = [
+        stripe(first_again),  # recorded before: its id appended
+        stripe(second_again),  # another amount than the record: kept as it is
+        stripe(seen),  # the same notification again: nothing new
+        stripe(new),
+        stripe(unknown),  # a type we do nothing with: stored
+        providers.read("bank", bank_notification(w), "msg_distinct_1"),
+    ]
+    answers = await store.ingest_batch([IngestItem(n, "webhook", f"req-{i}") for i, n in enumerate(items)])
+    assert answers == [
+        Outcome.REPORTED,
+        Outcome.MISMATCH,
+        Outcome.DUPLICATE,
+        Outcome.RECORDED,
+        Outcome.STORED,
+        Outcome.RECORDED,
+    ]
+    assert recorded == [1]
+    s = await stored(owner)
+    assert len(s.inbox) == len(before.inbox) + 5
+    assert [r["event_id"] for r in s.inbox[len(before.inbox) :]] == [
+        first_again["id"],
+        second_again["id"],
+        new["id"],
+        unknown["id"],
+        "msg_distinct_1",
+    ]  # in the batch's order
+    assert {r["event_id"]: r["payment_id"] for r in s.inbox}[unknown["id"]] is None
+    by_pi = {p["provider_payment_id"]: p for p in s.payments}
+    assert by_pi[first_again["data"]["object"]["id"]]["reported_by"] == [first["id"], first_again["id"]]  # type: ignore[index]
+    mismatched = by_pi[second_again["data"]["object"]["id"]]  # type: ignore[index]
+    assert (mismatched["amount_minor"], mismatched["reported_by"]) == (
+        300,
+        [second["id"], second_again["id"]],
+    )
+    # One TopupRecorded per new payment, shaped as the one-at-a-time path shapes it.
+    announced = s.outbox[len(before.outbox) :]
+    assert len(announced) == 2
+    by_payment = {p["id"]: p for p in s.payments}
+    for message, request_id in zip(announced, ("req-3", "req-5"), strict=True):
+        body = json.loads(message["body"])
+        payment = by_payment[body["payment_id"]]
+        assert message["routing_key"] == (payment["wallet"] or payment["id"])
+        assert message["message_type"] == "TopupRecorded"
+        assert json.loads(message["headers"]) == {
+            "x-hiwallet-correlation-id": payment["id"],
+            "x-request-id": request_id,
+        }
+        assert set(body) == set(json.loads(before.outbox[0]["body"]))
+        assert (body["amount_minor"], body["wallet"], body["route"]) == (
+            payment["amount_minor"],
+            payment["wallet"],
+            "webhook",
+        )
+    assert json.loads(announced[1]["body"])["wallet"] == wallet
+
+
+async def test_a_payment_committed_while_the_batch_waited_on_it_is_reported(
+    pool: asyncpg.Pool, owner: asyncpg.Connection
+) -> None:
+    """A batch whose INSERT waits on another transaction's uncommitted record of the same payment
+    reports to that record once it commits (the report's statement sees what the batch's own
+    snapshot could not), and does not record it twice."""
+    checkout, intent = stripe_events(wallet=wallet_id())
+    store = TopupStore(pool, EXCHANGE)
+    async with pool.acquire() as holder:
+        transaction = holder.transaction()
+        await transaction.start()
+        first = await holder.fetchval(
+            "SELECT topup.ingest($1, $2, $3, 'webhook', $4::jsonb, $5, $6, $7, NULL, $8, $9, $10, $11, NULL)",
+            *_ingest_args(stripe(checkout)),
+        )
+        assert first == "recorded"
+        waiting = asyncio.create_task(store.ingest_batch([_item(stripe(intent))]))
+        for _ in range(200):  # until the batch waits on the holder's lock
+            if await owner.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the batch did not wait on the uncommitted record")
+        await transaction.commit()
+    assert await asyncio.wait_for(waiting, 10) == [Outcome.REPORTED]
+    s = await stored(owner)
+    [payment] = s.payments
+    assert payment["reported_by"] == [checkout["id"], intent["id"]]
+    assert len(s.outbox) == 1
+
+
+def _ingest_args(n: Notification) -> tuple[object, ...]:
+    p = n.payment
+    assert p is not None
+    return (
+        n.provider,
+        n.event_id,
+        n.event_type,
+        n.payload,
+        p.id,
+        p.provider_payment_id,
+        p.wallet,
+        p.amount_minor,
+        p.currency,
+        f"msg-{n.event_id}",
+        EXCHANGE,
+    )
+
+
 async def test_a_notification_the_database_cannot_hold_does_not_fail_its_batch(
     pool: asyncpg.Pool, owner: asyncpg.Connection
 ) -> None:

@@ -34,7 +34,8 @@ from hiwallet.wallet_api.app import create_wallet_api_app
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
 from tests import pgtemplate
-from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, free_port, run_sync, start_server
+from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, run_sync, start_server
+from tests.servers import free_port
 
 PROBLEM = "https://hiwallet.dev/problems/"
 TL = 100

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.identity.conftest import free_port
+from tests.servers import free_port
 from tests.wallet_api.conftest import Customer, WalletApi
 
 CLIENTS = 8

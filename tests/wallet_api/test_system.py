@@ -12,7 +12,7 @@ import sys
 import httpx
 
 from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
-from tests.identity.conftest import free_port
+from tests.servers import free_port
 from tests.wallet_api.conftest import WalletApi
 
 

@@ -17,7 +17,7 @@ import orjson
 from hiwallet.core.broker import Broker
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
-from tests.identity.conftest import free_port
+from tests.servers import free_port
 from tests.wallet_consumer.conftest import TL, cash, outgoing, topup_body, until, verified
 
 HIWALLET = Path(sys.executable).parent / "hiwallet"
