@@ -8,7 +8,7 @@
 -- What a compromised topup-webhook must not do: announce a top-up (a TopupRecorded credits a
 -- wallet) without a payment record behind it, change or erase a payment record, or drop an
 -- announcement before it was sent. So it writes the inbox, the payments and the outbox only
--- through topup.ingest and topup.ingest_batch (many topup.ingest in one statement; they append
+-- through topup.ingest and topup.ingest_batch (topup.ingest for many in one statement; they append
 -- to a payment's reported_by and routes and change nothing else), deletes inbox rows only through topup.purge_inbox (processed rows older than
 -- a day), and may touch the outbox only as the relay must: claim rows (FOR UPDATE needs an
 -- UPDATE privilege), mark them sent, delete sent ones (a trigger refuses an unsent one).
