@@ -450,3 +450,33 @@ async def test_a_refund_gives_the_limit_back_to_the_month_of_its_debit(
     # given back once: the function asked again gives nothing
     assert await pool.fetchval("SELECT wallet.return_withdrawal(23::smallint, $1)", body["command_id"]) == 0
     await verified(ledger)
+
+
+async def test_a_batch_of_commands_is_handled_as_one_after_the_other(
+    pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
+) -> None:
+    """core.consumer's batch path (WithdrawalHandler.batch, one transaction): two debits, a
+    refusal, and the first debit's command again (another message id), which sees the first's
+    stored response and posts nothing."""
+    ayla = await holder(pool, ledger, bucket=11, funded=500 * TL)
+    bora = await holder(pool, ledger, bucket=12, funded=50 * TL)
+    first = debit_body(ayla, 100 * TL)
+    batch = [
+        command("DebitForWithdrawal", first),
+        command("DebitForWithdrawal", debit_body(bora, 10 * TL)),
+        command("DebitForWithdrawal", debit_body(bora, 500 * TL)),  # more than bora has
+        command("DebitForWithdrawal", first),
+    ]
+    async with pool.acquire() as conn, conn.transaction():
+        outcomes = await handler.batch(conn, batch)
+    assert [o["result"] for o in outcomes] == ["debited", "debited", "rejected", "republished"]
+    assert outcomes[3]["transaction_id"] == outcomes[0]["transaction_id"]
+    assert await cash(ledger, ayla.wallet) == 500 * TL - 100 * TL - FEE
+    assert await cash(ledger, bora.wallet) == 50 * TL - 10 * TL - FEE
+    assert [m["message_type"] for m in await outbox(pool)] == [
+        "WithdrawalDebited",
+        "WithdrawalDebited",
+        "WithdrawalDebitRejected",
+        "WithdrawalDebited",
+    ]
+    await verified(ledger)

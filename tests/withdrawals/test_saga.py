@@ -460,3 +460,31 @@ async def test_a_rolled_back_result_is_neither_counted_nor_announced(service: Wi
         await service.handle(conn, result("WithdrawalDebited", debited(s)))
     assert service.woken == [1]  # type: ignore[attr-defined]
     assert moved._value.get() == 1
+
+
+async def test_a_batch_of_results_moves_each_saga_as_one_after_the_other(service: WithdrawalService) -> None:
+    """The results consumer's batch path (handle_batch, one transaction): two sagas' results and
+    a repeat of one under another message id, in one batch; each moves as it would alone, and
+    the repeat sees the first's move and changes nothing."""
+    first, second = await start(service), await start(service)
+    batch = [
+        result("WithdrawalDebited", debited(first)),
+        result("WithdrawalDebited", debited(second)),
+        result("WithdrawalDebited", debited(first)),  # published again: another message id
+        result("BankTransferSucceeded", {**ids(second, "bank"), "bank_reference": "trf_b"}),
+    ]
+    async with service.pool.acquire() as conn, conn.transaction():
+        outcomes = await service.handle_batch(conn, batch)
+    assert outcomes == [
+        {"state": "bank_transfer_pending"},
+        {"state": "bank_transfer_pending"},
+        {"ignored": "bank_transfer_pending"},
+        {"state": "settling"},
+    ]
+    assert [kind for kind, _ in await commands(service, first)] == ["DebitForWithdrawal", "StartBankTransfer"]
+    assert [kind for kind, _ in await commands(service, second)] == [
+        "DebitForWithdrawal",
+        "StartBankTransfer",
+        "SettleWithdrawal",
+    ]
+    assert (await saga(service, second))["bank_reference"] == "trf_b"

@@ -160,27 +160,35 @@ def create_wallet_consumer_app(
             # The withdrawal saga's commands: one message per transaction, several at once
             # (withdrawals_concurrency: the queue is unordered), the responses through
             # wallet.outbox and its relay below.
+            command_handler = WithdrawalHandler(
+                ledger,
+                exchange=settings.withdrawals_exchange,
+                limits=WithdrawalLimits(
+                    verified_minor=settings.limit_verified_withdrawal_minor,
+                    contracted_minor=settings.limit_contracted_withdrawal_minor,
+                ),
+                count=withdrawal_metrics.count,
+            )
+            batch = settings.withdrawals_batch
             withdrawals = Consumer(
                 broker=broker,
                 pool=pool,
                 queues=[withdrawals_queue(settings)],
                 consumer_name=WITHDRAWALS_CONSUMER_NAME,
-                handler=WithdrawalHandler(
-                    ledger,
-                    exchange=settings.withdrawals_exchange,
-                    limits=WithdrawalLimits(
-                        verified_minor=settings.limit_verified_withdrawal_minor,
-                        contracted_minor=settings.limit_contracted_withdrawal_minor,
-                    ),
-                    count=withdrawal_metrics.count,
-                ),
+                handler=command_handler,
                 dead_letter_exchange=settings.dead_letter_exchange,
                 dead_letter_key=settings.withdrawals_dead_letter_key,
                 max_attempts=settings.max_attempts,
                 is_transient=is_transient,
                 metrics=consumer_metrics,
-                prefetch=settings.withdrawals_concurrency,
-                concurrency=settings.withdrawals_concurrency,
+                **(
+                    {"batch_handler": command_handler.batch, "max_batch": batch, "prefetch": 2 * batch}
+                    if batch != 0  # a negative one: refused by Consumer (max_batch)
+                    else {
+                        "prefetch": settings.withdrawals_concurrency,
+                        "concurrency": settings.withdrawals_concurrency,
+                    }
+                ),
             )
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
             tasks.append(commands)

@@ -34,7 +34,7 @@ the bounded attempts), never money moved on a wrong message.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -173,6 +173,13 @@ class WithdrawalHandler:
         if self._count is not None:
             self._count(done["result"])
         return done
+
+    async def batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        """Commands in one transaction (core.consumer.BatchHandler), each as one alone, in
+        delivery order."""
+        return [await self(conn, message) for message in messages]
 
     async def handle(self, conn: asyncpg.Connection, command: BaseModel) -> dict[str, Any]:
         if not isinstance(command, Command):

@@ -194,8 +194,18 @@ def create_withdrawal_app(
                 dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
                 metrics=consumer_metrics,
                 table="withdrawal.processed_events",
-                prefetch=settings.consumer_concurrency,
-                concurrency=settings.consumer_concurrency,
+                **(
+                    {
+                        "batch_handler": service.handle_batch,
+                        "max_batch": settings.consumer_batch,
+                        "prefetch": 2 * settings.consumer_batch,
+                    }
+                    if settings.consumer_batch != 0  # a negative one: refused by Consumer (max_batch)
+                    else {
+                        "prefetch": settings.consumer_concurrency,
+                        "concurrency": settings.consumer_concurrency,
+                    }
+                ),
             )
             scan = app.state.stuck_scan = stuck_scan_job(service, settings, connect)
             retention = retention_job(service, settings, connect)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -433,6 +433,13 @@ class WithdrawalService:
             )
             return {"ignored": state.value}
         return {"state": moved.value}
+
+    async def handle_batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        """Results in one transaction (core.consumer.BatchHandler), each as :meth:`handle`
+        takes it, in delivery order (two results of one saga: the second sees the first)."""
+        return [await self.handle(conn, message) for message in messages]
 
     async def _apply(
         self, conn: asyncpg.Connection, saga: asyncpg.Record, state: State, result: BaseModel
