@@ -21,7 +21,14 @@ from hiwallet.core.broker import (
     Topology,
     dead_letter_topology,
 )
-from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
+from hiwallet.core.consumer import (
+    MAX_BATCH,
+    Consumer,
+    ConsumerMetrics,
+    IncomingMessage,
+    Unprocessable,
+    batched_or_concurrent,
+)
 from hiwallet.core.ids import new_id
 from tests.core import spine
 from tests.core.test_consumer import _consuming, _count, _metric, _pool, _until_count
@@ -292,6 +299,39 @@ async def test_concurrency_refused_where_order_matters(
             dead_letter_key=names.dead_key,
             table=spine.PROCESSED,
         )
+
+
+async def test_batched_or_concurrent_chooses_the_path_and_a_negative_batch_is_refused(
+    spine_db: str, broker: Broker, saga: Unordered
+) -> None:
+    """The withdrawal saga's consumers are built with batched_or_concurrent(their batch setting,
+    their concurrency setting): a batch of N, the single path at 0, and a misconfigured batch
+    refused at construction (the service does not start), not quietly taken as 0."""
+
+    async def batch(conn: asyncpg.Connection, messages: Any) -> list[Mapping[str, Any]]:
+        return [{} for _ in messages]
+
+    def build(max_batch: int) -> Consumer:
+        return Consumer(
+            broker=broker,
+            pool=pool,
+            queues=[saga.queue],
+            consumer_name=CONSUMER,
+            handler=_effect,
+            dead_letter_exchange=saga.dlx,
+            dead_letter_key=saga.dead_key,
+            table=spine.PROCESSED,
+            **batched_or_concurrent(batch, max_batch, 16),
+        )
+
+    async with _pool(spine_db, max_size=2) as pool:
+        batched = build(32)
+        assert (batched.max_batch, batched.prefetch, batched.concurrency) == (32, 64, 1)
+        single = build(0)
+        assert (single.max_batch, single.prefetch, single.concurrency) == (1, 16, 16)
+        for wrong in (-1, MAX_BATCH + 1):
+            with pytest.raises(ValueError, match="max_batch"):
+                build(wrong)
 
 
 class ServiceUnavailable(Exception):

@@ -92,6 +92,7 @@ __all__ = [
     "Handler",
     "IncomingMessage",
     "Unprocessable",
+    "batched_or_concurrent",
     "processed_events_sql",
 ]
 
@@ -135,6 +136,17 @@ MAX_BATCH = 1000
 # The most messages of one consumer handled at once (each holds a database connection).
 MAX_CONCURRENCY = 256
 _SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
+
+
+def batched_or_concurrent(batch_handler: BatchHandler, max_batch: int, concurrency: int) -> dict[str, Any]:
+    """:class:`Consumer`'s keyword arguments for a queue whose order does not matter (the
+    withdrawal saga's): up to ``max_batch`` messages a transaction through ``batch_handler``,
+    with a prefetch of twice that (the next batch is delivered while one is handled); or, with
+    ``max_batch`` 0, ``concurrency`` single transactions at once. A negative ``max_batch`` is
+    refused by the Consumer, as any other bound out of range."""
+    if max_batch == 0:
+        return {"prefetch": concurrency, "concurrency": concurrency}
+    return {"batch_handler": batch_handler, "max_batch": max_batch, "prefetch": 2 * max_batch}
 
 
 def processed_events_sql(table: str = "processed_events") -> str:

@@ -28,7 +28,7 @@ from fastapi import FastAPI
 from hiwallet.core import db
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
-from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.events import events_topology
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
@@ -157,9 +157,8 @@ def create_wallet_consumer_app(
             running = asyncio.create_task(consumer.run(), name="wallet-consumer")
             tasks.append(running)
             await consumer_started(consumer, running, settings.start_timeout_s)
-            # The withdrawal saga's commands: one message per transaction, several at once
-            # (withdrawals_concurrency: the queue is unordered), the responses through
-            # wallet.outbox and its relay below.
+            # The withdrawal saga's commands: up to withdrawals_batch a transaction (the queue is
+            # unordered; settings.py), the responses through wallet.outbox and its relay below.
             command_handler = WithdrawalHandler(
                 ledger,
                 exchange=settings.withdrawals_exchange,
@@ -169,7 +168,6 @@ def create_wallet_consumer_app(
                 ),
                 count=withdrawal_metrics.count,
             )
-            batch = settings.withdrawals_batch
             withdrawals = Consumer(
                 broker=broker,
                 pool=pool,
@@ -181,13 +179,8 @@ def create_wallet_consumer_app(
                 max_attempts=settings.max_attempts,
                 is_transient=is_transient,
                 metrics=consumer_metrics,
-                **(
-                    {"batch_handler": command_handler.batch, "max_batch": batch, "prefetch": 2 * batch}
-                    if batch != 0  # a negative one: refused by Consumer (max_batch)
-                    else {
-                        "prefetch": settings.withdrawals_concurrency,
-                        "concurrency": settings.withdrawals_concurrency,
-                    }
+                **batched_or_concurrent(
+                    command_handler.batch, settings.withdrawals_batch, settings.withdrawals_concurrency
                 ),
             )
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")

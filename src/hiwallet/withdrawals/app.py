@@ -19,7 +19,7 @@ from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import declare_when_reachable, every, supervised
 from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
-from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
@@ -194,17 +194,8 @@ def create_withdrawal_app(
                 dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
                 metrics=consumer_metrics,
                 table="withdrawal.processed_events",
-                **(
-                    {
-                        "batch_handler": service.handle_batch,
-                        "max_batch": settings.consumer_batch,
-                        "prefetch": 2 * settings.consumer_batch,
-                    }
-                    if settings.consumer_batch != 0  # a negative one: refused by Consumer (max_batch)
-                    else {
-                        "prefetch": settings.consumer_concurrency,
-                        "concurrency": settings.consumer_concurrency,
-                    }
+                **batched_or_concurrent(
+                    service.handle_batch, settings.consumer_batch, settings.consumer_concurrency
                 ),
             )
             scan = app.state.stuck_scan = stuck_scan_job(service, settings, connect)
