@@ -124,6 +124,48 @@ async def test_a_crash_between_the_banks_answer_and_the_commit_asks_again_with_t
     assert bank.auth == {f"Bearer {API_KEY}"}
 
 
+async def test_a_batch_asks_the_bank_once_for_each_new_transfer_then_records_each(
+    handler: tuple[TransferHandler, asyncpg.Pool], bank: StubBank, owner: asyncpg.Connection
+) -> None:
+    """The batch path (TransferHandler.batch, one transaction): the new transfers asked of the
+    bank at once, before any is recorded; a command twice in the batch (published again) asked
+    once, its second copy answered as the single path answers a command whose transfer is
+    pending; a refusal failed and announced; a transfer recorded before only announced again."""
+    handle, pool = handler
+    refused_iban = "TR320010009999901234567890"
+    first, second, earlier = start_command(), start_command(), start_command()
+    refused = start_command(iban=refused_iban)
+    bank.refused_ibans.add(refused_iban)
+    async with pool.acquire() as conn, conn.transaction():  # recorded before the batch
+        await handle(conn, incoming(earlier))
+    bank.posts.clear()
+
+    class Killed(Exception):
+        pass
+
+    batch = [incoming(first), incoming(second), incoming(first), incoming(refused), incoming(earlier)]
+    with pytest.raises(Killed):  # killed after the bank's answers, before the commit
+        async with pool.acquire() as conn, conn.transaction():
+            await handle.batch(conn, batch)
+            raise Killed
+    assert [r["command_id"] for r in await transfers(owner)] == [earlier.command_id]
+    async with pool.acquire() as conn, conn.transaction():
+        outcomes = await handle.batch(conn, batch)
+    # each new command asked once a try, under its own key: the same answer the second time
+    assert sorted(bank.posts) == sorted([first.command_id, second.command_id, refused.command_id] * 2)
+    assert [o["result"] for o in outcomes] == ["pending", "pending", "in_progress", "refused", "in_progress"]
+    assert outcomes[2]["bank_reference"] == outcomes[0]["bank_reference"]
+    rows = {r["command_id"]: r for r in await transfers(owner)}
+    assert {k: r["state"] for k, r in rows.items()} == {
+        earlier.command_id: "pending",
+        first.command_id: "pending",
+        second.command_id: "pending",
+        refused.command_id: "failed",
+    }
+    [message] = await outbox(owner)
+    assert BankTransferFailed.model_validate(body_of(message)).command_id == refused.command_id
+
+
 async def test_the_bank_away_is_transient_and_records_nothing(
     handler: tuple[TransferHandler, asyncpg.Pool], bank: StubBank, owner: asyncpg.Connection
 ) -> None:

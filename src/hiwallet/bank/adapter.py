@@ -32,7 +32,7 @@ from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import BankStore, StoreUnavailable
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
-from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
@@ -165,8 +165,9 @@ def create_bank_adapter_app(
                 # the bank away, or our database: the command waits, nothing dead-lettered
                 transient_errors=(BankUnavailable, StoreUnavailable),
                 table=PROCESSED_TABLE,
-                prefetch=settings.consumer_concurrency,
-                concurrency=settings.consumer_concurrency,
+                **batched_or_concurrent(
+                    handler.batch, settings.consumer_batch, settings.consumer_concurrency
+                ),
             )
             running = asyncio.create_task(consumer.run(), name="bank-adapter-consumer")
             await consumer_started(consumer, running, settings.start_timeout_s)

@@ -14,20 +14,24 @@ The bank is called before the row is written, inside the transaction: a process 
 between leaves no row and an unacked command, whose redelivery asks again with the same key and
 gets the same reference. The bank away (BankUnavailable, after the client's own attempts) is
 transient: the consumer pauses and tries the same command again, nothing dead-lettered.
+
+The batch path (:meth:`TransferHandler.batch`, settings.consumer_batch) is the same per command,
+in one transaction for the batch, with step 3's bank calls made all at once before any record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 import structlog
 from pydantic import ValidationError
 
-from hiwallet.bank.client import Accepted, BankClient, BankUnavailable
+from hiwallet.bank.client import Accepted, BankClient, BankUnavailable, Refused
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.store import BankStore, Recorded
+from hiwallet.bank.store import BankStore, Recorded, Transfer
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.withdrawals import StartBankTransfer
 
@@ -49,14 +53,50 @@ class TransferHandler:
         self.metrics = metrics
 
     async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
-        if message.type and message.type != COMMAND_TYPE:
-            raise Unprocessable(f"bank-adapter handles StartBankTransfer only, not {message.type[:100]!r}")
-        try:
-            command = StartBankTransfer.model_validate(message.body)
-        except ValidationError as exc:
-            raise Unprocessable(f"malformed StartBankTransfer: {_fields(exc)}") from exc
+        command = _command(message)
+        return await self._handle(conn, command, await self.store.transfer(conn, command.command_id))
 
-        known = await self.store.transfer(conn, command.command_id)
+    async def batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        """Commands in one transaction (core.consumer.BatchHandler), each as one alone, in
+        delivery order; the bank asked for every new transfer of the batch at once, before any
+        is recorded (as the single path asks before it records: a process killed in between
+        leaves no row, and the redelivered commands ask again under the same keys). A command
+        twice in the batch (published again) is asked once; the second finds the first's
+        record, as it would after the first's commit."""
+        commands = [_command(m) for m in messages]
+        known = {c.command_id: await self.store.transfer(conn, c.command_id) for c in commands}
+        new = [c for c in {c.command_id: c for c in commands}.values() if known[c.command_id] is None]
+        try:
+            answers = dict(
+                zip(
+                    [c.command_id for c in new],
+                    await asyncio.gather(*(self.bank.start_transfer(c) for c in new)),
+                    strict=True,
+                )
+            )
+        except BankUnavailable:
+            self.metrics.bank_unavailable.inc()
+            raise
+        done: list[Mapping[str, Any]] = []
+        for command in commands:
+            answer = answers.pop(command.command_id, None)
+            seen = None if answer is not None else known[command.command_id]
+            if answer is None and seen is None:  # the batch's second copy: the first recorded it
+                seen = await self.store.transfer(conn, command.command_id)
+            done.append(await self._handle(conn, command, seen, answer))
+        return done
+
+    async def _handle(
+        self,
+        conn: asyncpg.Connection,
+        command: StartBankTransfer,
+        known: Transfer | None,
+        answer: Accepted | Refused | None = None,
+    ) -> Mapping[str, Any]:
+        """One command, its transfer row (``known``) read in this transaction; ``answer``: the
+        bank's, asked already (a batch), else asked here."""
         if known is not None:
             if known.state == "pending":
                 self.metrics.commands.labels("in_progress").inc()
@@ -67,11 +107,12 @@ class TransferHandler:
             log.info("transfer outcome announced again", command_id=command.command_id, state=known.state)
             return {"result": "republished", "state": known.state}
 
-        try:
-            answer = await self.bank.start_transfer(command)
-        except BankUnavailable:
-            self.metrics.bank_unavailable.inc()
-            raise
+        if answer is None:
+            try:
+                answer = await self.bank.start_transfer(command)
+            except BankUnavailable:
+                self.metrics.bank_unavailable.inc()
+                raise
         if isinstance(answer, Accepted):
             recorded = await self.store.record_transfer(
                 conn,
@@ -106,3 +147,12 @@ class TransferHandler:
             bank_reference=reference,
         )
         return {"result": result, "bank_reference": reference}
+
+
+def _command(message: IncomingMessage) -> StartBankTransfer:
+    if message.type and message.type != COMMAND_TYPE:
+        raise Unprocessable(f"bank-adapter handles StartBankTransfer only, not {message.type[:100]!r}")
+    try:
+        return StartBankTransfer.model_validate(message.body)
+    except ValidationError as exc:
+        raise Unprocessable(f"malformed StartBankTransfer: {_fields(exc)}") from exc

@@ -34,8 +34,8 @@ class BankSettings(BaseSettings):
     webhook_port: int = 8021
     # The database name; None means hiwallet_bank. Tests use clones.
     database: str | None = None
-    # One connection per command in hand (consumer_concurrency), the relay's wake-ups, the
-    # reconciliation and the gauges.
+    # A connection per transaction in hand (one batch, or consumer_concurrency single ones), the
+    # relay's wake-ups, the reconciliation and the gauges.
     db_pool_max_size: int = 20
 
     # The bank's API (bank-fake locally): transfers, and their status for the reconciliation.
@@ -72,6 +72,10 @@ class BankSettings(BaseSettings):
     # concurrency; the queue is unordered: a transfer is keyed by its command id). One at a
     # time, a command's cycle (~25 ms, mostly the bank's answer) bound the saga to ~21/s.
     consumer_concurrency: int = 16
+    # Or: commands in one transaction, up to this many at once (core.consumer's batch path, as
+    # the orchestrator's and wallet-consumer's), the bank asked for the batch's new transfers
+    # all at once before any is recorded (handler.py). 0: the single path above.
+    consumer_batch: int = 16
     # At start: how long the broker and the consumer may take to be up before the process fails.
     start_timeout_s: float = 30.0
     # At stop: how long the command in hand may take to finish (its bank call included).
@@ -114,8 +118,8 @@ class BankSettings(BaseSettings):
                 f"bank_attempts x bank_timeout_s (with the back-off) is {budget:.0f} s; at most"
                 f" {MAX_BANK_CALL_BUDGET_S:.0f} s (it runs inside a database transaction)"
             )
-        if self.bank_max_connections < self.consumer_concurrency:
-            raise ValueError("bank_max_connections must be at least consumer_concurrency")
+        if self.bank_max_connections < max(self.consumer_concurrency, self.consumer_batch):
+            raise ValueError("bank_max_connections must be at least consumer_concurrency and consumer_batch")
         if self.reconcile_batch < 1 or self.reconcile_stale_after_s < 0:
             raise ValueError("reconcile_batch >= 1 and reconcile_stale_after_s >= 0")
         return self
