@@ -1,7 +1,7 @@
 """The wallet-consumer process: core's Consumer on the top-up partitions, the handler, and an
 HTTP app for ``/health``, ``/ready`` (database, broker and the consumer) and ``/metrics`` only.
 Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's wallet
-commands, withdrawals.py, one message per transaction), the relay of ``wallet.outbox`` that
+commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of ``wallet.outbox`` that
 publishes their responses, and that outbox's purge job.
 
 At start it connects to PostgreSQL as the wallet database's application role and to RabbitMQ,
