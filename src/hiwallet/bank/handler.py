@@ -68,17 +68,17 @@ class TransferHandler:
         commands = [_command(m) for m in messages]
         known = {c.command_id: await self.store.transfer(conn, c.command_id) for c in commands}
         new = [c for c in {c.command_id: c for c in commands}.values() if known[c.command_id] is None]
-        try:
-            answers = dict(
-                zip(
-                    [c.command_id for c in new],
-                    await asyncio.gather(*(self.bank.start_transfer(c) for c in new)),
-                    strict=True,
-                )
-            )
-        except BankUnavailable:
-            self.metrics.bank_unavailable.inc()
-            raise
+        # Every call ends (each bounded by the client's timeout and attempts) before a failure is
+        # raised: none is left running behind a batch that rolls back. The first failure in the
+        # batch's order is the batch's (BankUnavailable: transient, the consumer pauses).
+        asked = await asyncio.gather(*(self.bank.start_transfer(c) for c in new), return_exceptions=True)
+        answers: dict[str, Accepted | Refused] = {}
+        for asked_of, got in zip(new, asked, strict=True):
+            if isinstance(got, BaseException):
+                if isinstance(got, BankUnavailable):
+                    self.metrics.bank_unavailable.inc()
+                raise got
+            answers[asked_of.command_id] = got
         done: list[Mapping[str, Any]] = []
         for command in commands:
             answer = answers.pop(command.command_id, None)
