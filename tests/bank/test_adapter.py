@@ -166,25 +166,18 @@ async def test_a_batch_asks_the_bank_once_for_each_new_transfer_then_records_eac
     assert BankTransferFailed.model_validate(body_of(message)).command_id == refused.command_id
 
 
-async def test_the_bank_away_fails_a_batch_as_transient_and_records_nothing(
-    handler: tuple[TransferHandler, asyncpg.Pool], bank: StubBank, owner: asyncpg.Connection
-) -> None:
-    handle, pool = handler
-    bank.down = True
-    with pytest.raises(BankUnavailable):
-        async with pool.acquire() as conn, conn.transaction():
-            await handle.batch(conn, [incoming(start_command()), incoming(start_command())])
-    assert await transfers(owner) == []
-
-
+@pytest.mark.parametrize("path", ["single", "batch"])
 async def test_the_bank_away_is_transient_and_records_nothing(
-    handler: tuple[TransferHandler, asyncpg.Pool], bank: StubBank, owner: asyncpg.Connection
+    handler: tuple[TransferHandler, asyncpg.Pool], bank: StubBank, owner: asyncpg.Connection, path: str
 ) -> None:
     handle, pool = handler
     bank.down = True
     with pytest.raises(BankUnavailable):
         async with pool.acquire() as conn, conn.transaction():
-            await handle(conn, incoming(start_command()))
+            if path == "single":
+                await handle(conn, incoming(start_command()))
+            else:
+                await handle.batch(conn, [incoming(start_command()), incoming(start_command())])
     assert await transfers(owner) == []
 
 
