@@ -646,7 +646,9 @@ async def consumer_rates(observer: Observer, since: float, until: float) -> dict
 SPY_S = 5.0
 
 
-async def py_spy_profile(py_spy: str, proc: Proc, seconds: float = SPY_S) -> dict[str, Any]:
+async def py_spy_profile(
+    py_spy: str, proc: Proc, seconds: float = SPY_S, keep: str | None = None
+) -> dict[str, Any]:
     """``py-spy record`` of ``proc`` for ``seconds`` at 100 Hz, idle samples included: the share
     of samples its event loop waited (the stack ending in the loop's run: nothing to do but
     wait for the database, the broker or a client), and where the other samples were: the
@@ -673,6 +675,9 @@ async def py_spy_profile(py_spy: str, proc: Proc, seconds: float = SPY_S) -> dic
         )
         await asyncio.wait_for(child.wait(), seconds + 30)
         lines = out.read_text().splitlines()
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out, Path(keep) / f"{proc.name}.txt")
     except (OSError, TimeoutError) as exc:
         return {"failed": f"{type(exc).__name__}: {exc}"}
     finally:
@@ -786,9 +791,17 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
             async def spy_later() -> list[dict[str, Any]]:
                 # In the middle of (i), the two saga consumers that carry most messages at once.
-                await asyncio.sleep(max(0.0, args.duration / 2 - SPY_S / 2))
-                chosen = [p for p in services if p.name in ("withdrawal-orchestrator", "wallet-consumer")]
-                return list(await asyncio.gather(*(py_spy_profile(args.py_spy, p) for p in chosen)))
+                await asyncio.sleep(max(0.0, args.duration / 2 - args.py_spy_seconds / 2))
+                names = args.py_spy_processes.split(",")
+                chosen = [p for p in services if p.name in names]
+                return list(
+                    await asyncio.gather(
+                        *(
+                            py_spy_profile(args.py_spy, p, args.py_spy_seconds, args.py_spy_keep)
+                            for p in chosen
+                        )
+                    )
+                )
 
             spying = asyncio.create_task(spy_later())
         completed_before = (await observer.by_state()).get("completed", 0)
@@ -936,6 +949,17 @@ def cli() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--customers", type=int, default=200)
+    parser.add_argument(
+        "--py-spy-processes",
+        default="withdrawal-orchestrator,wallet-consumer",
+        help="the processes py-spy profiles, comma-separated (default: the two saga consumers"
+        " that carry most messages)",
+    )
+    parser.add_argument("--py-spy-seconds", type=float, default=SPY_S, help="each profile's length")
+    parser.add_argument(
+        "--py-spy-keep",
+        help="a directory: keep each profile's raw folded stacks there (<process>.txt)",
+    )
     parser.add_argument("--duration", type=float, default=30, help="seconds of (i) (default 30)")
     parser.add_argument("--window", type=int, default=200, help="unfinished sagas kept in (i) (default 200)")
     parser.add_argument("--rate", type=float, help="withdrawals per second in (ii) (default: half of (i))")

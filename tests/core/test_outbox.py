@@ -22,6 +22,7 @@ from hiwallet.core.outbox import (
     RelayHint,
     RelayStopped,
     enqueue,
+    enqueue_many,
     outbox_lag,
     outbox_table_sql,
     purge_sent,
@@ -144,6 +145,43 @@ async def test_rows_committed_before_the_relay_starts_are_sent_in_order(
     # One key, one partition queue: the outbox's order.
     assert [m.message_id for m in got] == [m.message_id for m in messages]
     assert (await _lag(spine_db))[0] == 0
+
+
+async def test_enqueue_many_writes_each_as_enqueue_does_in_order(
+    spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    alone = _message(names, key="same-wallet")
+    many = [_message(names, key="same-wallet") for _ in range(7)]
+    conn = await spine.owner_connect(spine_db)
+    token = REQUEST_ID.set("req-many")
+    try:
+        async with conn.transaction():
+            await enqueue_many(conn, [], table=spine.OUTBOX)  # nothing: no statement
+            await enqueue(conn, alone, table=spine.OUTBOX)
+            await enqueue_many(conn, many, table=spine.OUTBOX)
+        rows = await conn.fetch(
+            f"SELECT message_id, routing_key, message_type, headers, body FROM {spine.OUTBOX} ORDER BY id"
+        )
+        with pytest.raises(ValueError, match="must be JSON"):
+            bad = OutgoingMessage(
+                message_id=new_id(), exchange=names.exchange, routing_key="k", type="T", body=b"{"
+            )
+            await enqueue_many(conn, [many[0], bad], table=spine.OUTBOX)
+    finally:
+        REQUEST_ID.reset(token)
+        await conn.close()
+    assert [r["message_id"] for r in rows] == [m.message_id for m in [alone, *many]]
+    # The same columns as enqueue's: the headers carry the request and correlation ids.
+    first, second = (orjson.loads(rows[i]["headers"]) for i in (0, 1))
+    assert first == second == {"x-request-id": "req-many", "x-hiwallet-correlation-id": "pay-1"}
+    assert [orjson.loads(r["body"]) for r in rows] == [orjson.loads(m.body) for m in [alone, *many]]
+    marked: list[int] = []
+    relay = _relay(spine_db, broker, on_published=marked.append)
+    async with _running(relay):
+        got = await spine.collect(broker, names.queues, 8)
+        await _until(lambda: sum(marked) == 8)
+    assert [m.message_id for m in got] == [m.message_id for m in [alone, *many]]
+    assert all(m.correlation_id == "pay-1" for m in got)
 
 
 async def test_stopped_between_publish_and_mark_publishes_again(

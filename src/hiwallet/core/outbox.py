@@ -52,6 +52,7 @@ __all__ = [
     "RelayHint",
     "RelayStopped",
     "enqueue",
+    "enqueue_many",
     "outbox_lag",
     "outbox_table_sql",
     "purge_sent",
@@ -148,9 +149,9 @@ def _json_text(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: str) -> None:
-    """Write ``message`` into the outbox, inside the caller's transaction (the caller commits
-    it together with the change it announces). The current request id, if any, goes with it."""
+def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str, str]:
+    """An outbox row's columns for ``message``: its body checked to be JSON, the current request
+    id and the correlation id put into its headers."""
     try:
         body = orjson.loads(message.body)
     except orjson.JSONDecodeError as exc:
@@ -161,8 +162,7 @@ async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: 
         headers[REQUEST_ID_HEADER] = request_id
     if message.correlation_id is not None:
         headers[CORRELATION_ID_KEY] = message.correlation_id
-    await conn.execute(
-        _query("enqueue", table),
+    return (
         message.message_id,
         message.exchange,
         message.routing_key,
@@ -170,6 +170,21 @@ async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: 
         _json_text(headers),
         _json_text(body),
     )
+
+
+async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: str) -> None:
+    """Write ``message`` into the outbox, inside the caller's transaction (the caller commits
+    it together with the change it announces). The current request id, if any, goes with it."""
+    await conn.execute(_query("enqueue", table), *_row(message))
+
+
+async def enqueue_many(conn: asyncpg.Connection, messages: Sequence[OutgoingMessage], *, table: str) -> None:
+    """Write ``messages`` into the outbox in one statement (a batch's commands or results), in
+    their order, inside the caller's transaction, each as :func:`enqueue` writes it."""
+    if not messages:
+        return
+    rows = [_row(message) for message in messages]
+    await conn.execute(_query("enqueue_many", table), *(list(column) for column in zip(*rows, strict=True)))
 
 
 async def outbox_lag(conn: asyncpg.Connection, table: str) -> tuple[int, float]:

@@ -7,6 +7,15 @@
 INSERT INTO {table} (message_id, exchange, routing_key, message_type, headers, body)
 VALUES ($1, $2, $3, $4, $5::text::jsonb, $6::text::jsonb)
 
+-- name: enqueue_many
+-- Many messages in one statement, as enqueue writes each: ids (and so the relay's order)
+-- follow the arrays' order.
+INSERT INTO {table} (message_id, exchange, routing_key, message_type, headers, body)
+SELECT m.message_id, m.exchange, m.routing_key, m.message_type, m.headers::jsonb, m.body::jsonb
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+       WITH ORDINALITY AS m (message_id, exchange, routing_key, message_type, headers, body, ord)
+ ORDER BY m.ord
+
 -- name: claim
 -- The due rows in id order (insertion order; two transactions may commit out of it, and the
 -- later-committed smaller id is then simply taken by the next pass: only rows of one key
