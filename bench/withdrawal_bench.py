@@ -676,8 +676,8 @@ async def py_spy_profile(
         await asyncio.wait_for(child.wait(), seconds + 30)
         lines = out.read_text().splitlines()
         if keep:
-            Path(keep).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out, Path(keep) / f"{proc.name}.txt")
+            os.makedirs(keep, exist_ok=True)
+            shutil.copyfile(out, os.path.join(keep, f"{proc.name}.txt"))
     except (OSError, TimeoutError) as exc:
         return {"failed": f"{type(exc).__name__}: {exc}"}
     finally:
