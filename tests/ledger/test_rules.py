@@ -514,3 +514,18 @@ async def test_goodwill(ledger: Ledger) -> None:
     with pytest.raises(NotRefundable):
         ledger.refund_posting(tx, actor="staff:emp-1")
     await assert_verified(ledger.store)
+
+
+async def test_has_lines_tells_whether_each_transaction_touched_each_account(ledger: Ledger) -> None:
+    sender = await funded_wallet(ledger, "alice", 100 * TL, bucket=A)
+    receiver = await funded_wallet(ledger, "bob", 0, bucket=B)
+    other = await funded_wallet(ledger, "carol", 0, bucket=A)
+    r = await ledger.transfer("h1", sender, receiver, 10 * TL, actor="alice", ref="lunch")
+    pairs = [
+        (r.id, cash_account(sender)),
+        (r.id, cash_account(receiver)),  # another bucket than the transaction's home
+        (r.id, cash_account(other)),
+        ("0007:no-such-transaction", cash_account(sender)),
+    ]
+    assert await ledger.has_lines(pairs) == [True, True, False, False]
+    assert await ledger.has_lines([]) == []

@@ -226,6 +226,11 @@ class Ledger:
     async def transaction(self, transaction_id: str) -> TransactionView:
         return await self.store.transaction(transaction_id)
 
+    async def has_lines(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (transaction id, account id): whether the transaction has a line on the
+        account (a batch's check that each command names its own wallet's posting), one read."""
+        return await self.store.has_lines(pairs)
+
     async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
         return await self.store.promo_batches(wallet_id)
 

@@ -525,6 +525,20 @@ class LedgerStore:
             legs=tuple(_line(r) for r in lines),
         )
 
+    async def has_lines(self, pairs: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (transaction id, account id): whether that transaction has a line on that
+        account (in the account's bucket), in one read."""
+        if not pairs:
+            return []
+        rows = await self._read(
+            "fetch",
+            Q["lines_exist"],
+            [bucket_of(account) for _, account in pairs],
+            [account for _, account in pairs],
+            [transaction for transaction, _ in pairs],
+        )
+        return [bool(r["found"]) for r in rows]
+
     async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
         """The actor of each of these transactions of ``account_id``'s statement (staff read the
         customer's record with who did what: ``staff:<sub>``, ``customer:<sub>``...)."""

@@ -55,6 +55,16 @@ SELECT account_id, version, transaction_id, type, ref, amount, currency, balance
  WHERE bucket = ANY ($1::smallint[]) AND transaction_id = $2
  ORDER BY bucket, account_id, version
 
+-- name: lines_exist
+-- Whether each (bucket, account, transaction) has a line, in the arrays' order: one index probe
+-- each (lines_by_transaction), for a caller that checks many postings at once.
+SELECT EXISTS (SELECT 1 FROM ledger.lines l
+                WHERE l.bucket = p.bucket AND l.transaction_id = p.transaction_id
+                  AND l.account_id = p.account_id) AS found
+  FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY
+       AS p (bucket, account_id, transaction_id, ord)
+ ORDER BY p.ord
+
 -- name: actors
 -- Who posted these transactions, read in one bucket: a transaction has a row in each bucket it
 -- touches (ledger.post), so the bucket of a statement's account holds every one of its lines'.

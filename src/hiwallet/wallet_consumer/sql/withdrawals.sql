@@ -47,3 +47,58 @@ SELECT wallet.return_withdrawal($1, $2)
 SELECT coalesce((SELECT used FROM wallet.limit_usage
                   WHERE bucket = $1 AND account_id = $2 AND month = $3 AND kind = 'withdrawal'
                     AND currency = $4), 0)
+
+-- The batch path (WithdrawalHandler.batch): each statement below does for a whole batch what
+-- the ones above do for one command.
+
+-- name: lock_commands
+-- lock_command for every command id of a batch, in the order of their lock keys: two batches
+-- that share ids take them in the same order and never deadlock. Its own statement, before
+-- stored_responses, for the reason lock_command gives.
+SELECT count(pg_advisory_xact_lock(k.key))
+  FROM (SELECT DISTINCT hashtextextended('wallet-command|' || c, 0) AS key
+          FROM unnest($1::text[]) AS c
+         ORDER BY 1) AS k
+
+-- name: stored_responses
+SELECT command_id, command_type, saga_id, response_type, response
+  FROM wallet.processed_messages
+ WHERE command_id = ANY ($1::text[])
+
+-- name: store_responses
+-- Text cast to jsonb: whatever jsonb codec the caller's connection has.
+INSERT INTO wallet.processed_messages (command_id, command_type, saga_id, response_type, response, processed_at)
+SELECT r.command_id, r.command_type, r.saga_id, r.response_type, r.response::jsonb, clock_timestamp()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+       AS r (command_id, command_type, saga_id, response_type, response)
+
+-- name: debit_parties
+-- debit_party for each debit of a batch, in the arrays' order; a row of nulls where
+-- debit_party has no row.
+SELECT d.currency, d.account_id, d.kind, d.tier, d.member
+  FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+       AS r (bucket, wallet, issuer, subject, ord)
+  LEFT JOIN LATERAL (
+        SELECT w.currency, w.account_id, a.kind, a.tier,
+               EXISTS (SELECT 1 FROM wallet.members m
+                        WHERE m.bucket = w.bucket AND m.account_id = w.account_id
+                          AND m.issuer = r.issuer AND m.subject = r.subject) AS member
+          FROM wallet.wallets w
+          JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+         WHERE w.bucket = r.bucket AND w.id = r.wallet) AS d ON true
+ ORDER BY r.ord
+
+-- name: count_withdrawals
+-- count_withdrawal for each debit of a batch, one after another in the arrays' order (the
+-- subquery's ORDER BY ... OFFSET 0 fixes the order the volatile calls run in; each call sees
+-- the earlier calls' counts: two debits of one account add up).
+SELECT wallet.count_withdrawal(r.bucket, r.command_id, r.account_id, $4::date, r.currency, r.amount,
+                               r.limit_minor) AS counted
+  FROM (SELECT * FROM unnest($1::smallint[], $2::text[], $3::text[], $5::text[], $6::bigint[], $7::bigint[])
+                      WITH ORDINALITY AS u (bucket, command_id, account_id, currency, amount, limit_minor, ord)
+         ORDER BY u.ord OFFSET 0) AS r
+
+-- name: post_batch
+-- The ledger's batch posting (its declared API: Ledger.batch_arguments, Ledger.answer) in this
+-- transaction: refusals are answered, not raised, and a refused posting writes nothing.
+SELECT ledger.post_batch($1)
