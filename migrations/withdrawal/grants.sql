@@ -47,3 +47,31 @@ GRANT INSERT, UPDATE (outcome) ON withdrawal.processed_events TO :"app_role";
 --    application role has no INSERT on transitions), its search path pinned. A trigger
 --    function needs no EXECUTE grant to fire.
 ALTER FUNCTION withdrawal.sagas_history() SECURITY DEFINER SET search_path = pg_catalog, withdrawal, pg_temp;
+
+-- 8. The functions of 0002 (a batch's changes of state, a request in one statement): SECURITY
+--    INVOKER on purpose, unlike the history's writer: they write as the application role, with
+--    its privileges above and through the same triggers, so they may do nothing the role could
+--    not do statement by statement; they only save round trips. Their search path pinned all
+--    the same. Listed by name, every overload; a name that no longer exists stops migrate.
+DO $$
+DECLARE
+    writers CONSTANT text[] := ARRAY['withdrawal.move_sagas', 'withdrawal.request', 'withdrawal.iso_utc'];
+    missing text;
+    f regprocedure;
+BEGIN
+    SELECT string_agg(w, ', ') INTO missing
+      FROM unnest(writers) AS w
+     WHERE NOT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                        WHERE n.nspname || '.' || p.proname = w);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'grants.sql names functions that do not exist: %', missing;
+    END IF;
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname || '.' || p.proname = ANY (writers)
+         ORDER BY p.oid::regprocedure::text
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER SET search_path = pg_catalog, withdrawal, pg_temp', f);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'app_role');
+    END LOOP;
+END $$;

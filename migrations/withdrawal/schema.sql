@@ -6,6 +6,90 @@
 
 CREATE SCHEMA withdrawal;
 
+-- Name: iso_utc(timestamp with time zone); Type: FUNCTION; Schema: withdrawal; Owner: -
+
+CREATE FUNCTION withdrawal.iso_utc(p timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'withdrawal', 'pg_temp'
+    AS $$
+    SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+           || CASE WHEN date_part('microseconds', p AT TIME ZONE 'UTC')::bigint % 1000000 = 0 THEN ''
+                   ELSE to_char(p AT TIME ZONE 'UTC', '.US') END
+           || '+00:00'
+$$;
+
+-- Name: sagas; Type: TABLE; Schema: withdrawal; Owner: -
+
+CREATE TABLE withdrawal.sagas (
+    id text NOT NULL,
+    wallet text NOT NULL,
+    amount_minor bigint NOT NULL,
+    currency text NOT NULL,
+    destination_iban text NOT NULL,
+    requested_by_issuer text NOT NULL,
+    requested_by_subject text NOT NULL,
+    state text DEFAULT 'initiated'::text NOT NULL,
+    state_actor text NOT NULL,
+    fee_minor bigint,
+    debit_transaction_id text,
+    bank_reference text,
+    reason text,
+    reason_detail text,
+    reviewed_by text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_command jsonb,
+    last_published_at timestamp with time zone DEFAULT now() NOT NULL,
+    republished integer DEFAULT 0 NOT NULL,
+    CONSTRAINT sagas_actor_length CHECK (((length(state_actor) >= 1) AND (length(state_actor) <= 200))),
+    CONSTRAINT sagas_amount_positive CHECK (((amount_minor > 0) AND (amount_minor <= '1000000000000000'::bigint))),
+    CONSTRAINT sagas_command_shape CHECK (((last_command IS NULL) OR ((jsonb_typeof((last_command -> 'type'::text)) = 'string'::text) AND (jsonb_typeof((last_command -> 'body'::text)) = 'object'::text)))),
+    CONSTRAINT sagas_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT sagas_fee_not_negative CHECK (((fee_minor IS NULL) OR (fee_minor >= 0))),
+    CONSTRAINT sagas_iban_shape CHECK ((destination_iban ~ '^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$'::text)),
+    CONSTRAINT sagas_reason_length CHECK ((((reason IS NULL) OR (length(reason) <= 500)) AND ((reason_detail IS NULL) OR (length(reason_detail) <= 500)))),
+    CONSTRAINT sagas_republished_not_negative CHECK ((republished >= 0)),
+    CONSTRAINT sagas_requester_length CHECK ((((length(requested_by_issuer) >= 1) AND (length(requested_by_issuer) <= 500)) AND ((length(requested_by_subject) >= 1) AND (length(requested_by_subject) <= 255)))),
+    CONSTRAINT sagas_state_known CHECK ((state = ANY (ARRAY['initiated'::text, 'debited'::text, 'rejected'::text, 'under_review'::text, 'bank_transfer_pending'::text, 'settling'::text, 'completed'::text, 'compensating'::text, 'failed'::text, 'cancelling'::text, 'cancelled'::text]))),
+    CONSTRAINT sagas_wallet_length CHECK (((length(wallet) >= 1) AND (length(wallet) <= 200)))
+);
+
+-- Name: move_sagas(text[], text[], text[], bigint[], text[], text[], text[], text[], text[], text[]); Type: FUNCTION; Schema: withdrawal; Owner: -
+
+CREATE FUNCTION withdrawal.move_sagas(p_ids text[], p_states text[], p_actors text[], p_fees bigint[], p_debit_transaction_ids text[], p_bank_references text[], p_reasons text[], p_reason_details text[], p_reviewers text[], p_commands text[]) RETURNS SETOF withdrawal.sagas
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'withdrawal', 'pg_temp'
+    AS $$
+DECLARE
+    n CONSTANT integer := coalesce(cardinality(p_ids), 0);
+    v_saga withdrawal.sagas;
+BEGIN
+    IF coalesce(cardinality(p_states), 0) <> n OR coalesce(cardinality(p_actors), 0) <> n
+       OR coalesce(cardinality(p_fees), 0) <> n OR coalesce(cardinality(p_debit_transaction_ids), 0) <> n
+       OR coalesce(cardinality(p_bank_references), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
+       OR coalesce(cardinality(p_reason_details), 0) <> n OR coalesce(cardinality(p_reviewers), 0) <> n
+       OR coalesce(cardinality(p_commands), 0) <> n THEN
+        RAISE EXCEPTION 'withdrawal.move_sagas needs arrays of one length' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1 .. n LOOP
+        UPDATE withdrawal.sagas
+           SET state = p_states[i], state_actor = p_actors[i], state_changed_at = now(),
+               fee_minor = coalesce(p_fees[i], fee_minor),
+               debit_transaction_id = coalesce(p_debit_transaction_ids[i], debit_transaction_id),
+               bank_reference = coalesce(p_bank_references[i], bank_reference),
+               reason = coalesce(p_reasons[i], reason),
+               reason_detail = coalesce(p_reason_details[i], reason_detail),
+               reviewed_by = coalesce(p_reviewers[i], reviewed_by),
+               last_command = p_commands[i]::jsonb,
+               last_published_at = now()
+         WHERE id = p_ids[i]
+        RETURNING * INTO v_saga;
+        IF FOUND THEN
+            RETURN NEXT v_saga;
+        END IF;
+    END LOOP;
+END $$;
+
 -- Name: outbox_guard(); Type: FUNCTION; Schema: withdrawal; Owner: -
 
 CREATE FUNCTION withdrawal.outbox_guard() RETURNS trigger
@@ -49,6 +133,37 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     RETURN OLD;
+END $$;
+
+-- Name: request(text, text, bigint, bytea, text, text, bigint, text, text, text, text, text, text, text, text, text, text, text, text, text); Type: FUNCTION; Schema: withdrawal; Owner: -
+
+CREATE FUNCTION withdrawal.request(p_scope text, p_key text, p_lock_key bigint, p_request_hash bytea, p_saga_id text, p_wallet text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_issuer text, p_subject text, p_actor text, p_command text, p_answer text, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers text, p_body text, OUT locked boolean, OUT stored_hash bytea, OUT stored_status smallint, OUT stored_body text, OUT saga withdrawal.sagas) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'withdrawal', 'pg_temp'
+    AS $$
+BEGIN
+    locked := pg_try_advisory_xact_lock(p_lock_key);
+    IF NOT locked THEN
+        RETURN;
+    END IF;
+    SELECT k.request_hash, k.status, k.body::text INTO stored_hash, stored_status, stored_body
+      FROM withdrawal.idempotency_keys k
+     WHERE k.scope = p_scope AND k.key = p_key;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO withdrawal.sagas (id, wallet, amount_minor, currency, destination_iban, requested_by_issuer,
+                                  requested_by_subject, state, state_actor, last_command)
+    VALUES (p_saga_id, p_wallet, p_amount_minor, p_currency, p_destination_iban, p_issuer, p_subject,
+            'initiated', p_actor, p_command::jsonb)
+    RETURNING * INTO saga;
+    INSERT INTO withdrawal.outbox (message_id, exchange, routing_key, message_type, headers, body)
+    VALUES (p_message_id, p_exchange, p_routing_key, p_message_type, p_headers::jsonb, p_body::jsonb);
+    INSERT INTO withdrawal.idempotency_keys (scope, key, request_hash, status, body, saga_id)
+    VALUES (p_scope, p_key, p_request_hash, 202,
+            p_answer::jsonb || jsonb_build_object('created_at', withdrawal.iso_utc(saga.created_at),
+                                                  'state_changed_at', withdrawal.iso_utc(saga.state_changed_at)),
+            saga.id);
 END $$;
 
 -- Name: sagas_guard(); Type: FUNCTION; Schema: withdrawal; Owner: -
@@ -158,42 +273,6 @@ CREATE TABLE withdrawal.processed_events (
     message_id text NOT NULL,
     processed_at timestamp with time zone DEFAULT now() NOT NULL,
     outcome jsonb DEFAULT '{}'::jsonb NOT NULL
-);
-
--- Name: sagas; Type: TABLE; Schema: withdrawal; Owner: -
-
-CREATE TABLE withdrawal.sagas (
-    id text NOT NULL,
-    wallet text NOT NULL,
-    amount_minor bigint NOT NULL,
-    currency text NOT NULL,
-    destination_iban text NOT NULL,
-    requested_by_issuer text NOT NULL,
-    requested_by_subject text NOT NULL,
-    state text DEFAULT 'initiated'::text NOT NULL,
-    state_actor text NOT NULL,
-    fee_minor bigint,
-    debit_transaction_id text,
-    bank_reference text,
-    reason text,
-    reason_detail text,
-    reviewed_by text,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    state_changed_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_command jsonb,
-    last_published_at timestamp with time zone DEFAULT now() NOT NULL,
-    republished integer DEFAULT 0 NOT NULL,
-    CONSTRAINT sagas_actor_length CHECK (((length(state_actor) >= 1) AND (length(state_actor) <= 200))),
-    CONSTRAINT sagas_amount_positive CHECK (((amount_minor > 0) AND (amount_minor <= '1000000000000000'::bigint))),
-    CONSTRAINT sagas_command_shape CHECK (((last_command IS NULL) OR ((jsonb_typeof((last_command -> 'type'::text)) = 'string'::text) AND (jsonb_typeof((last_command -> 'body'::text)) = 'object'::text)))),
-    CONSTRAINT sagas_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
-    CONSTRAINT sagas_fee_not_negative CHECK (((fee_minor IS NULL) OR (fee_minor >= 0))),
-    CONSTRAINT sagas_iban_shape CHECK ((destination_iban ~ '^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$'::text)),
-    CONSTRAINT sagas_reason_length CHECK ((((reason IS NULL) OR (length(reason) <= 500)) AND ((reason_detail IS NULL) OR (length(reason_detail) <= 500)))),
-    CONSTRAINT sagas_republished_not_negative CHECK ((republished >= 0)),
-    CONSTRAINT sagas_requester_length CHECK ((((length(requested_by_issuer) >= 1) AND (length(requested_by_issuer) <= 500)) AND ((length(requested_by_subject) >= 1) AND (length(requested_by_subject) <= 255)))),
-    CONSTRAINT sagas_state_known CHECK ((state = ANY (ARRAY['initiated'::text, 'debited'::text, 'rejected'::text, 'under_review'::text, 'bank_transfer_pending'::text, 'settling'::text, 'completed'::text, 'compensating'::text, 'failed'::text, 'cancelling'::text, 'cancelled'::text]))),
-    CONSTRAINT sagas_wallet_length CHECK (((length(wallet) >= 1) AND (length(wallet) <= 200)))
 );
 
 -- Name: transitions; Type: TABLE; Schema: withdrawal; Owner: -
@@ -319,53 +398,10 @@ ALTER TABLE ONLY withdrawal.transitions
 GRANT USAGE ON SCHEMA withdrawal TO hiwallet_withdrawal_app;
 GRANT USAGE ON SCHEMA withdrawal TO hiwallet_withdrawal_readonly;
 
--- Name: FUNCTION outbox_guard(); Type: ACL; Schema: withdrawal; Owner: -
+-- Name: FUNCTION iso_utc(p timestamp with time zone); Type: ACL; Schema: withdrawal; Owner: -
 
-REVOKE ALL ON FUNCTION withdrawal.outbox_guard() FROM PUBLIC;
-
--- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: withdrawal; Owner: -
-
-REVOKE ALL ON FUNCTION withdrawal.outbox_keeps_unsent() FROM PUBLIC;
-
--- Name: FUNCTION sagas_guard(); Type: ACL; Schema: withdrawal; Owner: -
-
-REVOKE ALL ON FUNCTION withdrawal.sagas_guard() FROM PUBLIC;
-
--- Name: FUNCTION sagas_history(); Type: ACL; Schema: withdrawal; Owner: -
-
-REVOKE ALL ON FUNCTION withdrawal.sagas_history() FROM PUBLIC;
-
--- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
-
-GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_withdrawal_readonly;
-
--- Name: TABLE allowed_transitions; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT SELECT ON TABLE withdrawal.allowed_transitions TO hiwallet_withdrawal_app;
-GRANT SELECT ON TABLE withdrawal.allowed_transitions TO hiwallet_withdrawal_readonly;
-
--- Name: TABLE idempotency_keys; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT SELECT,INSERT,DELETE ON TABLE withdrawal.idempotency_keys TO hiwallet_withdrawal_app;
-GRANT SELECT ON TABLE withdrawal.idempotency_keys TO hiwallet_withdrawal_readonly;
-
--- Name: TABLE outbox; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT SELECT,INSERT,DELETE ON TABLE withdrawal.outbox TO hiwallet_withdrawal_app;
-GRANT SELECT ON TABLE withdrawal.outbox TO hiwallet_withdrawal_readonly;
-
--- Name: COLUMN outbox.sent_at; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT UPDATE(sent_at) ON TABLE withdrawal.outbox TO hiwallet_withdrawal_app;
-
--- Name: TABLE processed_events; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT SELECT,INSERT ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_app;
-GRANT SELECT ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_readonly;
-
--- Name: COLUMN processed_events.outcome; Type: ACL; Schema: withdrawal; Owner: -
-
-GRANT UPDATE(outcome) ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_app;
+REVOKE ALL ON FUNCTION withdrawal.iso_utc(p timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION withdrawal.iso_utc(p timestamp with time zone) TO hiwallet_withdrawal_app;
 
 -- Name: TABLE sagas; Type: ACL; Schema: withdrawal; Owner: -
 
@@ -419,6 +455,64 @@ GRANT UPDATE(last_published_at) ON TABLE withdrawal.sagas TO hiwallet_withdrawal
 -- Name: COLUMN sagas.republished; Type: ACL; Schema: withdrawal; Owner: -
 
 GRANT UPDATE(republished) ON TABLE withdrawal.sagas TO hiwallet_withdrawal_app;
+
+-- Name: FUNCTION move_sagas(p_ids text[], p_states text[], p_actors text[], p_fees bigint[], p_debit_transaction_ids text[], p_bank_references text[], p_reasons text[], p_reason_details text[], p_reviewers text[], p_commands text[]); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.move_sagas(p_ids text[], p_states text[], p_actors text[], p_fees bigint[], p_debit_transaction_ids text[], p_bank_references text[], p_reasons text[], p_reason_details text[], p_reviewers text[], p_commands text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION withdrawal.move_sagas(p_ids text[], p_states text[], p_actors text[], p_fees bigint[], p_debit_transaction_ids text[], p_bank_references text[], p_reasons text[], p_reason_details text[], p_reviewers text[], p_commands text[]) TO hiwallet_withdrawal_app;
+
+-- Name: FUNCTION outbox_guard(); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.outbox_guard() FROM PUBLIC;
+
+-- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.outbox_keeps_unsent() FROM PUBLIC;
+
+-- Name: FUNCTION request(p_scope text, p_key text, p_lock_key bigint, p_request_hash bytea, p_saga_id text, p_wallet text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_issuer text, p_subject text, p_actor text, p_command text, p_answer text, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers text, p_body text, OUT locked boolean, OUT stored_hash bytea, OUT stored_status smallint, OUT stored_body text, OUT saga withdrawal.sagas); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.request(p_scope text, p_key text, p_lock_key bigint, p_request_hash bytea, p_saga_id text, p_wallet text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_issuer text, p_subject text, p_actor text, p_command text, p_answer text, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers text, p_body text, OUT locked boolean, OUT stored_hash bytea, OUT stored_status smallint, OUT stored_body text, OUT saga withdrawal.sagas) FROM PUBLIC;
+GRANT ALL ON FUNCTION withdrawal.request(p_scope text, p_key text, p_lock_key bigint, p_request_hash bytea, p_saga_id text, p_wallet text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_issuer text, p_subject text, p_actor text, p_command text, p_answer text, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers text, p_body text, OUT locked boolean, OUT stored_hash bytea, OUT stored_status smallint, OUT stored_body text, OUT saga withdrawal.sagas) TO hiwallet_withdrawal_app;
+
+-- Name: FUNCTION sagas_guard(); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.sagas_guard() FROM PUBLIC;
+
+-- Name: FUNCTION sagas_history(); Type: ACL; Schema: withdrawal; Owner: -
+
+REVOKE ALL ON FUNCTION withdrawal.sagas_history() FROM PUBLIC;
+
+-- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
+
+GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_withdrawal_readonly;
+
+-- Name: TABLE allowed_transitions; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT SELECT ON TABLE withdrawal.allowed_transitions TO hiwallet_withdrawal_app;
+GRANT SELECT ON TABLE withdrawal.allowed_transitions TO hiwallet_withdrawal_readonly;
+
+-- Name: TABLE idempotency_keys; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT SELECT,INSERT,DELETE ON TABLE withdrawal.idempotency_keys TO hiwallet_withdrawal_app;
+GRANT SELECT ON TABLE withdrawal.idempotency_keys TO hiwallet_withdrawal_readonly;
+
+-- Name: TABLE outbox; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT SELECT,INSERT,DELETE ON TABLE withdrawal.outbox TO hiwallet_withdrawal_app;
+GRANT SELECT ON TABLE withdrawal.outbox TO hiwallet_withdrawal_readonly;
+
+-- Name: COLUMN outbox.sent_at; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT UPDATE(sent_at) ON TABLE withdrawal.outbox TO hiwallet_withdrawal_app;
+
+-- Name: TABLE processed_events; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT SELECT,INSERT ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_app;
+GRANT SELECT ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_readonly;
+
+-- Name: COLUMN processed_events.outcome; Type: ACL; Schema: withdrawal; Owner: -
+
+GRANT UPDATE(outcome) ON TABLE withdrawal.processed_events TO hiwallet_withdrawal_app;
 
 -- Name: TABLE transitions; Type: ACL; Schema: withdrawal; Owner: -
 

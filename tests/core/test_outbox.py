@@ -24,6 +24,7 @@ from hiwallet.core.outbox import (
     enqueue,
     enqueue_many,
     outbox_lag,
+    outbox_row,
     outbox_table_sql,
     purge_sent,
 )
@@ -182,6 +183,37 @@ async def test_enqueue_many_writes_each_as_enqueue_does_in_order(
         await _until(lambda: sum(marked) == 8)
     assert [m.message_id for m in got] == [m.message_id for m in [alone, *many]]
     assert all(m.correlation_id == "pay-1" for m in got)
+
+
+def test_outbox_row_is_the_row_enqueue_writes() -> None:
+    """outbox_row: the columns enqueue writes (a service's own SQL function inserts them): the
+    body checked to be JSON, the request id (unless the message names its own) and the
+    correlation id in the headers, the JSON as text."""
+    message = OutgoingMessage(
+        message_id="m-1", exchange="x", routing_key="K", type="T", body=b'{"a": 1}', correlation_id="c-1"
+    )
+    token = REQUEST_ID.set("req-1")
+    try:
+        row = outbox_row(message)
+        own = outbox_row(
+            OutgoingMessage(
+                message_id="m-2",
+                exchange="x",
+                routing_key="K",
+                type="T",
+                body=b"{}",
+                headers={"x-request-id": "r"},
+            )
+        )
+    finally:
+        REQUEST_ID.reset(token)
+    assert row[:4] == ("m-1", "x", "K", "T")
+    assert orjson.loads(row[4]) == {"x-request-id": "req-1", "x-hiwallet-correlation-id": "c-1"}
+    assert orjson.loads(row[5]) == {"a": 1}
+    assert orjson.loads(own[4]) == {"x-request-id": "r"}  # the message's own, no correlation id
+    assert orjson.loads(outbox_row(message)[4]) == {"x-hiwallet-correlation-id": "c-1"}  # no request
+    with pytest.raises(ValueError, match="must be JSON"):
+        outbox_row(OutgoingMessage(message_id="m", exchange="x", routing_key="K", type="T", body=b"{"))
 
 
 async def test_stopped_between_publish_and_mark_publishes_again(

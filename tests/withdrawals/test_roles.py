@@ -41,6 +41,9 @@ APP_WRITES: dict[str, set[str]] = {
     "withdrawal.outbox": {"INSERT", "DELETE"},
     "withdrawal.processed_events": {"INSERT"},
 }
+# 0002's functions: SECURITY INVOKER (they write as the application role, with its grants and
+# through the same triggers), their search path pinned.
+APP_FUNCTIONS = {"withdrawal.move_sagas", "withdrawal.request", "withdrawal.iso_utc"}
 APP_COLUMNS = {
     *(("withdrawal.sagas", c, "UPDATE") for c in SAGA_COLUMNS),
     ("withdrawal.outbox", "sent_at", "UPDATE"),
@@ -61,7 +64,7 @@ async def test_the_withdrawal_roles_may_do_exactly_what_their_service_needs(
         "withdrawal.processed_events",
     }
     assert await privileges(owner, APP) == expected(
-        tables, APP_WRITES, APP_COLUMNS, set(), {"withdrawal", "public"}
+        tables, APP_WRITES, APP_COLUMNS, APP_FUNCTIONS, {"withdrawal", "public"}
     )
     assert await privileges(owner, READONLY) == expected(
         tables | {"public.schema_migrations"}, {}, set(), set(), {"withdrawal", "public"}
@@ -72,6 +75,11 @@ async def test_the_withdrawal_roles_may_do_exactly_what_their_service_needs(
     )
     assert row["prosecdef"]
     assert "search_path=pg_catalog, withdrawal, pg_temp" in row["proconfig"]
+    # the service's own writers run as the service: nothing it could not do statement by statement
+    for name in sorted(APP_FUNCTIONS):
+        row = await owner.fetchrow("SELECT prosecdef, proconfig FROM pg_proc WHERE oid = $1::regproc", name)
+        assert not row["prosecdef"], name
+        assert "search_path=pg_catalog, withdrawal, pg_temp" in row["proconfig"], name
 
 
 async def test_the_application_role_cannot_rewrite_history_or_what_was_asked(withdrawal_db: str) -> None:

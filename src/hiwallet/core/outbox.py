@@ -54,6 +54,7 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "outbox_lag",
+    "outbox_row",
     "outbox_table_sql",
     "purge_sent",
 ]
@@ -149,9 +150,11 @@ def _json_text(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str, str]:
-    """An outbox row's columns for ``message``: its body checked to be JSON, the current request
-    id and the correlation id put into its headers."""
+def outbox_row(message: OutgoingMessage) -> tuple[str, str, str, str, str, str]:
+    """An outbox row's columns for ``message`` (message_id, exchange, routing_key, message_type,
+    headers and body as JSON text), as :func:`enqueue` writes them: its body checked to be JSON,
+    the current request id and the correlation id put into its headers. For a service whose own
+    SQL function writes the row with the change it announces (one statement instead of two)."""
     try:
         body = orjson.loads(message.body)
     except orjson.JSONDecodeError as exc:
@@ -175,7 +178,7 @@ def _row(message: OutgoingMessage) -> tuple[str, str, str, str, str, str]:
 async def enqueue(conn: asyncpg.Connection, message: OutgoingMessage, *, table: str) -> None:
     """Write ``message`` into the outbox, inside the caller's transaction (the caller commits
     it together with the change it announces). The current request id, if any, goes with it."""
-    await conn.execute(_query("enqueue", table), *_row(message))
+    await conn.execute(_query("enqueue", table), *outbox_row(message))
 
 
 async def enqueue_many(conn: asyncpg.Connection, messages: Sequence[OutgoingMessage], *, table: str) -> None:
@@ -183,7 +186,7 @@ async def enqueue_many(conn: asyncpg.Connection, messages: Sequence[OutgoingMess
     their order, inside the caller's transaction, each as :func:`enqueue` writes it."""
     if not messages:
         return
-    rows = [_row(message) for message in messages]
+    rows = [outbox_row(message) for message in messages]
     await conn.execute(_query("enqueue_many", table), *(list(column) for column in zip(*rows, strict=True)))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +30,7 @@ from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
 from hiwallet.core.jobs import in_batches
-from hiwallet.core.outbox import enqueue
+from hiwallet.core.outbox import enqueue, enqueue_many, outbox_row
 from hiwallet.core.queries import load_queries
 from hiwallet.core.withdrawals import (
     WITHDRAWALS_EXCHANGE,
@@ -94,6 +94,8 @@ RESULT_MODELS: dict[str, type[BaseModel]] = {
         WithdrawalRefunded,
     )
 }
+# The columns a change of state may learn (kept when it learns nothing: move_sagas's coalesce).
+_LEARNT = ("fee_minor", "debit_transaction_id", "bank_reference", "reason", "reason_detail", "reviewed_by")
 T = TypeVar("T")
 
 
@@ -114,6 +116,16 @@ def view(row: Mapping[str, Any]) -> dict[str, Any]:
     """What the API shows of a saga: the IBAN masked, the reason of a refusal or a failure,
     nothing of the other services' internals (transaction ids, the bank's reference)."""
     return {
+        **_view_untimed(row),
+        "created_at": _iso(row["created_at"]),
+        "state_changed_at": _iso(row["state_changed_at"]),
+    }
+
+
+def _view_untimed(row: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`view` but for the two timestamps (what a request's answer is before the insert
+    has given the saga its times: withdrawal.request adds them, withdrawal.iso_utc)."""
+    return {
         "id": row["id"],
         "state": row["state"],
         "wallet": row["wallet"],
@@ -122,8 +134,6 @@ def view(row: Mapping[str, Any]) -> dict[str, Any]:
         "currency": row["currency"],
         "destination_iban": masked_iban(row["destination_iban"]),
         "reason": row["reason"],
-        "created_at": _iso(row["created_at"]),
-        "state_changed_at": _iso(row["state_changed_at"]),
     }
 
 
@@ -149,6 +159,51 @@ def _is_busy_or_raced(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.UniqueViolationError):
         return bool(exc.constraint_name == "idempotency_keys_pkey")
     return isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
+
+
+@dataclass(frozen=True)
+class _Move:
+    """A change of state planned for a saga: the columns withdrawal.move_sagas sets (None: the
+    step learns nothing of that column, the saga keeps it) and the command ({type, body}) the
+    new state waits on (None: it waits on nobody)."""
+
+    saga_id: str
+    source: State
+    target: State
+    actor: str
+    fee_minor: int | None = None
+    debit_transaction_id: str | None = None
+    bank_reference: str | None = None
+    reason: str | None = None
+    reason_detail: str | None = None
+    reviewed_by: str | None = None
+    command: dict[str, Any] | None = None
+
+
+@dataclass
+class _Plan:
+    """What results (or a review) call for, decided before anything is written: the changes of
+    state, in order and in rounds, and what to log and count once they are written (``notes``).
+
+    A round is one withdrawal.move_sagas statement, then one outbox INSERT of its commands. The
+    outbox's guard trigger checks a command against its saga's state as the row goes in, so a
+    saga that moves again after a command of the current round (two results of one saga in one
+    batch, the first calling for a command; hardly ever: a result answers a command published
+    after its commit) opens a new round: each command is written while its saga is in the
+    state that called for it, as it was when results were written one at a time."""
+
+    rounds: list[list[_Move]] = field(default_factory=lambda: [[]])
+    notes: list[Callable[[], None]] = field(default_factory=list)
+    # The sagas with a command in the current round.
+    waiting: set[str] = field(default_factory=set)
+
+    def add(self, move: _Move) -> None:
+        if move.saga_id in self.waiting:
+            self.rounds.append([])
+            self.waiting.clear()
+        self.rounds[-1].append(move)
+        if move.command is not None:
+            self.waiting.add(move.saga_id)
 
 
 def staff_actor(actor: str) -> str:
@@ -178,30 +233,38 @@ class WithdrawalService:
 
     # -- the outbox -----------------------------------------------------------------------------
 
-    async def _enqueue(self, conn: asyncpg.Connection, saga_id: str, command: Mapping[str, Any]) -> None:
+    def _outgoing(self, saga_id: str, command: Mapping[str, Any]) -> OutgoingMessage:
+        """A saga's command ({type, body}, as ``last_command`` keeps it) as an outbox message: a
+        new message id, the type as its routing key, the saga as its correlation id."""
         kind = str(command["type"])
-        await enqueue(
-            conn,
-            OutgoingMessage(
-                message_id=new_id(),
-                exchange=self.exchange,
-                routing_key=kind,
-                type=kind,
-                body=orjson.dumps(command["body"]),
-                correlation_id=saga_id,
-            ),
-            table=OUTBOX_TABLE,
+        return OutgoingMessage(
+            message_id=new_id(),
+            exchange=self.exchange,
+            routing_key=kind,
+            type=kind,
+            body=orjson.dumps(command["body"]),
+            correlation_id=saga_id,
         )
+
+    async def _enqueue(self, conn: asyncpg.Connection, saga_id: str, command: Mapping[str, Any]) -> None:
+        await enqueue(conn, self._outgoing(saga_id, command), table=OUTBOX_TABLE)
         after_commit(self.on_committed, once=True)
 
-    async def _in_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _in_transaction(
+        self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, one_statement: bool = False
+    ) -> T:
         """``work`` in one transaction, tried again after a deadlock, a serialization failure
         or a concurrent first answer for the same key; what a retry can cure is 503, a refusal
-        (ProblemError) rolls everything back, anything else is a defect (500)."""
+        (ProblemError) rolls everything back, anything else is a defect (500). ``one_statement``:
+        ``work`` runs a single statement, its own transaction in autocommit (no BEGIN and COMMIT
+        round trips); :func:`after_commit` still runs once it has returned, i.e. committed."""
         for attempt in range(1, RETRY_ATTEMPTS + 1):
             try:
-                async with committing(), self.pool.acquire() as conn, conn.transaction():
-                    return await work(conn)
+                async with committing(), self.pool.acquire() as conn:
+                    if one_statement:
+                        return await work(conn)
+                    async with conn.transaction():
+                        return await work(conn)
             except ProblemError:
                 raise
             except Exception as exc:
@@ -231,7 +294,8 @@ class WithdrawalService:
         destination_iban: str,
     ) -> Answer:
         """POST /v1/withdrawals: the saga (initiated), its first command (DebitForWithdrawal)
-        and the answer under the caller's key, in one transaction. 202: nothing has moved yet."""
+        and the answer under the caller's key, in one transaction: one statement, one round
+        trip (withdrawal.request). 202: nothing has moved yet."""
         key = check_idempotency_key(key)
         if currency not in self.currencies:
             raise errors.UnsupportedCurrency(
@@ -249,13 +313,10 @@ class WithdrawalService:
         fingerprint = request_hash(wallet, amount_minor, currency, iban)
 
         async def work(conn: asyncpg.Connection) -> Answer:
-            begun = await conn.fetchrow(Q["idempotency_begin"], scope, key, _lock_key(scope, key))
-            if begun is None or not begun["locked"]:
-                raise in_progress()
-            if begun["request_hash"] is not None:
-                if bytes(begun["request_hash"]) != fingerprint:
-                    raise reused()
-                return Answer(int(begun["status"]), orjson.loads(begun["body"]), replayed=True)
+            # One statement (withdrawal.request): the key's try-lock, a stored answer, or the
+            # saga, its first command (the outbox row as core.outbox.enqueue writes it) and the
+            # answer under the key. What it needs of a new saga is made here before it is known
+            # whether there will be one: a replay throws it away.
             saga_id = new_id()
             debit = DebitForWithdrawal(
                 command_id=command_id(saga_id, "debit"),
@@ -266,8 +327,24 @@ class WithdrawalService:
                 requested_by=requester,
             )
             command = _command(debit)
+            untimed = _view_untimed(
+                {
+                    "id": saga_id,
+                    "state": State.INITIATED.value,
+                    "wallet": wallet,
+                    "amount_minor": amount_minor,
+                    "fee_minor": None,
+                    "currency": currency,
+                    "destination_iban": iban,
+                    "reason": None,
+                }
+            )
             row = await conn.fetchrow(
-                Q["create_saga"],
+                Q["request"],
+                scope,
+                key,
+                _lock_key(scope, key),
+                fingerprint,
                 saga_id,
                 wallet,
                 amount_minor,
@@ -277,17 +354,21 @@ class WithdrawalService:
                 requester.subject,
                 actor[:MAX_ACTOR],
                 _json(command),
+                _json(untimed),
+                *outbox_row(self._outgoing(saga_id, command)),
             )
-            if row is None:  # INSERT ... RETURNING answers its row
+            if row is None or not row["locked"]:
+                raise in_progress()
+            if row["stored_hash"] is not None:
+                if bytes(row["stored_hash"]) != fingerprint:
+                    raise reused()
+                return Answer(int(row["stored_status"]), orjson.loads(row["stored_body"]), replayed=True)
+            if row["id"] != saga_id:  # the function answers the saga it inserted
                 raise AssertionError("the saga was not created")
-            await self._enqueue(conn, saga_id, command)
-            answer = Answer(202, view(row))
-            await conn.execute(
-                Q["idempotency_put"], scope, key, fingerprint, 202, _json(answer.body), saga_id
-            )
-            return answer
+            after_commit(self.on_committed, once=True)
+            return Answer(202, view(row))
 
-        answer = await self._in_transaction(work)
+        answer = await self._in_transaction(work, one_statement=True)
         if answer.replayed:
             self.metrics.requested.labels("replayed").inc()
         else:
@@ -343,10 +424,55 @@ class WithdrawalService:
 
     # -- moving a saga (inside a transaction that holds its row) -----------------------------
 
-    async def _move(
+    async def _write(self, conn: asyncpg.Connection, plan: _Plan) -> list[asyncpg.Record]:
+        """What ``plan`` decided, in its order: per round one withdrawal.move_sagas (each move
+        an UPDATE of its own: the guard and history triggers fire for each) and one outbox
+        INSERT of the round's commands; then its log lines and counts (the counts after the
+        commit). The changed rows, in order."""
+        written: list[asyncpg.Record] = []
+        for moves in plan.rounds:
+            if not moves:
+                continue
+            rows = await conn.fetch(
+                Q["move_sagas"],
+                [m.saga_id for m in moves],
+                [m.target.value for m in moves],
+                [m.actor for m in moves],
+                [m.fee_minor for m in moves],
+                [m.debit_transaction_id for m in moves],
+                [m.bank_reference for m in moves],
+                [m.reason for m in moves],
+                [m.reason_detail for m in moves],
+                [m.reviewed_by for m in moves],
+                [_json(m.command) for m in moves],
+            )
+            for i, move in enumerate(moves):
+                # the caller holds each row locked: one not changed as planned is a defect
+                if i >= len(rows) or rows[i]["id"] != move.saga_id:
+                    raise AssertionError(f"saga {move.saga_id} vanished while locked")
+                if rows[i]["state"] != move.target.value:
+                    raise AssertionError(f"saga {move.saga_id} is {rows[i]['state']}, not {move.target}")
+            if len(rows) != len(moves):
+                raise AssertionError(f"{len(rows)} sagas changed for {len(moves)} moves")
+            commands = [self._outgoing(m.saga_id, m.command) for m in moves if m.command is not None]
+            if commands:
+                await enqueue_many(conn, commands, table=OUTBOX_TABLE)
+                after_commit(self.on_committed, once=True)
+            written.extend(rows)
+        for note in plan.notes:
+            note()
+        return written
+
+    def _moved(self, move: _Move) -> None:
+        after_commit(self.metrics.transitions.labels(move.source.value, move.target.value).inc)
+        log.info(
+            "withdrawal moved", saga_id=move.saga_id, from_state=move.source.value, to_state=move.target.value
+        )
+
+    def _plan_move(
         self,
-        conn: asyncpg.Connection,
-        saga: asyncpg.Record,
+        plan: _Plan,
+        saga: dict[str, Any],
         target: State,
         actor: str,
         *,
@@ -357,32 +483,49 @@ class WithdrawalService:
         reason: str | None = None,
         reason_detail: str | None = None,
         reviewed_by: str | None = None,
-    ) -> asyncpg.Record:
-        current = State(saga["state"])
-        check_transition(current, target)
-        stored = _command(command) if command is not None else None
-        row = await conn.fetchrow(
-            Q["move"],
-            saga["id"],
-            target.value,
-            actor[:MAX_ACTOR],
-            fee_minor,
-            debit_transaction_id,
-            bank_reference,
-            reason,
-            reason_detail,
-            reviewed_by,
-            _json(stored),
+    ) -> None:
+        """A change of ``saga`` (the caller's copy of its locked row) planned: checked against
+        the diagram, added to ``plan``, and made on the copy as move_sagas will make it on the
+        row, so what is decided next about this saga sees it."""
+        move = _Move(
+            saga_id=str(saga["id"]),
+            source=State(saga["state"]),
+            target=target,
+            actor=actor[:MAX_ACTOR],
+            fee_minor=fee_minor,
+            debit_transaction_id=debit_transaction_id,
+            bank_reference=bank_reference,
+            reason=reason,
+            reason_detail=reason_detail,
+            reviewed_by=reviewed_by,
+            command=_command(command) if command is not None else None,
         )
-        if row is None:
-            raise AssertionError(f"saga {saga['id']} vanished while locked")
-        if stored is not None:
-            await self._enqueue(conn, str(saga["id"]), stored)
-        after_commit(self.metrics.transitions.labels(current.value, target.value).inc)
-        log.info("withdrawal moved", saga_id=saga["id"], from_state=current.value, to_state=target.value)
-        return row
+        check_transition(move.source, move.target)
+        plan.add(move)
+        plan.notes.append(lambda: self._moved(move))
+        saga["state"] = move.target.value
+        saga["state_actor"] = move.actor
+        for column in _LEARNT:
+            if getattr(move, column) is not None:
+                saga[column] = getattr(move, column)
+        saga["last_command"] = _json(move.command)
 
-    def _start_bank_transfer(self, saga: asyncpg.Record) -> StartBankTransfer:
+    async def _move(
+        self,
+        conn: asyncpg.Connection,
+        saga: Mapping[str, Any],
+        target: State,
+        actor: str,
+        *,
+        command: BaseModel | None = None,
+        reviewed_by: str | None = None,
+    ) -> asyncpg.Record:
+        """One change of state, now (a review): a plan of one move, written."""
+        plan = _Plan()
+        self._plan_move(plan, dict(saga), target, actor, command=command, reviewed_by=reviewed_by)
+        return (await self._write(conn, plan))[-1]
+
+    def _start_bank_transfer(self, saga: Mapping[str, Any]) -> StartBankTransfer:
         return StartBankTransfer(
             command_id=command_id(saga["id"], "bank"),
             saga_id=saga["id"],
@@ -391,7 +534,7 @@ class WithdrawalService:
             destination_iban=saga["destination_iban"],
         )
 
-    def _refund(self, saga: asyncpg.Record, actor: str) -> RefundWithdrawal:
+    def _refund(self, saga: Mapping[str, Any], actor: str) -> RefundWithdrawal:
         if saga["debit_transaction_id"] is None:
             raise AssertionError(f"saga {saga['id']} was debited without a transaction id")
         return RefundWithdrawal(
@@ -405,52 +548,77 @@ class WithdrawalService:
     # -- the results consumer -----------------------------------------------------------------
 
     async def handle(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
-        """One result (core.consumer.Handler), in the consumer's transaction: the saga moves on
-        as the result says, with the command that follows; a result that does not fit the
-        saga's state (late, or a duplicate under a new message id) changes nothing."""
+        """One result (core.consumer.Handler), in the consumer's transaction: a batch of one
+        (:meth:`handle_batch`; one implementation of what a result means)."""
+        return (await self.handle_batch(conn, [message]))[0]
+
+    async def handle_batch(
+        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
+    ) -> list[Mapping[str, Any]]:
+        """Results in one transaction (core.consumer.BatchHandler; :meth:`handle` is a batch of
+        one): each saga moves on as its result says, with the command that follows; a result
+        that does not fit its saga's state (late, or a duplicate under a new message id)
+        changes nothing. Decided in delivery order (two results of one saga: the second sees
+        the first's move), then written: one statement locks every saga the batch names, one
+        writes every change of state, one every command (_Plan: more only when a saga moves on
+        after a command of the same batch).
+
+        Raises Unprocessable for a result that can never be handled (not a result, malformed,
+        naming no saga or no command of its saga, another amount than its saga's), as a result
+        at a time did: the consumer rolls the batch back and takes its messages one at a time,
+        so that only the guilty one is dead-lettered."""
+        results = [self._parsed(message) for message in messages]
+        # Locked in id order (the query's ORDER BY): every batch takes its locks in the same
+        # order, so two batches (or a batch and a single result) naming the same sagas wait
+        # on each other and never deadlock.
+        wanted = list(dict.fromkeys(str(result.saga_id) for result in results))  # type: ignore[attr-defined]
+        sagas = {row["id"]: dict(row) for row in await conn.fetch(Q["sagas_for_update"], wanted)}
+        plan = _Plan()
+        outcomes = [
+            self._decide(plan, sagas, message, result)
+            for message, result in zip(messages, results, strict=True)
+        ]
+        await self._write(conn, plan)
+        return outcomes
+
+    @staticmethod
+    def _parsed(message: IncomingMessage) -> BaseModel:
         model = RESULT_MODELS.get(message.type)
         if model is None:
             raise Unprocessable(f"not a result of the withdrawal saga: type {message.type[:100]!r}")
         try:
-            result = model.model_validate(message.body)
+            return model.model_validate(message.body)
         except ValidationError as exc:
             raise Unprocessable(f"malformed {message.type}: {exc.error_count()} field(s) invalid") from exc
+
+    def _decide(
+        self, plan: _Plan, sagas: Mapping[str, dict[str, Any]], message: IncomingMessage, result: BaseModel
+    ) -> Mapping[str, Any]:
         saga_id = str(result.saga_id)  # type: ignore[attr-defined]
-        saga = await conn.fetchrow(Q["saga_for_update"], saga_id)
+        saga = sagas.get(saga_id)
         if saga is None:
             raise Unprocessable(f"{message.type} names no saga")
         if result.command_id != command_id(saga_id, _STEP_OF[message.type]):  # type: ignore[attr-defined]
             raise Unprocessable(f"{message.type} answers no command of its saga")
         state = State(saga["state"])
-        moved = await self._apply(conn, saga, state, result)
+        moved = self._apply(plan, saga, state, result)
         if moved is None:
-            after_commit(self.metrics.ignored.labels(message.type, state.value).inc)
-            log.info(
-                "withdrawal result ignored: late or duplicate",
-                saga_id=saga_id,
-                type=message.type,
-                state=state,
-            )
+            plan.notes.append(lambda: self._ignored(message.type, saga_id, state))
             return {"ignored": state.value}
         return {"state": moved.value}
 
-    async def handle_batch(
-        self, conn: asyncpg.Connection, messages: Sequence[IncomingMessage]
-    ) -> list[Mapping[str, Any]]:
-        """Results in one transaction (core.consumer.BatchHandler), each as :meth:`handle`
-        takes it, in delivery order (two results of one saga: the second sees the first)."""
-        return [await self.handle(conn, message) for message in messages]
+    def _ignored(self, kind: str, saga_id: str, state: State) -> None:
+        after_commit(self.metrics.ignored.labels(kind, state.value).inc)
+        log.info("withdrawal result ignored: late or duplicate", saga_id=saga_id, type=kind, state=state)
 
-    async def _apply(
-        self, conn: asyncpg.Connection, saga: asyncpg.Record, state: State, result: BaseModel
-    ) -> State | None:
+    def _apply(self, plan: _Plan, saga: dict[str, Any], state: State, result: BaseModel) -> State | None:
         if isinstance(result, WithdrawalDebited):
             if state is not State.INITIATED:
                 return None
             if result.amount_minor != saga["amount_minor"] or result.currency != saga["currency"]:
                 raise Unprocessable("WithdrawalDebited names another amount or currency than its saga")
-            debited = await self._move(
-                conn,
+            self._plan_move(
+                plan,
                 saga,
                 State.DEBITED,
                 SYSTEM,
@@ -458,17 +626,17 @@ class WithdrawalService:
                 debit_transaction_id=result.transaction_id,
             )
             if saga["amount_minor"] > self.settings.review_above(saga["currency"]):
-                await self._move(conn, debited, State.UNDER_REVIEW, SYSTEM)
+                self._plan_move(plan, saga, State.UNDER_REVIEW, SYSTEM)
                 return State.UNDER_REVIEW
-            await self._move(
-                conn, debited, State.BANK_TRANSFER_PENDING, SYSTEM, command=self._start_bank_transfer(debited)
+            self._plan_move(
+                plan, saga, State.BANK_TRANSFER_PENDING, SYSTEM, command=self._start_bank_transfer(saga)
             )
             return State.BANK_TRANSFER_PENDING
         if isinstance(result, WithdrawalDebitRejected):
             if state is not State.INITIATED:
                 return None
-            await self._move(
-                conn, saga, State.REJECTED, SYSTEM, reason=result.reason, reason_detail=result.detail or None
+            self._plan_move(
+                plan, saga, State.REJECTED, SYSTEM, reason=result.reason, reason_detail=result.detail or None
             )
             return State.REJECTED
         if isinstance(result, BankTransferSucceeded):
@@ -482,15 +650,15 @@ class WithdrawalService:
                 currency=saga["currency"],
                 debit_transaction_id=saga["debit_transaction_id"],
             )
-            await self._move(
-                conn, saga, State.SETTLING, SYSTEM, command=settle, bank_reference=result.bank_reference
+            self._plan_move(
+                plan, saga, State.SETTLING, SYSTEM, command=settle, bank_reference=result.bank_reference
             )
             return State.SETTLING
         if isinstance(result, BankTransferFailed):
             if state is not State.BANK_TRANSFER_PENDING:
                 return None
-            await self._move(
-                conn,
+            self._plan_move(
+                plan,
                 saga,
                 State.COMPENSATING,
                 SYSTEM,
@@ -502,13 +670,13 @@ class WithdrawalService:
         if isinstance(result, WithdrawalSettled):
             if state is not State.SETTLING:
                 return None
-            await self._move(conn, saga, State.COMPLETED, SYSTEM)
+            self._plan_move(plan, saga, State.COMPLETED, SYSTEM)
             return State.COMPLETED
         if isinstance(result, WithdrawalRefunded):
             target = {State.COMPENSATING: State.FAILED, State.CANCELLING: State.CANCELLED}.get(state)
             if target is None:
                 return None
-            await self._move(conn, saga, target, SYSTEM)
+            self._plan_move(plan, saga, target, SYSTEM)
             return target
         raise Unprocessable(f"no handling for {type(result).__name__}")
 

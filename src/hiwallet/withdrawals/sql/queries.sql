@@ -20,35 +20,34 @@ DELETE FROM withdrawal.idempotency_keys
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM withdrawal.idempotency_keys
                           WHERE created_at < now() - make_interval(hours => $1) LIMIT $2))
 
--- name: create_saga
-INSERT INTO withdrawal.sagas (id, wallet, amount_minor, currency, destination_iban, requested_by_issuer,
-                              requested_by_subject, state, state_actor, last_command)
-VALUES ($1, $2, $3, $4, $5, $6, $7, 'initiated', $8, $9::text::jsonb)
-RETURNING *
+-- name: request
+-- POST /v1/withdrawals in one statement (migrations/withdrawal/0002): the key's try-lock, its
+-- stored answer, or the saga, its first command and the answer. saga's columns are NULL unless
+-- it was created.
+SELECT r.locked, r.stored_hash, r.stored_status, r.stored_body, (r.saga).*
+  FROM withdrawal.request($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                          $19, $20) AS r
 
 -- name: saga
 SELECT * FROM withdrawal.sagas WHERE id = $1
 
 -- name: saga_for_update
--- The saga a result, a review or the scan changes: locked until its transaction ends, so two
--- results of one saga (two consumers, or a result and the scan) change it one after the other.
+-- The saga a review changes: locked until its transaction ends, so the review and a result (or
+-- two reviews) change it one after the other.
 SELECT * FROM withdrawal.sagas WHERE id = $1 FOR UPDATE
 
--- name: move
--- A change of state (the guard trigger refuses one the diagram does not have; the history
--- trigger writes its row). The columns a step learns are kept when the step learns nothing.
-UPDATE withdrawal.sagas
-   SET state = $2, state_actor = $3, state_changed_at = now(),
-       fee_minor = coalesce($4, fee_minor),
-       debit_transaction_id = coalesce($5, debit_transaction_id),
-       bank_reference = coalesce($6, bank_reference),
-       reason = coalesce($7, reason),
-       reason_detail = coalesce($8, reason_detail),
-       reviewed_by = coalesce($9, reviewed_by),
-       last_command = $10::text::jsonb,
-       last_published_at = now()
- WHERE id = $1
-RETURNING *
+-- name: sagas_for_update
+-- The sagas a batch of results changes, locked until its transaction ends, in id order: every
+-- batch (and every single result, a batch of one) takes its locks in the same order, so two
+-- batches naming the same sagas wait on each other, never deadlock.
+SELECT * FROM withdrawal.sagas WHERE id = ANY ($1::text[]) ORDER BY id FOR UPDATE
+
+-- name: move_sagas
+-- Changes of state in the arrays' order, one UPDATE each (migrations/withdrawal/0002): the
+-- guard trigger refuses one the diagram does not have, the history trigger writes its row. The
+-- columns a step learns are kept when the step learns nothing. The changed rows, in order.
+SELECT * FROM withdrawal.move_sagas($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                                    $7::text[], $8::text[], $9::text[], $10::text[])
 
 -- name: republished
 UPDATE withdrawal.sagas SET last_published_at = now(), republished = republished + 1 WHERE id = $1
