@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
-from hiwallet.core.consumer import Unprocessable
+from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.db import committing
+from hiwallet.core.http import ProblemError
+from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.settings import get_settings
 from hiwallet.core.withdrawals import (
     RefundWithdrawal,
@@ -28,7 +32,7 @@ from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.app import create_withdrawal_pool, dedicated_connection, retention_job
 from hiwallet.withdrawals.domain import ALLOWED, State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.service import WithdrawalService
+from hiwallet.withdrawals.service import WithdrawalService, _lock_key, view
 from tests.withdrawals.conftest import IBAN, result, settings_for
 
 REVIEW_ABOVE = 1_000_000
@@ -488,3 +492,319 @@ async def test_a_batch_of_results_moves_each_saga_as_one_after_the_other(service
         "SettleWithdrawal",
     ]
     assert (await saga(service, second))["bank_reference"] == "trf_b"
+
+
+# ---- the batch path: what N results at a time do ----------------------------------------------
+
+
+async def batch_of(
+    service: WithdrawalService, messages: list[IncomingMessage]
+) -> tuple[list[Any], list[str]]:
+    """handle_batch in one transaction (as core's Consumer runs it, db.committing around it):
+    its outcomes and the statements it sent (not asyncpg's own: the introspection of a type it
+    meets the first time on a connection)."""
+    statements: list[str] = []
+
+    def logged(record: Any) -> None:
+        if not any(mark in record.query for mark in ("typeinfo_tree", "'jit'")):
+            statements.append(record.query)
+
+    async with committing(), service.pool.acquire() as conn, conn.transaction():
+        conn.add_query_logger(logged)
+        try:
+            outcomes = await service.handle_batch(conn, messages)
+        finally:
+            conn.remove_query_logger(logged)
+    return outcomes, statements
+
+
+async def sagas_for_a_batch(service: WithdrawalService) -> list[str]:
+    """Seven sagas in the states a batch meets: initiated (plain), initiated above the review
+    threshold, initiated (to be refused), initiated (to fail at the bank), initiated (a bank
+    result comes early), at the bank, settling."""
+    sagas = [await start(service) for _ in range(7)]
+    sagas[1] = await start(service, amount=REVIEW_ABOVE + 1)
+    await deliver(service, "WithdrawalDebited", debited(sagas[5]))
+    await deliver(service, "WithdrawalDebited", debited(sagas[6]))
+    await deliver(service, "BankTransferSucceeded", {**ids(sagas[6], "bank"), "bank_reference": "trf-0"})
+    return sagas
+
+
+def results_for(sagas: list[str]) -> list[IncomingMessage]:
+    """One batch for sagas_for_a_batch's sagas: several sagas, results of one saga twice and
+    three times (each seeing the one before), a duplicate and an early result (ignored)."""
+    plain, big, refused, failing, early, at_bank, settling = sagas
+    return [
+        result("WithdrawalDebited", debited(plain)),
+        result("WithdrawalDebited", debited(big, amount=REVIEW_ABOVE + 1)),
+        result("WithdrawalDebitRejected", {**ids(refused, "debit"), "reason": "limit", "detail": "d"}),
+        result("WithdrawalDebited", debited(failing)),
+        result("BankTransferSucceeded", {**ids(early, "bank"), "bank_reference": "trf-early"}),
+        result("BankTransferSucceeded", {**ids(at_bank, "bank"), "bank_reference": "trf-1"}),
+        result("WithdrawalDebited", debited(plain)),  # published again: another message id
+        result("BankTransferFailed", {**ids(failing, "bank"), "bank_reference": "trf-2", "reason": "closed"}),
+        result("WithdrawalSettled", {**ids(settling, "settle"), "transaction_id": "tx-s"}),
+        result("WithdrawalRefunded", {**ids(failing, "refund"), "transaction_id": "tx-r"}),
+    ]
+
+
+EXPECTED_OUTCOMES = [
+    {"state": "bank_transfer_pending"},
+    {"state": "under_review"},
+    {"state": "rejected"},
+    {"state": "bank_transfer_pending"},
+    {"ignored": "initiated"},
+    {"state": "settling"},
+    {"ignored": "bank_transfer_pending"},
+    {"state": "compensating"},
+    {"state": "completed"},
+    {"state": "failed"},
+]
+
+
+async def written(
+    service: WithdrawalService, owner: asyncpg.Connection, sagas: list[str], after_outbox_id: int
+) -> dict[str, Any]:
+    """What the database holds of ``sagas`` with their ids (and what is derived from them) made
+    positional, to compare two runs of the same results on two sets of sagas."""
+    names: dict[str, str] = {}
+    for i, s in enumerate(sagas):
+        row = await saga(service, s)
+        names[s] = f"S{i}"
+        names[row["wallet"]] = f"W{i}"
+        for step in ("debit", "bank", "settle", "refund"):
+            names[command_id(s, step)] = f"C{i}-{step}"  # type: ignore[arg-type]
+
+    def plain(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for real, name in names.items():
+            text = text.replace(real, name)
+        return text
+
+    rows = [
+        {
+            k: plain(str(v)) if v is not None else None
+            for k, v in dict(await saga(service, s)).items()
+            if k not in ("id", "wallet", "created_at", "state_changed_at", "last_published_at")
+        }
+        for s in sagas
+    ]
+    outbox = await owner.fetch(
+        "SELECT exchange, routing_key, message_type, headers::text AS headers, body::text AS body"
+        " FROM withdrawal.outbox WHERE id > $1 ORDER BY id",
+        after_outbox_id,
+    )
+    return {
+        "sagas": rows,
+        "history": [await history(service, s) for s in sagas],
+        "outbox": [{k: plain(v) for k, v in dict(r).items()} for r in outbox],
+    }
+
+
+async def test_a_batch_writes_what_its_results_one_at_a_time_would(
+    service: WithdrawalService, owner: asyncpg.Connection
+) -> None:
+    """Ten results of seven sagas, in one batch and one at a time (each in its own transaction,
+    as the single path takes them): the same outcomes, and the same rows in sagas, history and
+    outbox, the outbox in the same order."""
+    one_at_a_time = await sagas_for_a_batch(service)
+    mark = await owner.fetchval("SELECT max(id) FROM withdrawal.outbox")
+    singles = [await deliver(service, m.type, m.body) for m in results_for(one_at_a_time)]
+    expected = await written(service, owner, one_at_a_time, mark)
+
+    batched = await sagas_for_a_batch(service)
+    mark = await owner.fetchval("SELECT max(id) FROM withdrawal.outbox")
+    outcomes, _ = await batch_of(service, results_for(batched))
+
+    assert singles == outcomes == EXPECTED_OUTCOMES
+    assert await written(service, owner, batched, mark) == expected
+    # and what that is, in the results' order: the first bank transfer, the settlement, the
+    # failing saga's bank transfer then its refund; nothing for the review, the refusal, the
+    # ignored ones and the ends
+    plain, big, refused, failing, early, at_bank, settling = batched
+    sent = await owner.fetch(
+        "SELECT message_type, body ->> 'saga_id' AS saga FROM withdrawal.outbox WHERE id > $1 ORDER BY id",
+        mark,
+    )
+    assert [(r["message_type"], r["saga"]) for r in sent] == [
+        ("StartBankTransfer", plain),
+        ("StartBankTransfer", failing),
+        ("SettleWithdrawal", at_bank),
+        ("RefundWithdrawal", failing),
+    ]
+    refund = RefundWithdrawal.model_validate((await commands(service, failing))[-1][1])
+    assert (refund.debit_transaction_id, refund.actor) == (f"tx-{failing}", "system")
+    row = await saga(service, failing)
+    assert (row["state"], row["reason"], row["bank_reference"], row["last_command"]) == (
+        "failed",
+        "closed",
+        "trf-2",
+        None,
+    )
+    assert [h[1] for h in await history(service, failing)] == [
+        "initiated",
+        "debited",
+        "bank_transfer_pending",
+        "compensating",
+        "failed",
+    ]
+    row = await saga(service, big)
+    assert (row["state"], row["fee_minor"], row["last_command"]) == ("under_review", 200, None)
+    assert [k for k, _ in await commands(service, big)] == ["DebitForWithdrawal"]
+    row = await saga(service, refused)
+    assert (row["state"], row["reason"], row["reason_detail"]) == ("rejected", "limit", "d")
+    assert (await saga(service, early))["state"] == "initiated"
+    assert (await saga(service, settling))["state"] == "completed"
+    # counted once committed, as one at a time (each kind twice: both runs)
+    assert service.metrics.ignored.labels("BankTransferSucceeded", "initiated")._value.get() == 2
+    assert service.metrics.ignored.labels("WithdrawalDebited", "bank_transfer_pending")._value.get() == 2
+    assert service.metrics.transitions.labels("compensating", "failed")._value.get() == 2
+
+
+async def test_a_batch_is_three_statements_whatever_its_size(service: WithdrawalService) -> None:
+    """One lock of every saga it names, one statement for every change of state, one for every
+    command: for 1 result as for 12 (a saga that moves on after a command of the same batch
+    takes one more pair; test_a_batch_writes_what_its_results_one_at_a_time_would)."""
+    sagas = [await start(service) for _ in range(12)]
+    outcomes, statements = await batch_of(service, [result("WithdrawalDebited", debited(s)) for s in sagas])
+    assert outcomes == [{"state": "bank_transfer_pending"}] * 12
+    assert len(statements) == 3, [q[:80] for q in statements]
+    assert "FOR UPDATE" in statements[0]
+    assert "move_sagas" in statements[1]
+    assert "outbox" in statements[2]
+    service.woken.clear()  # type: ignore[attr-defined]
+    one = [result("BankTransferSucceeded", {**ids(sagas[0], "bank"), "bank_reference": "t"})]
+    outcomes, statements = await batch_of(service, one)
+    assert (outcomes, len(statements)) == ([{"state": "settling"}], 3)
+    assert service.woken == [1]  # type: ignore[attr-defined]
+    # only ignored results: the lock, nothing written, nobody woken
+    service.woken.clear()  # type: ignore[attr-defined]
+    outcomes, statements = await batch_of(service, one + one)
+    assert (outcomes, len(statements)) == ([{"ignored": "settling"}] * 2, 1)
+    assert not service.woken  # type: ignore[attr-defined]
+
+
+async def test_a_batch_with_a_result_that_can_never_be_handled_raises_and_writes_nothing(
+    service: WithdrawalService,
+) -> None:
+    """Any message of the batch Unprocessable, as it is alone: core's Consumer rolls the batch
+    back and takes its messages one at a time (tests/core/test_consumer_batch.py)."""
+    s, other = await start(service), await start(service)
+    bad = [
+        ("WithdrawalDebited", {**debited(s), "amount_minor": "lots"}),
+        ("WithdrawalDebited", debited(str(uuid.uuid4()))),  # no such saga
+        ("WithdrawalDebited", {**debited(s), "command_id": command_id(s, "bank")}),  # answers no command
+        ("WithdrawalDebited", debited(s, amount=10_001)),  # another amount than asked
+        ("Nonsense", {}),
+    ]
+    for kind, body in bad:
+        good = result("WithdrawalDebited", debited(other))
+        for batch in ([good, result(kind, body)], [result(kind, body), good]):
+            with pytest.raises(Unprocessable):
+                await batch_of(service, batch)
+    for each in (s, other):
+        assert (await saga(service, each))["state"] == "initiated"
+        assert len(await commands(service, each)) == 1
+    assert service.metrics.transitions.labels("initiated", "debited")._value.get() == 0
+
+
+# ---- the request: one statement ---------------------------------------------------------------
+
+
+class CountingPool:
+    """The service's pool, each statement sent on it counted (asyncpg's type introspection
+    left out, as batch_of does)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.statements: list[str] = []
+
+    def _logged(self, record: Any) -> None:
+        if not any(mark in record.query for mark in ("typeinfo_tree", "'jit'")):
+            self.statements.append(record.query)
+
+    def __getattr__(self, name: str) -> Any:  # the reads (service.saga): not counted
+        return getattr(self.pool, name)
+
+    @asynccontextmanager
+    async def acquire(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self.pool.acquire() as conn:
+            conn.add_query_logger(self._logged)
+            try:
+                yield conn
+            finally:
+                conn.remove_query_logger(self._logged)
+
+
+async def test_a_request_is_one_statement_and_its_key_busy_is_409(
+    service: WithdrawalService, owner: asyncpg.Connection
+) -> None:
+    """POST /v1/withdrawals's work (withdrawal.request): the saga, its first command and the
+    answer in one statement, no BEGIN or COMMIT; a replay and a busy key one statement too. A
+    key held by a request still running (its try-lock) is 409 at once, and nothing written."""
+    requester = Requester(issuer="http://identity.test/realms/hiwallet", subject="u-9")
+    key = str(uuid.uuid4())
+    ask = {"wallet": "0421:w:one", "amount_minor": 500, "currency": "TRY", "destination_iban": IBAN}
+    counting = CountingPool(service.pool)
+    service.pool = counting  # type: ignore[assignment]
+    scope = "http://identity.test/realms/hiwallet#u-9"
+    await owner.execute("SELECT pg_advisory_lock($1)", _lock_key(scope, key))
+    try:
+        with pytest.raises(ProblemError) as busy:
+            await service.request(requester, "customer:u-9", key, **ask)
+        assert busy.value.status == 409
+        assert len(counting.statements) == 1
+        assert await owner.fetchval("SELECT count(*) FROM withdrawal.sagas") == 0
+    finally:
+        await owner.execute("SELECT pg_advisory_unlock_all()")
+    service.woken.clear()  # type: ignore[attr-defined]
+    counting.statements.clear()
+    token = REQUEST_ID.set("req-post-1")
+    try:
+        first = await service.request(requester, "customer:u-9", key, **ask)
+    finally:
+        REQUEST_ID.reset(token)
+    assert len(counting.statements) == 1, counting.statements
+    assert service.woken == [1]  # type: ignore[attr-defined]  # after its commit
+    assert (first.status, first.replayed) == (202, False)
+    assert first.body == view(await saga(service, first.saga_id))
+    row = await owner.fetchrow("SELECT * FROM withdrawal.outbox")
+    assert orjson.loads(row["headers"]) == {
+        "x-request-id": "req-post-1",
+        "x-hiwallet-correlation-id": first.saga_id,
+    }
+    assert (row["exchange"], row["routing_key"], row["message_type"]) == (
+        "hiwallet.withdrawals",
+        "DebitForWithdrawal",
+        "DebitForWithdrawal",
+    )
+    command = orjson.loads((await saga(service, first.saga_id))["last_command"])
+    assert orjson.loads(row["body"]) == command["body"]
+    service.woken.clear()  # type: ignore[attr-defined]
+    again = await service.request(requester, "customer:u-9", key, **ask)
+    assert (again.status, again.body, again.replayed) == (202, first.body, True)
+    assert not service.woken  # type: ignore[attr-defined]
+    with pytest.raises(ProblemError) as other:
+        await service.request(requester, "customer:u-9", key, **{**ask, "amount_minor": 501})
+    assert other.value.status == 422
+    assert len(counting.statements) == 3
+    assert await owner.fetchval("SELECT count(*) FROM withdrawal.sagas") == 1
+    assert await owner.fetchval("SELECT count(*) FROM withdrawal.outbox") == 1
+
+
+async def test_the_stored_answer_writes_times_as_python_does(owner: asyncpg.Connection) -> None:
+    """withdrawal.iso_utc is datetime.isoformat() of an aware UTC datetime (view): the answer a
+    request stores is the very answer it gave, whatever the microseconds (none among them)."""
+    times = [
+        datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC),
+        datetime(2026, 12, 1, 10, 0, 0, 1, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=UTC),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 6, 1, 12, 30, 0, 500, tzinfo=timezone(timedelta(hours=3))),
+    ]
+    await owner.execute("SET TimeZone = 'Europe/Istanbul'")
+    for t in times:
+        stored = await owner.fetchval("SELECT withdrawal.iso_utc($1)", t)
+        decoded = await owner.fetchval("SELECT $1::timestamptz", t)  # as asyncpg hands a row's
+        assert stored == decoded.isoformat(), t
