@@ -26,6 +26,7 @@ import httpx
 import structlog
 
 from hiwallet.bank.settings import BankSettings
+from hiwallet.core.http import AiohttpTransport
 from hiwallet.core.withdrawals import StartBankTransfer
 
 log = structlog.get_logger(__name__)
@@ -101,11 +102,9 @@ class BankClient:
             base_url=settings.bank_url,
             headers={"authorization": f"Bearer {settings.bank_api_key}"},
             timeout=httpx.Timeout(settings.bank_timeout_s),
-            limits=httpx.Limits(
-                max_connections=settings.bank_max_connections,
-                max_keepalive_connections=settings.bank_max_connections,
-            ),
-            transport=transport,
+            # aiohttp's pool under httpx's API: a call in every withdrawal, at a fraction of
+            # httpx's own pool's CPU (core/http/client.py says how much)
+            transport=transport or AiohttpTransport(max_connections=settings.bank_max_connections),
         )
         return cls(client, attempts=settings.bank_attempts, backoff_s=settings.bank_retry_backoff_s)
 

@@ -8,12 +8,14 @@
   metrics, access line);
 - :mod:`.metrics`: Prometheus metrics, per app and over worker processes;
 - :mod:`.runtime`: process start (the heap freeze, uvicorn as every service runs);
-- :mod:`.app`: ``create_app``, the factory every service uses.
+- :mod:`.app`: ``create_app``, the factory every service uses;
+- :mod:`.client`: AiohttpTransport, the transport under a hot httpx client.
 
 Import from here: the names below are the package's interface.
 """
 
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
+from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.http.edge import REQUEST_ID_HEADER
 from hiwallet.core.http.lean import (
     FastJSONResponse,
@@ -47,6 +49,7 @@ __all__ = [
     "PROBLEM_BASE",
     "PROBLEM_CONTENT_TYPE",
     "REQUEST_ID_HEADER",
+    "AiohttpTransport",
     "FastJSONResponse",
     "Forbidden",
     "LeanRoute",
