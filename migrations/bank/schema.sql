@@ -108,16 +108,6 @@ BEGIN
     RETURN OLD;
 END $$;
 
--- Name: outbox_notify(); Type: FUNCTION; Schema: bank; Owner: -
-
-CREATE FUNCTION bank.outbox_notify() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM pg_notify('bank_outbox', '');
-    RETURN NULL;
-END $$;
-
 -- Name: purge_inbox(interval, integer); Type: FUNCTION; Schema: bank; Owner: -
 
 CREATE FUNCTION bank.purge_inbox(p_older_than interval, p_batch integer) RETURNS integer
@@ -376,10 +366,6 @@ CREATE INDEX transfers_pending ON bank.transfers USING btree (requested_at) WHER
 
 CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON bank.outbox FOR EACH ROW EXECUTE FUNCTION bank.outbox_keeps_unsent();
 
--- Name: outbox outbox_notify; Type: TRIGGER; Schema: bank; Owner: -
-
-CREATE TRIGGER outbox_notify AFTER INSERT ON bank.outbox FOR EACH STATEMENT EXECUTE FUNCTION bank.outbox_notify();
-
 -- Name: SCHEMA bank; Type: ACL; Schema: -; Owner: -
 
 GRANT USAGE ON SCHEMA bank TO hiwallet_bank_app;
@@ -405,10 +391,6 @@ REVOKE ALL ON FUNCTION bank.lock_reference(p_bank_reference text) FROM PUBLIC;
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: bank; Owner: -
 
 REVOKE ALL ON FUNCTION bank.outbox_keeps_unsent() FROM PUBLIC;
-
--- Name: FUNCTION outbox_notify(); Type: ACL; Schema: bank; Owner: -
-
-REVOKE ALL ON FUNCTION bank.outbox_notify() FROM PUBLIC;
 
 -- Name: FUNCTION purge_inbox(p_older_than interval, p_batch integer); Type: ACL; Schema: bank; Owner: -
 

@@ -837,16 +837,6 @@ BEGIN
     RETURN OLD;
 END $$;
 
--- Name: outbox_notify(); Type: FUNCTION; Schema: wallet; Owner: -
-
-CREATE FUNCTION wallet.outbox_notify() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM pg_notify('wallet_outbox', '');
-    RETURN NULL;
-END $$;
-
 -- Name: processed_messages_append_only(); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.processed_messages_append_only() RETURNS trigger
@@ -1684,10 +1674,6 @@ CREATE TRIGGER goodwill_credits_guard BEFORE DELETE OR UPDATE ON wallet.goodwill
 
 CREATE TRIGGER outbox_keeps_unsent BEFORE DELETE ON wallet.outbox FOR EACH ROW EXECUTE FUNCTION wallet.outbox_keeps_unsent();
 
--- Name: outbox outbox_notify; Type: TRIGGER; Schema: wallet; Owner: -
-
-CREATE TRIGGER outbox_notify AFTER INSERT ON wallet.outbox FOR EACH STATEMENT EXECUTE FUNCTION wallet.outbox_notify();
-
 -- Name: processed_messages processed_messages_append_only; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER processed_messages_append_only BEFORE DELETE OR UPDATE ON wallet.processed_messages FOR EACH ROW EXECUTE FUNCTION wallet.processed_messages_append_only();
@@ -1828,10 +1814,6 @@ REVOKE ALL ON FUNCTION wallet.goodwill_credits_guard() FROM PUBLIC;
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.outbox_keeps_unsent() FROM PUBLIC;
-
--- Name: FUNCTION outbox_notify(); Type: ACL; Schema: wallet; Owner: -
-
-REVOKE ALL ON FUNCTION wallet.outbox_notify() FROM PUBLIC;
 
 -- Name: FUNCTION processed_messages_append_only(); Type: ACL; Schema: wallet; Owner: -
 

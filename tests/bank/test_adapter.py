@@ -346,3 +346,38 @@ async def test_ready_and_metrics(bank_db: str, names: Names, broker: Broker, ban
             text = (await client.get("/metrics")).text
     assert "hiwallet_bank_reconciliation_found_total" in text
     assert "hiwallet_outbox_unsent" in text
+
+
+async def test_what_is_recorded_wakes_the_relay_at_once_not_at_its_poll(
+    bank_db: str, names: Names, broker: Broker, bank: StubBank, owner: asyncpg.Connection
+) -> None:
+    """bank.outbox has no NOTIFY trigger (migration 0003): bank-adapter's own commits wake its
+    relay directly, bank-webhook's by one pg_notify after its commit. With the relay's poll at
+    a minute, both outcomes still leave within seconds."""
+    settings = bank_settings(bank_db, names, relay_poll_s=60.0)
+    bank.refused_ibans.add(IBAN)
+    refused = start_command()
+    accepted = start_command(iban="TR060006100519786457841327")
+    async with adapter(settings, names, bank) as app, webhook_client(settings) as webhook:
+        for _ in range(100):  # the relay leads (its lock) and its first pass is behind it
+            if app.state.relay.leader:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        started = asyncio.get_running_loop().time()
+        await broker.publish([command_message(names, refused)])
+        [failed] = await spine.collect(broker, [names.results_queue], 1, timeout_s=10)
+        assert failed.type == "BankTransferFailed"
+        await broker.publish([command_message(names, accepted)])
+        await until(lambda: count(owner, "SELECT count(*) FROM bank.transfers WHERE state = 'pending'"))
+        [row] = await owner.fetch("SELECT bank_reference FROM bank.transfers WHERE state = 'pending'")
+        callback = callback_body("transfer.succeeded", row["bank_reference"], accepted.command_id)
+        assert (await post_callback(webhook, callback)).status_code == 202
+        [succeeded] = await spine.collect(broker, [names.results_queue], 1, timeout_s=10)
+        assert succeeded.type == "BankTransferSucceeded"
+        assert asyncio.get_running_loop().time() - started < 10  # far from the minute's poll
+        assert webhook.app.state.relay_hint.sent >= 1  # type: ignore[attr-defined]
+        assert app.state.relay_hint.sent == 0  # its own relay leads: woken without a NOTIFY
+    assert not await owner.fetchval(
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'bank.outbox'::regclass AND tgname = 'outbox_notify'"
+    )

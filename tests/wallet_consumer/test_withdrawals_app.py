@@ -99,3 +99,24 @@ async def test_commands_are_answered_to_the_orchestrator_through_the_outbox(
         await until(purged, 10)  # sent, then purged by the job (an unsent row it may not delete)
     assert await pool.fetchval("SELECT count(*) FROM ledger.transactions WHERE type = 'withdrawal'") == 1
     await verified(ledger)
+
+
+async def test_an_answer_leaves_at_once_though_the_relays_poll_is_a_minute(
+    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+) -> None:
+    """wallet.outbox has no NOTIFY trigger (migration 0014): the handler's commit wakes the
+    relay of its own process directly."""
+    settings = settings.model_copy(update={"relay_poll_s": 60.0})
+    results = settings.withdrawals_queue_prefix + ORCHESTRATOR_QUEUE
+    ayla = await holder(pool, ledger, bucket=422, funded=500 * TL)
+    async with running(settings, wallet_db) as client:
+        assert (await client.get("/ready")).status_code == 200
+        await until(lambda: pool.fetchval("SELECT count(*) = 0 FROM wallet.outbox WHERE sent_at IS NULL"))
+        for _ in range(2):  # a batch of one, then another once the relay waits on its poll
+            await broker.publish([published(settings, "DebitForWithdrawal", debit_body(ayla, 10 * TL))])
+            [answer] = await collect(broker, [results], 1, timeout_s=10)
+            assert answer.type == "WithdrawalDebited"
+    assert not await pool.fetchval(
+        "SELECT count(*) FROM pg_trigger"
+        " WHERE tgrelid = 'wallet.outbox'::regclass AND tgname = 'outbox_notify'"
+    )

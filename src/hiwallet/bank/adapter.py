@@ -29,22 +29,20 @@ from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.pool import create_bank_pool, dedicated_connection
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
-from hiwallet.bank.store import BankStore, StoreUnavailable
+from hiwallet.bank.store import OUTBOX_CHANNEL, OUTBOX_TABLE, BankStore, StoreUnavailable
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
+from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import withdrawals_topology
 
 log = structlog.get_logger(__name__)
 
 SERVICE = "bank-adapter"
-OUTBOX_TABLE = "bank.outbox"
-OUTBOX_CHANNEL = "bank_outbox"
 PROCESSED_TABLE = "bank.processed_events"
 # Advisory lock keys in hiwallet_bank (locks are per database): one relay, one reconciliation
 # round at a time, across every instance.
@@ -136,7 +134,10 @@ def create_bank_adapter_app(
         metrics = app.state.bank_metrics = AdapterMetrics(registry)
         pool = await create_bank_pool(settings, core)
         bank = BankClient.from_settings(settings, bank_transport)
-        store = BankStore(pool, settings.exchange)
+        # What this process commits wakes its own relay directly once the relay leads (set
+        # below), else the leader elsewhere by one NOTIFY (bank.outbox has no trigger: 0003).
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        store = BankStore(pool, settings.exchange, on_committed=hint.committed)
         reconciler = app.state.reconciler = Reconciler(
             store,
             bank,
@@ -182,6 +183,7 @@ def create_bank_adapter_app(
                 poll_interval_s=settings.relay_poll_s,
                 on_published=outbox_metrics.on_published,
             )
+            hint.relay = relay
 
             async def refresh_gauges() -> None:
                 for state, count in (await store.transfers_by_state()).items():
@@ -224,6 +226,7 @@ def create_bank_adapter_app(
                     await task
             await broker.close()
             await bank.aclose()
+            await hint.aclose()
             await pool.close()
             log.info("bank-adapter stopped")
 

@@ -17,7 +17,8 @@ from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.pool import create_bank_pool, dedicated_connection
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
-from hiwallet.bank.store import BankStore
+from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore
+from hiwallet.core.relay_hint import RelayHint
 from hiwallet.core.settings import get_settings
 
 __all__ = ["bank_app", "reconcile_once"]
@@ -30,9 +31,11 @@ async def reconcile_once(settings: BankSettings) -> int | None:
     core = get_settings()
     pool = await create_bank_pool(settings, core, max_size=2)
     bank = BankClient.from_settings(settings)
+    # what it records wakes bank-adapter's relay (in another process: one NOTIFY after commits)
+    hint = RelayHint(pool, OUTBOX_CHANNEL)
     try:
         reconciler = Reconciler(
-            BankStore(pool, settings.exchange),
+            BankStore(pool, settings.exchange, on_committed=hint.committed),
             bank,
             AdapterMetrics(CollectorRegistry()),
             stale_after_s=settings.reconcile_stale_after_s,
@@ -47,6 +50,7 @@ async def reconcile_once(settings: BankSettings) -> int | None:
         job = reconcile_job(round_, settings, dedicated_connection(settings, core))
         return found[0] if await job.run_once() else None
     finally:
+        await hint.aclose()
         await bank.aclose()
         await pool.close()
 

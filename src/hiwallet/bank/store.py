@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
 
@@ -95,6 +95,11 @@ class StalePending:
     requested_at: datetime
 
 
+# bank.outbox and the channel its relay (in bank-adapter) listens on for hints.
+OUTBOX_TABLE = "bank.outbox"
+OUTBOX_CHANNEL = "bank_outbox"
+
+
 class BankStore:
     """``exchange``: where the outcomes are announced (settings.exchange: hiwallet.withdrawals).
     The statements that run inside the consumer's transaction take its ``conn``; the others use
@@ -106,10 +111,14 @@ class BankStore:
         exchange: str,
         *,
         message_id: Callable[[], str] = new_id,
+        on_committed: Callable[[], None] | None = None,
     ) -> None:
         self.pool = pool
         self.exchange = exchange
         self._message_id = message_id
+        # After a commit that may have written bank.outbox: wakes the relay (a RelayHint's
+        # committed; bank.outbox has no NOTIFY trigger, migrations/bank/0003).
+        self.on_committed = on_committed or (lambda: None)
 
     async def transfer(self, conn: asyncpg.Connection | asyncpg.Pool, command_id: str) -> Transfer | None:
         row = await _translated(conn.fetchrow(Q["transfer"], command_id))
@@ -141,12 +150,15 @@ class BankStore:
                 self.exchange,
             )
         )
+        after_commit(self.on_committed, once=True)  # the caller's transaction (core's consumer)
         return Recorded(answer)
 
     async def republish_outcome(self, conn: asyncpg.Connection, command_id: str) -> bool:
         done: bool = await _translated(
             conn.fetchval(Q["republish_outcome"], command_id, self._message_id(), self.exchange)
         )
+        if done:
+            after_commit(self.on_committed, once=True)
         return done
 
     async def receive_callback(
@@ -164,6 +176,7 @@ class BankStore:
                 self.exchange,
             )
         )
+        self.on_committed()  # one statement in autocommit: committed now
         return Received(answer)
 
     async def reconcile_transfer(
@@ -174,6 +187,7 @@ class BankStore:
                 Q["reconcile_transfer"], bank_reference, succeeded, reason, self._message_id(), self.exchange
             )
         )
+        self.on_committed()  # one statement in autocommit: committed now
         return Reconciled(answer)
 
     async def stale_pending(self, older_than_s: float, limit: int) -> list[StalePending]:

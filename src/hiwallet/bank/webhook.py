@@ -7,7 +7,8 @@ way), and only then parsed. A verified callback is kept in one transaction
 recorded on the transfer it names (once per transfer) and its announcement in bank.outbox.
 Forged, stale or altered: 400 problem, nothing stored.
 
-No broker connection: bank.outbox's NOTIFY trigger wakes bank-adapter's relay at the commit.
+No broker connection: after each commit a RelayHint wakes bank-adapter's relay (one pg_notify
+in a transaction of its own, coalesced; core.outbox).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from hiwallet.bank import errors
 from hiwallet.bank.metrics import WebhookMetrics
 from hiwallet.bank.pool import create_bank_pool
 from hiwallet.bank.settings import BankSettings, get_bank_settings
-from hiwallet.bank.store import BankStore, Received, StoreUnavailable, Unstorable
+from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore, Received, StoreUnavailable, Unstorable
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.relay_hint import RelayHint
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.text import has_control_characters
 from hiwallet.core.webhooks import StandardWebhookSignature, VerificationFailed
@@ -162,7 +164,10 @@ def create_bank_webhook_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_bank_pool(settings, core)
-        store = app.state.store = BankStore(pool, settings.exchange)
+        # A recorded outcome wakes bank-adapter's relay: one pg_notify after the commits, in a
+        # transaction of its own, coalesced (bank.outbox has no NOTIFY trigger: migration 0003).
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        store = app.state.store = BankStore(pool, settings.exchange, on_committed=hint.committed)
         app.state.service = BankWebhookService(store, verifier, metrics)
 
         async def database_ready() -> None:
@@ -173,6 +178,7 @@ def create_bank_webhook_app(
             yield
         finally:
             checks.clear()
+            await hint.aclose()
             await pool.close()
 
     app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)

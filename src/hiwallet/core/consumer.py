@@ -71,8 +71,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
 from hiwallet.core.logging import REQUEST_ID
-from hiwallet.core.outbox import checked_identifier
-from hiwallet.core.queries import load_queries
+from hiwallet.core.queries import checked_identifier, load_queries
 
 __all__ = [
     "DEAD_ATTEMPTS_HEADER",

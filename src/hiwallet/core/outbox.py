@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -41,7 +40,8 @@ from hiwallet.core.broker import (
 )
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.logging import REQUEST_ID
-from hiwallet.core.queries import load_queries
+from hiwallet.core.queries import checked_identifier, load_queries
+from hiwallet.core.relay_hint import RelayHint
 
 __all__ = [
     "CORRELATION_ID_KEY",
@@ -62,18 +62,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 _QUERIES = load_queries(Path(__file__).parent / "sql" / "outbox.sql")
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?")
 # The outbox has no column for the AMQP correlation id: it travels in the headers document under
 # this key, and the relay moves it back to the message's property (not sent as a header).
 CORRELATION_ID_KEY = "x-hiwallet-correlation-id"
-
-
-def checked_identifier(name: str) -> str:
-    """``name`` if it is a plain (optionally schema-qualified) lower-case identifier: table and
-    channel names are put into SQL text, never taken from input."""
-    if not _IDENTIFIER.fullmatch(name):
-        raise ValueError(f"{name!r} is not a plain lower-case identifier (schema.table)")
-    return name
 
 
 def _query(name: str, table: str) -> str:
@@ -500,74 +491,3 @@ async def _close(conn: asyncpg.Connection) -> None:
         if not (is_connection_error(exc) or isinstance(exc, TimeoutError)):
             log.warning("relay connection close failed", error=type(exc).__name__)
         conn.terminate()
-
-
-class RelayHint:
-    """Wakes the relay after a commit that wrote outbox rows, for an outbox without the NOTIFY
-    trigger (``outbox_table_sql(..., notify_trigger=False)``): the writer calls
-    :meth:`committed` once its transaction has committed.
-
-    When ``relay`` (this process's) leads, it is woken directly: no round trip. Otherwise one
-    ``pg_notify(channel)`` reaches the leader in another instance, sent on a pooled connection
-    in a transaction of its own, never inside a writer's (a NOTIFY serializes commits on the
-    server's notify-queue lock). Coalesced: at most one in flight; commits while one is in
-    flight cause exactly one more after it (never zero: the one in flight may have reached the
-    relay before their rows were committed, so none is lost). Only a hint: one that fails is
-    logged, and the relay's poll finds the rows."""
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        channel: str,
-        *,
-        relay: Relay | None = None,
-        timeout_s: float = 5.0,
-    ) -> None:
-        if timeout_s <= 0:
-            raise ValueError("the hint's timeout must be positive")
-        self._pool = pool
-        self.channel = checked_identifier(channel)
-        self.relay = relay
-        self.timeout_s = timeout_s
-        self._query = _QUERIES["notify"]
-        self._sending: asyncio.Task[None] | None = None
-        self._again = False
-        self.sent = 0  # NOTIFYs sent (tests, and what the coalescing saved)
-
-    def committed(self) -> None:
-        """Rows were committed: wake the relay. Never blocks, never raises."""
-        if self.relay is not None and self.relay.wake():
-            return
-        if self._sending is not None:
-            self._again = True  # one more after the one in flight
-            return
-        self._sending = asyncio.get_running_loop().create_task(self._send())
-
-    async def _send(self) -> None:
-        try:
-            while True:
-                self._again = False  # before the round trip: a commit during it asks again
-                try:
-                    await asyncio.wait_for(self._pool.execute(self._query, self.channel), self.timeout_s)
-                    self.sent += 1
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # the poll is the safety net
-                    log.warning("relay hint not sent", channel=self.channel, error=type(exc).__name__)
-                if not self._again:
-                    return
-        finally:
-            self._sending = None
-
-    async def aclose(self) -> None:
-        """Let the hint in flight (and the one it owes) go out, within the timeout; before the
-        pool closes."""
-        task = self._sending
-        if task is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 2 * self.timeout_s)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

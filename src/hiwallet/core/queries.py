@@ -10,6 +10,15 @@ import re
 from pathlib import Path
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?")
+
+
+def checked_identifier(name: str) -> str:
+    """``name`` if it is a plain (optionally schema-qualified) lower-case identifier: table and
+    channel names are put into SQL text, never taken from input."""
+    if not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"{name!r} is not a plain lower-case identifier (schema.table)")
+    return name
 
 
 def load_queries(path: Path) -> dict[str, str]:

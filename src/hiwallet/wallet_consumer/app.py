@@ -33,7 +33,7 @@ from hiwallet.core.events import events_topology
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.outbox import OutboxMetrics, Relay, purge_sent
+from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
@@ -132,6 +132,7 @@ def create_wallet_consumer_app(
         broker = Broker(core.amqp_url, client_name=settings.client_name)
         tasks: list[asyncio.Task[None]] = []
         consumer: Consumer | None = None
+        hint: RelayHint | None = None
         withdrawals: Consumer | None = None
         try:
             await broker.start()
@@ -159,6 +160,9 @@ def create_wallet_consumer_app(
             await consumer_started(consumer, running, settings.start_timeout_s)
             # The withdrawal saga's commands: up to withdrawals_batch a transaction (the queue is
             # unordered; settings.py), the responses through wallet.outbox and its relay below.
+            # What the handler commits wakes this process's relay directly once it leads (set
+            # below), else the leader elsewhere by one NOTIFY (wallet.outbox has no trigger).
+            hint = RelayHint(pool, OUTBOX_CHANNEL)
             command_handler = WithdrawalHandler(
                 ledger,
                 exchange=settings.withdrawals_exchange,
@@ -167,6 +171,7 @@ def create_wallet_consumer_app(
                     contracted_minor=settings.limit_contracted_withdrawal_minor,
                 ),
                 count=withdrawal_metrics.count,
+                on_committed=hint.committed,
             )
             withdrawals = Consumer(
                 broker=broker,
@@ -197,7 +202,7 @@ def create_wallet_consumer_app(
                 poll_interval_s=settings.relay_poll_s,
                 on_published=outbox_metrics.on_published,
             )
-            app.state.relay = relay
+            app.state.relay = hint.relay = relay
 
             async def purge_round() -> int:
                 async with pool.acquire() as conn:
@@ -270,6 +275,8 @@ def create_wallet_consumer_app(
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await broker.close()
+            if hint is not None:
+                await hint.aclose()
             await pool.close()
             log.info("wallet-consumer stopped")
 

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ValidationError
 
 from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.db import after_commit
 from hiwallet.core.ids import derived_id, new_id
 from hiwallet.core.outbox import enqueue, enqueue_many
 from hiwallet.core.queries import load_queries
@@ -165,12 +166,16 @@ class WithdrawalHandler:
         limits: WithdrawalLimits,
         count: Callable[[str], None] | None = None,
         this_month: Callable[[], date] = _this_month,
+        on_committed: Callable[[], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.exchange = exchange
         self.limits = limits
         self._count = count
         self._this_month = this_month
+        # After a commit that wrote wallet.outbox: wakes the relay (a RelayHint's committed;
+        # wallet.outbox has no NOTIFY trigger, migrations/wallet/0014).
+        self._on_committed = on_committed or (lambda: None)
 
     async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
         return await self._one(conn, parse(message))
@@ -264,6 +269,7 @@ class WithdrawalHandler:
                 [type(responses[i]).__name__ for i in ids],
                 [orjson.dumps(bodies[i]).decode() for i in ids],
             )
+            after_commit(self._on_committed, once=True)
             await enqueue_many(
                 conn,
                 [
@@ -456,6 +462,7 @@ class WithdrawalHandler:
         self, conn: asyncpg.Connection, kind: str, body: Mapping[str, Any], saga_id: str
     ) -> None:
         await enqueue(conn, self._message(kind, body, saga_id), table=OUTBOX_TABLE)
+        after_commit(self._on_committed, once=True)
 
     def _withdrawal_posting(self, command: DebitForWithdrawal) -> Posting:
         """The debit's posting (wallet -amount-fee, clearing +amount, revenue +fee), its id

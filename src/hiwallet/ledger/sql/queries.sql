@@ -57,10 +57,11 @@ SELECT account_id, version, transaction_id, type, ref, amount, currency, balance
 
 -- name: lines_exist
 -- Whether each (bucket, account, transaction) has a line, in the arrays' order: one index probe
--- each (lines_by_transaction), for a caller that checks many postings at once.
+-- each (lines_by_transaction), for a caller that checks many postings at once. The buckets as a
+-- list too, so that a distributed ledger routes the read to the shards named.
 SELECT EXISTS (SELECT 1 FROM ledger.lines l
-                WHERE l.bucket = p.bucket AND l.transaction_id = p.transaction_id
-                  AND l.account_id = p.account_id) AS found
+                WHERE l.bucket = ANY ($1::smallint[]) AND l.bucket = p.bucket
+                  AND l.transaction_id = p.transaction_id AND l.account_id = p.account_id) AS found
   FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY
        AS p (bucket, account_id, transaction_id, ord)
  ORDER BY p.ord
