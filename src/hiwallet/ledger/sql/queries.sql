@@ -56,14 +56,19 @@ SELECT account_id, version, transaction_id, type, ref, amount, currency, balance
  ORDER BY bucket, account_id, version
 
 -- name: lines_exist
--- Whether each (bucket, account, transaction) has a line, in the arrays' order: one index probe
--- each (lines_by_transaction), for a caller that checks many postings at once. The buckets as a
--- list too, so that a distributed ledger routes the read to the shards named.
-SELECT EXISTS (SELECT 1 FROM ledger.lines l
-                WHERE l.bucket = ANY ($1::smallint[]) AND l.bucket = p.bucket
-                  AND l.transaction_id = p.transaction_id AND l.account_id = p.account_id) AS found
+-- Whether each (bucket, account, transaction) has a line, in the arrays' order: one probe of
+-- lines_by_transaction each (a transaction's few lines in the pair's own bucket), for a caller
+-- that checks many postings at once. citus: multi-shard read (the pairs' buckets; each probe
+-- names its bucket). Written so that no plan but that probe fits: the account compared after
+-- the probe, not in it (with it, the generic plan, made while the table was young, walked the
+-- account's lines instead); a LATERAL, not an EXISTS (whose generic plan hashed the whole of
+-- ledger.lines on every call), nor "bucket = ANY ($1)" (every line of the buckets read): each
+-- of those slower with every line posted.
+SELECT coalesce(l.found, false) AS found
   FROM unnest($1::smallint[], $2::text[], $3::text[]) WITH ORDINALITY
        AS p (bucket, account_id, transaction_id, ord)
+  CROSS JOIN LATERAL (SELECT bool_or(account_id = p.account_id) AS found FROM ledger.lines
+                       WHERE bucket = p.bucket AND transaction_id = p.transaction_id) AS l
  ORDER BY p.ord
 
 -- name: actors
