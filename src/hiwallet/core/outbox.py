@@ -381,6 +381,12 @@ class Relay:
             log.error(event, table=self.table, error=type(exc).__name__, exc_info=exc)
 
     async def _session(self, conn: asyncpg.Connection) -> None:
+        # Every statement of this session finds its rows by key (the unsent rows' partial
+        # index, the claimed ids' primary key). Without this, the plan of "id = ANY ($1)" that
+        # the session keeps, made while the outbox was young and without statistics, was a scan
+        # of the whole table, done again for every batch as the table grew (bench/: the saga's
+        # three relays slowed minute by minute until autovacuum's first analyze).
+        await conn.execute("SET enable_seqscan = off")
         # A session-level lock, not a transaction-level one: it must outlive each batch's
         # transaction, and it must end with the session (a dead leader's lock frees itself).
         while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.lock_key):  # noqa: ASYNC110

@@ -61,9 +61,13 @@ SELECT count(pg_advisory_xact_lock(k.key))
          ORDER BY 1) AS k
 
 -- name: stored_responses
-SELECT command_id, command_type, saga_id, response_type, response
-  FROM wallet.processed_messages
- WHERE command_id = ANY ($1::text[])
+-- stored_response for each command id of a batch: a probe of the primary key each (LATERAL,
+-- OFFSET 0: no plan but that fits). "command_id = ANY ($1)" got a generic plan, made while the
+-- table was young and without statistics, that scanned the whole table on every batch.
+SELECT r.command_id, r.command_type, r.saga_id, r.response_type, r.response
+  FROM unnest($1::text[]) AS i (command_id)
+ CROSS JOIN LATERAL (SELECT * FROM wallet.processed_messages
+                      WHERE command_id = i.command_id OFFSET 0) AS r
 
 -- name: store_responses
 -- Text cast to jsonb: whatever jsonb codec the caller's connection has.
