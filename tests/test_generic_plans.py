@@ -31,6 +31,8 @@ FILL = {
     " destination_iban, requested_by_issuer, requested_by_subject, state, state_actor)"
     " SELECT 's' || i, '0001:w:x', 100, 'TRY', 'TR330006100519786457841326', 'i', 's', 'initiated', 'a'"
     " FROM generate_series(1, $1) i",
+    "withdrawal.processed_events": "INSERT INTO withdrawal.processed_events (consumer, message_id)"
+    " SELECT 'withdrawal-orchestrator', 'm' || i FROM generate_series(1, $1) i",
     "withdrawal.outbox": "INSERT INTO withdrawal.outbox (message_id, exchange, routing_key, message_type,"
     " body) SELECT gen_random_uuid()::text, 'x', 'DebitForWithdrawal', 'DebitForWithdrawal', '{}'::jsonb"
     " FROM generate_series(1, $1) i",
@@ -95,3 +97,15 @@ async def test_the_relays_session_marks_by_the_primary_key(withdrawal_db: str) -
     without = await young_generic_plan(withdrawal_db, "withdrawal.outbox", sql, "NULL::bigint[]")
     assert "Seq Scan" in without, without  # what the setting is for
     assert 'await conn.execute("SET enable_seqscan = off")' in (SRC / "core/outbox.py").read_text()
+
+
+async def test_a_batchs_outcomes_are_stored_by_primary_key_probes(withdrawal_db: str) -> None:
+    """core.consumer's store_outcomes: a probe a message, not every row of the consumer."""
+    sql = load_queries(SRC / "core/sql/consumer.sql")["store_outcomes"].format(
+        table="withdrawal.processed_events"
+    )
+    plan = await young_generic_plan(
+        withdrawal_db, "withdrawal.processed_events", sql, "NULL::text, NULL::text[], NULL::text[]"
+    )
+    assert "Index Scan using processed_events_pkey" in plan and "Tid Scan" in plan, plan
+    assert "Seq Scan" not in plan and "Bitmap" not in plan, plan

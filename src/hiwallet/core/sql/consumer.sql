@@ -26,7 +26,17 @@ ON CONFLICT (consumer, message_id) DO NOTHING
 RETURNING message_id
 
 -- name: store_outcomes
+-- Each claimed row found by a probe of the primary key (LATERAL, OFFSET 0), then updated where
+-- the probe found it (its ctid; the rows are this transaction's own, nobody else's to move).
+-- The plain join with the list got a generic plan, made while the table was young and without
+-- statistics, that read every row of the consumer for every batch: slower with every message.
+WITH claimed AS (
+    SELECT p.ctid AS row_id, o.outcome
+      FROM unnest($2::text[], $3::text[]) AS o (message_id, outcome)
+     CROSS JOIN LATERAL (SELECT ctid FROM {table}
+                          WHERE consumer = $1 AND message_id = o.message_id OFFSET 0) AS p
+)
 UPDATE {table} AS t
-   SET outcome = o.outcome::jsonb
-  FROM unnest($2::text[], $3::text[]) AS o (message_id, outcome)
- WHERE t.consumer = $1 AND t.message_id = o.message_id
+   SET outcome = claimed.outcome::jsonb
+  FROM claimed
+ WHERE t.ctid = claimed.row_id
