@@ -238,14 +238,7 @@ class WithdrawalHandler:
             for debit in debits:
                 posting = self._withdrawal_posting(debit)
                 postings.append(posting)
-                responses[debit.command_id] = WithdrawalDebited(
-                    command_id=debit.command_id,
-                    saga_id=debit.saga_id,
-                    transaction_id=posting.id,
-                    amount_minor=debit.amount_minor,
-                    fee_minor=int(posting.metadata.get("fee", 0)),
-                    currency=debit.currency,
-                )
+                responses[debit.command_id] = _debited(debit, posting, posting.id)
             for settle in settles:
                 posting = self._settlement_posting(settle)
                 postings.append(posting)
@@ -558,14 +551,7 @@ class WithdrawalHandler:
             raise  # a retry cures it: the consumer pauses
         except LedgerError as exc:
             raise Unprocessable(f"the ledger refused a withdrawal with {exc.code}: a defect") from exc
-        return WithdrawalDebited(
-            command_id=command.command_id,
-            saga_id=command.saga_id,
-            transaction_id=posted.id,
-            amount_minor=command.amount_minor,
-            fee_minor=int(posting.metadata.get("fee", 0)),
-            currency=command.currency,
-        )
+        return _debited(command, posting, posted.id)
 
     # -- SettleWithdrawal and RefundWithdrawal ------------------------------------------------------
 
@@ -645,6 +631,18 @@ class WithdrawalHandler:
         return WithdrawalRefunded(
             command_id=command.command_id, saga_id=command.saga_id, transaction_id=posted.id
         )
+
+
+def _debited(command: DebitForWithdrawal, posting: Posting, transaction_id: str) -> WithdrawalDebited:
+    """The debit's answer: the ledger's transaction, the amount and the fee the posting took."""
+    return WithdrawalDebited(
+        command_id=command.command_id,
+        saga_id=command.saga_id,
+        transaction_id=transaction_id,
+        amount_minor=command.amount_minor,
+        fee_minor=int(posting.metadata.get("fee", 0)),
+        currency=command.currency,
+    )
 
 
 def _debit_bucket(wallet: str, debit_transaction_id: str) -> int:
