@@ -20,7 +20,14 @@ from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import declare_when_reachable, every, supervised
 from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
-from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.http import (
+    LeanRoute,
+    ReadyCheck,
+    create_app,
+    document_models,
+    serve,
+    settle_heap_once_started,
+)
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
@@ -29,7 +36,7 @@ from hiwallet.core.staff import StaffDirectory
 from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.routes import router
+from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
 from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
 from hiwallet.withdrawals.staff_routes import staff_router
@@ -241,14 +248,23 @@ def create_withdrawal_app(
             await hint.aclose()
             await pool.close()
 
-    app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
+    app = create_app(
+        SERVICE,
+        ready_checks=checks,
+        lifespan=lifespan,
+        max_body_bytes=settings.max_body_bytes,
+        # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
+        hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
+    )
     registry = app.state.metrics_registry
     metrics = WithdrawalMetrics(registry)
     outbox_metrics = OutboxMetrics(registry)
     consumer_metrics = ConsumerMetrics(registry)
     app.state.withdrawal_metrics = metrics
+    app.include_router(lean_router)
     app.include_router(router)
     app.include_router(staff_router)
+    document_models(app, WithdrawalIn)
     return app
 
 
