@@ -35,8 +35,9 @@ import orjson
 import uvloop
 
 from cpu import pids_cpu_s
+from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
-from hiwallet.core.broker import Broker, OutgoingMessage, topups_topology
+from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.ids import derived_id
 from topup_bench import PARTITIONS, RESULTS, WALLETS, drop, hiwallet, open_wallets, pct, rabbitmqctl
 

@@ -41,7 +41,7 @@ import uvloop
 from cpu import machine_busy_s, process_cpu_s
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
-from hiwallet.ledger import rules
+from hiwallet.ledger import get_ledger_settings, rules
 from hiwallet.ledger.accounts import new_wallet_id
 from hiwallet.ledger.errors import InsufficientFunds
 from hiwallet.ledger.service import Fees, Ledger
@@ -245,7 +245,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": args.duration,
         "machine": {"cores": os.cpu_count()},
-        "transit_legs": settings.ledger_transit_legs,
+        "transit_legs": get_ledger_settings().transit_legs,
     }
 
     full = not args.wallet_api_only
@@ -261,7 +261,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     owner = await asyncpg.connect(db.owner_dsn(database, settings))
     try:
-        ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
+        ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
         bench = Bench(pool, ledger, datetime.now(UTC).strftime("%H%M%S"))
         print(f"opening and funding {WALLETS} wallets ...", flush=True)
         wallets = await bench.open_wallets(WALLETS)

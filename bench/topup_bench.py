@@ -332,13 +332,12 @@ async def open_wallets(database: str, count: int) -> list[str]:
     from hiwallet.wallet_api.service import WalletService
     from hiwallet.wallet_api.settings import WalletApiSettings
 
-    settings = get_settings()
     pool = await db.create_pool(
         database, role=db.app_role("wallet"), min_size=1, max_size=8, init=init_connection
     )
     try:
-        store = LedgerStore.from_settings(pool, settings)
-        service = WalletService(pool, store, Fees.from_settings(settings), WalletApiSettings())
+        store = LedgerStore.from_settings(pool)
+        service = WalletService(pool, store, Fees.from_settings(), WalletApiSettings())
         wallets: list[str] = []
 
         async def opener(n: int) -> None:

@@ -267,8 +267,7 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
             await _wait_ready(client, idp, procs[0])
             procs.append(_start(_WALLET_API, str(api_port), wallet_db, idp))
             await _wait_ready(client, api, procs[1])
-            settings = get_settings()
-            ledger = Ledger(LedgerStore.from_settings(pool, settings), Fees.from_settings(settings))
+            ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             people = await _customers(client, idp, api, ledger, concurrency)
             # As in the ledger core's spread run, money goes among 1,000 wallets: the senders
             # and receivers opened through onboarding (no login needed to receive).

@@ -65,9 +65,8 @@ import uvloop
 
 import httpload
 from cpu import pids_cpu_s
+from hiwallet.contracts.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
 from hiwallet.core import db
-from hiwallet.core.settings import get_settings
-from hiwallet.core.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 
 RESULTS = Path(__file__).parent / "results"
@@ -890,7 +889,7 @@ async def checks(observer: Observer, dbs: dict[str, str]) -> dict[str, Any]:
         dbs["wallet"], role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
     )
     try:
-        verified = await LedgerStore.from_settings(pool, get_settings()).verify()
+        verified = await LedgerStore.from_settings(pool).verify()
     finally:
         await pool.close()
     return {

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 
@@ -36,7 +37,7 @@ async def make_template(key: str) -> str:
     """Create and migrate the template database of ``key`` for this test session."""
     name = f"{_PREFIX}_tpl_{key}"
     await drop_database(name)
-    await db.migrate(key, database=name)
+    await databases.migrate(key, database=name)
     return name
 
 

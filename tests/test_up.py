@@ -25,6 +25,7 @@ import asyncpg
 import httpx
 import pytest
 
+from hiwallet.contracts.databases import migrate as migrate_database
 from hiwallet.core import db
 from hiwallet.staff_admin.login import StaffClient, next_code, staff_token
 from hiwallet.up import (
@@ -122,7 +123,7 @@ async def databases() -> AsyncIterator[dict[str, str]]:
             "staff_admin",
         ):
             names[key] = await pgtemplate.clone("template0")
-            await db.migrate(key, database=names[key])
+            await migrate_database(key, database=names[key])
         yield names
     finally:
         names.pop("vhost", None)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
@@ -37,15 +38,13 @@ def migrate(
 ) -> None:
     """Create the databases and apply their numbered migrations (idempotent, concurrency-safe)."""
     settings = get_settings()
-    keys = database or [
-        k for k in db.DATABASES if (settings.migrations_dir / db.MIGRATION_FOLDERS.get(k, k)).is_dir()
-    ]
+    keys = database or list(databases.DATABASES)
 
     async def _run() -> None:
         for key in keys:
-            done = await db.migrate(key, settings=settings)
+            done = await databases.migrate(key, settings=settings)
             what = ", ".join(f"{v:04d}" for v in done) or "nothing new"
-            console.print(f"[bold]{db.DATABASES[key]}[/bold]: {what}")
+            console.print(f"[bold]{databases.DATABASES[key]}[/bold]: {what}")
 
     try:
         asyncio.run(_run())
@@ -64,7 +63,7 @@ def schema_dump() -> None:
     tests/core/test_schema.py checks the files). Needs pg_dump and the owner's server URL."""
     from hiwallet.core import schema
 
-    for path in asyncio.run(schema.write_all(get_settings())):
+    for path in asyncio.run(schema.write_all(databases.folder_keys(), get_settings())):
         console.print(f"wrote [bold]{path}[/bold]")
 
 
@@ -174,7 +173,7 @@ def up() -> None:
 
 
 def _register_subcommands() -> None:
-    from hiwallet.core.deadletters_cli import dead_letters_app
+    from hiwallet.deadletters_cli import dead_letters_app
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.topup_webhook.cli import register as register_topup_webhook

@@ -44,6 +44,7 @@ import httpx
 import structlog
 from rich.console import Console
 
+from hiwallet.contracts.databases import DATABASES, migrate
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.wallet_api.domain import Caller, Tier
@@ -627,14 +628,14 @@ def _databases() -> dict[str, str]:
 
     identity = get_identity_settings()
     return {
-        "wallet": get_wallet_api_settings().database or db.DATABASES["wallet"],
+        "wallet": get_wallet_api_settings().database or DATABASES["wallet"],
         "identity": identity.database_name("identity"),
         "staff_identity": identity.database_name("staff_identity"),
-        "topup": get_topup_webhook_settings().database or db.DATABASES["topup"],
-        "bank": get_bank_settings().database or db.DATABASES["bank"],
-        "withdrawal": get_withdrawal_settings().database or db.DATABASES["withdrawal"],
-        "onboarding": get_onboarding_settings().database or db.DATABASES["onboarding"],
-        "staff_admin": get_staff_admin_settings().database or db.DATABASES["staff_admin"],
+        "topup": get_topup_webhook_settings().database or DATABASES["topup"],
+        "bank": get_bank_settings().database or DATABASES["bank"],
+        "withdrawal": get_withdrawal_settings().database or DATABASES["withdrawal"],
+        "onboarding": get_onboarding_settings().database or DATABASES["onboarding"],
+        "staff_admin": get_staff_admin_settings().database or DATABASES["staff_admin"],
     }
 
 
@@ -644,9 +645,8 @@ def up() -> None:
     databases = _databases()
 
     async def migrate_all() -> None:
-        for key in db.DATABASES:
-            if (settings.migrations_dir / db.MIGRATION_FOLDERS.get(key, key)).is_dir():
-                await db.migrate(key, settings=settings, database=databases[key])
+        for key in DATABASES:
+            await migrate(key, settings=settings, database=databases[key])
 
     asyncio.run(migrate_all())
     # staff-admin's first administrator invitation: to the demo administrator unless configured.

@@ -29,6 +29,7 @@ from standardwebhooks import Webhook
 from hiwallet.bank.adapter import create_bank_adapter_app
 from hiwallet.bank.settings import BankSettings
 from hiwallet.bank.webhook import PATH, create_bank_webhook_app
+from hiwallet.contracts.withdrawals import RESULTS, StartBankTransfer, command_id
 from hiwallet.core.broker import (
     DELIVERY_LIMIT,
     Broker,
@@ -39,7 +40,6 @@ from hiwallet.core.broker import (
     dead_letter_topology,
 )
 from hiwallet.core.ids import new_id
-from hiwallet.core.withdrawals import RESULTS, StartBankTransfer, command_id
 from tests import pgtemplate
 
 BANK_SECRET = "whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="
@@ -58,7 +58,7 @@ async def owner(bank_db: str) -> AsyncIterator[asyncpg.Connection]:
 
 
 class Names:
-    """core.withdrawals' topology under a unique prefix: the bank queue bound to
+    """contracts.withdrawals' topology under a unique prefix: the bank queue bound to
     StartBankTransfer, the orchestrator's queue bound to every result, and the dead letters
     (the real queue names are fixed; a test never touches them)."""
 

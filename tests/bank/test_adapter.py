@@ -18,11 +18,11 @@ from hiwallet.bank.client import BankClient, BankUnavailable
 from hiwallet.bank.handler import TransferHandler
 from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.store import BankStore
+from hiwallet.contracts.withdrawals import BankTransferFailed, BankTransferSucceeded, StartBankTransfer
 from hiwallet.core import db
 from hiwallet.core.broker import Broker
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.ids import new_id
-from hiwallet.core.withdrawals import BankTransferFailed, BankTransferSucceeded, StartBankTransfer
 from tests.bank.conftest import (
     API_KEY,
     IBAN,

@@ -21,8 +21,8 @@ from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import get_bank_settings
 from hiwallet.bank.store import BankStore
 from hiwallet.cli import app as cli
+from hiwallet.contracts.withdrawals import BankTransferFailed, BankTransferSucceeded
 from hiwallet.core import db
-from hiwallet.core.withdrawals import BankTransferFailed, BankTransferSucceeded
 from tests.bank.conftest import (
     StubBank,
     bank_settings,

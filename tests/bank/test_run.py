@@ -16,9 +16,9 @@ import asyncpg
 import httpx
 import orjson
 
+from hiwallet.contracts.withdrawals import WITHDRAWALS_EXCHANGE
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.ids import new_id
-from hiwallet.core.withdrawals import WITHDRAWALS_EXCHANGE
 from tests.bank.conftest import (
     API_KEY,
     StubBank,
@@ -74,7 +74,7 @@ async def test_the_webhook_process_serves_callbacks_and_stops(
 async def test_the_adapter_process_consumes_the_real_queue_and_stops(
     bank_db: str, owner: asyncpg.Connection
 ) -> None:
-    """``hiwallet run bank-adapter`` with its default names (core.withdrawals' topology), in a
+    """``hiwallet run bank-adapter`` with its default names (contracts.withdrawals' topology), in a
     virtual host of its own (the names are fixed; other runs must not see this one's queue)."""
     vhost = f"hwtest-bank-{uuid.uuid4().hex[:8]}"
     await harness.add_vhost(vhost)

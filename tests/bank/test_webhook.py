@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from hiwallet.bank.store import BankStore, Recorded
+from hiwallet.contracts.withdrawals import BankTransferFailed, BankTransferSucceeded, StartBankTransfer
 from hiwallet.core import db
-from hiwallet.core.withdrawals import BankTransferFailed, BankTransferSucceeded, StartBankTransfer
 from tests.bank.conftest import (
     BANK_SECRET,
     BANK_SECRET_NEW,

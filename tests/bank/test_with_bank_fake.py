@@ -20,8 +20,8 @@ from schwifty import IBAN
 from hiwallet.bank.adapter import create_bank_adapter_app
 from hiwallet.bank.settings import BankSettings
 from hiwallet.bank.webhook import PATH, create_bank_webhook_app
+from hiwallet.contracts.withdrawals import BankTransferFailed, BankTransferSucceeded
 from hiwallet.core.broker import Broker
-from hiwallet.core.withdrawals import BankTransferFailed, BankTransferSucceeded
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from tests.bank.conftest import BANK_SECRET, Names, bank_settings, command_message, start_command, transfers
 from tests.core import spine

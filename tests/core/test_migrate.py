@@ -12,6 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import Settings
 from tests import pgtemplate
@@ -81,8 +82,8 @@ def test_migration_files_are_named_and_numbered(tmp_path: Path) -> None:
     (tmp_path / "1_first.sql").write_text("SELECT 1;")
     with pytest.raises(ValueError, match="NNNN_name"):
         db.load_migrations(tmp_path)
-    for key in db.DATABASES:
-        folder = db.get_settings().migrations_dir / db.MIGRATION_FOLDERS.get(key, key)
+    for key in databases.DATABASES:
+        folder = db.get_settings().migrations_dir / databases.migration_folder(key)
         if folder.is_dir():
             versions = [m.version for m in db.load_migrations(folder)]
             assert versions == list(range(1, len(versions) + 1)), key

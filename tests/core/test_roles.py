@@ -18,6 +18,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.ledger.accounts import cash_account
@@ -536,7 +537,7 @@ async def identity_dbs() -> AsyncIterator[dict[str, str]]:
     }
     try:
         for key, name in names.items():
-            await db.migrate(key, database=name)
+            await databases.migrate(key, database=name)
         yield names
     finally:
         for name in names.values():

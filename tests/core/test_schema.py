@@ -8,14 +8,15 @@ import uuid
 
 import pytest
 
-from hiwallet.core import db, schema
+from hiwallet.contracts import databases
+from hiwallet.core import schema
 from tests import pgtemplate
 
 _SHOWN_LINES = 80
 
 
 def _difference(key: str, committed: str, live: str) -> str:
-    path = schema.schema_path(key)
+    path = schema.schema_path(databases.migration_folder(key))
     diff = list(
         difflib.unified_diff(
             committed.splitlines(), live.splitlines(), f"{path} (committed)", "freshly migrated", lineterm=""
@@ -31,9 +32,10 @@ def _difference(key: str, committed: str, live: str) -> str:
 
 
 async def _check(key: str, database: str) -> None:
-    path = schema.schema_path(key)
+    folder = databases.migration_folder(key)
+    path = schema.schema_path(folder)
     committed = path.read_text() if path.exists() else ""
-    live = await schema.dump(key, database)
+    live = await schema.dump(key, database, folder=folder)
     assert live == committed, _difference(key, committed, live)
 
 
@@ -45,15 +47,15 @@ async def test_the_wallet_migrations_produce_the_committed_schema(wallet_templat
 async def test_the_identity_migrations_produce_the_committed_schema(key: str) -> None:
     database = f"hwt{os.getpid()}_schema_{key}_{uuid.uuid4().hex[:6]}"
     try:
-        await db.migrate(key, database=database)
+        await databases.migrate(key, database=database)
         await _check(key, database)
     finally:
         await pgtemplate.drop_database(database)
 
 
 def test_every_database_has_a_schema_file() -> None:
-    for key in db.DATABASES:
-        assert schema.schema_path(key).exists(), key
+    for key in databases.DATABASES:
+        assert schema.schema_path(databases.migration_folder(key)).exists(), key
 
 
 def test_the_dump_is_normalized() -> None:
@@ -67,7 +69,7 @@ def test_the_dump_is_normalized() -> None:
         "GRANT SELECT ON TABLE public.t TO hiwallet_staff_identity_app;\n\n"
         "\\unrestrict aBcD123\n"
     )
-    assert schema.normalize(raw, "staff_identity") == schema.HEADER + (
+    assert schema.normalize(raw, "staff_identity", "identity") == schema.HEADER + (
         "\n-- Name: t; Type: TABLE; Schema: public; Owner: -\n\n"
         "CREATE TABLE public.t (\n    id integer\n);\n\n"
         "GRANT SELECT ON TABLE public.t TO hiwallet_identity_app;\n"

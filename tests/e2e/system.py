@@ -18,8 +18,7 @@ from typing import Any
 import asyncpg
 
 from hiwallet.core import db
-from hiwallet.core.settings import get_settings
-from hiwallet.ledger import Fees, Ledger, LedgerStore, cash_account, init_connection
+from hiwallet.ledger import Fees, Ledger, LedgerStore, cash_account, get_ledger_settings, init_connection
 from hiwallet.wallet_api import domain
 from hiwallet.wallet_api.accounts import Accounts
 from hiwallet.wallet_api.service import WalletService
@@ -54,16 +53,15 @@ class System:
     async def open(self) -> None:
         for role in ("topup-webhook", "wallet-consumer", "stripe-fake", "bank-fake"):
             self.ports[role] = free_port()
-        settings = get_settings()
         self.pool = await db.create_pool(
             self.wallet_db, role=db.app_role("wallet"), min_size=1, max_size=4, init=init_connection
         )
         self.readonly = await db.create_pool(
             self.wallet_db, role=db.readonly_role("wallet"), min_size=1, max_size=1, init=init_connection
         )
-        store = LedgerStore(self.pool, transit_legs=settings.ledger_transit_legs)
-        self.ledger = Ledger(store, Fees.from_settings(settings))
-        self.service = WalletService(self.pool, store, Fees.from_settings(settings), WalletApiSettings())
+        store = LedgerStore(self.pool, transit_legs=get_ledger_settings().transit_legs)
+        self.ledger = Ledger(store, Fees.from_settings())
+        self.service = WalletService(self.pool, store, Fees.from_settings(), WalletApiSettings())
 
     def leaks(self) -> list[str]:
         """What the processes wrote that no log may hold (COMMON: never a body, secret, IBAN or
@@ -200,9 +198,8 @@ class System:
         in that currency (a currency the card provider was never set up for): a card top-up to it
         cannot be posted until the card provider's accounts are opened."""
         assert self.service is not None and self.pool is not None
-        settings = get_settings()
         bank_only = LedgerStore(self.pool, providers=["bank"])
-        accounts = Accounts(self.pool, Ledger(bank_only, Fees.from_settings(settings)), WalletApiSettings())
+        accounts = Accounts(self.pool, Ledger(bank_only, Fees.from_settings()), WalletApiSettings())
         business = await self.service.open_business("E2E Euro", operator="operator:e2e")
         bucket = domain.bucket_in(business["id"])
         async with self.pool.acquire() as conn, conn.transaction():

@@ -18,8 +18,8 @@ from contextlib import AsyncExitStack
 import aio_pika
 import asyncpg
 
+from hiwallet.contracts.withdrawals import WALLET_QUEUE, command_id
 from hiwallet.core import db
-from hiwallet.core.withdrawals import WALLET_QUEUE, command_id
 from tests.e2e import harness
 from tests.e2e.withdrawals import (
     BANK_ADAPTER,

@@ -36,10 +36,7 @@ import httpx
 import orjson
 from schwifty import IBAN
 
-from hiwallet.core import db
-from hiwallet.core.ids import new_id
-from hiwallet.core.settings import get_settings
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     BANK_QUEUE,
     ORCHESTRATOR_QUEUE,
     WALLET_QUEUE,
@@ -47,7 +44,9 @@ from hiwallet.core.withdrawals import (
     WITHDRAWALS_EXCHANGE,
     command_id,
 )
-from hiwallet.ledger import LedgerStore, init_connection
+from hiwallet.core import db
+from hiwallet.core.ids import new_id
+from hiwallet.ledger import LedgerStore, get_ledger_settings, init_connection
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.harness import Children, Process, StallingProxy
@@ -68,7 +67,7 @@ BANK_FAKE = "bank-fake"
 ROLES = (ORCHESTRATOR, WALLET_CONSUMER, BANK_ADAPTER, BANK_WEBHOOK, BANK_FAKE)
 QUEUES = (WALLET_QUEUE, BANK_QUEUE, ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_QUEUE)
 TERMINAL = ("completed", "failed", "rejected", "cancelled")
-FEE_MINOR = get_settings().ledger_withdrawal_fee_minor
+FEE_MINOR = get_ledger_settings().withdrawal_fee_minor
 
 # The module's standard settings (environment, without the prefix). Short where a test waits on
 # it: bank reconciliation every second for transfers pending more than 5 s (the callback-lost

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hiwallet.cli import app as cli
-from hiwallet.core import db
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core.http import create_app
 from hiwallet.identity.app import InternalNetworkOnly
 from tests.identity.conftest import IdentityServer
@@ -40,7 +40,7 @@ def test_staff_server_is_restricted_by_default(staff_idp: IdentityServer) -> Non
 
 def test_rotate_keys_command(customer_idp: IdentityServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # Point the command at this test's database instead of hiwallet_identity.
-    monkeypatch.setitem(db.DATABASES, "identity", customer_idp.database)
+    monkeypatch.setitem(DATABASES, "identity", customer_idp.database)
     before = {
         k["kid"] for k in httpx.get(customer_idp.issuer + "/protocol/openid-connect/certs").json()["keys"]
     }

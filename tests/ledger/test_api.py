@@ -18,6 +18,8 @@ DECLARED = {
     "LedgerStore",
     "init_connection",
     "Fees",
+    "LedgerSettings",
+    "get_ledger_settings",
     "FeePolicy",
     # errors: refusals, "a retry can cure it", and defects
     "LedgerError",

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.ledger.accounts import cash_account
 from hiwallet.ledger.service import Ledger
 from tests.ledger.conftest import TL, funded_wallet
@@ -133,7 +134,7 @@ def test_cli_verify_exits_non_zero_naming_the_difference(
 
     # The CLI reads the database by its service name; point the server URL's default at the
     # test database through the one setting that names it.
-    monkeypatch.setitem(db.DATABASES, "wallet", wallet_db)
+    monkeypatch.setitem(DATABASES, "wallet", wallet_db)
     get_settings.cache_clear()
     runner = CliRunner()
     clean = runner.invoke(app, ["ledger", "verify"])

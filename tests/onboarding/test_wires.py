@@ -23,9 +23,9 @@ import httpx
 import orjson
 import pytest
 
+from hiwallet.contracts.events import ONBOARDING_WIRES_QUEUE, events_topology, topup_credited
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import DEAD_REASON_HEADER, IncomingMessage
-from hiwallet.core.events import ONBOARDING_WIRES_QUEUE, events_topology, topup_credited
 from hiwallet.core.settings import get_settings
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.onboarding.app import create_onboarding_app

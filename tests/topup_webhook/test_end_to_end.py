@@ -12,7 +12,6 @@ import asyncpg
 import httpx
 import pytest
 
-from hiwallet.core import db
 from hiwallet.core.broker import Broker
 from hiwallet.ledger import Fees, Ledger, LedgerStore
 from hiwallet.topup_webhook.app import create_topup_webhook_app
@@ -47,7 +46,7 @@ async def test_a_card_payment_and_a_wire_arrive_in_the_wallet_once(
     wallet_pool: asyncpg.Pool,
     consumer_settings: WalletConsumerSettings,
 ) -> None:
-    ledger = Ledger(LedgerStore(wallet_pool), Fees.from_settings(db.get_settings()))
+    ledger = Ledger(LedgerStore(wallet_pool), Fees.from_settings())
     wallet = (await ledger.open_wallet("e2e", bucket=421)).wallet_id
     webhook_app = create_topup_webhook_app(
         topup_settings(topup_db, exchange=consumer_settings.exchange, relay_poll_s=0.5),

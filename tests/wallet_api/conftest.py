@@ -24,10 +24,10 @@ import httpx
 import pytest
 import uvicorn
 
+from hiwallet.contracts.staff import StaffMember
 from hiwallet.core import db
-from hiwallet.core.settings import Settings, get_settings
-from hiwallet.core.staff import StaffMember
 from hiwallet.identity.settings import REALMS_DIR
+from hiwallet.ledger import get_ledger_settings
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 from hiwallet.wallet_api.app import create_wallet_api_app
@@ -334,15 +334,14 @@ async def running_api(
     database: str, customer_idp: IdentityServer, staff_idp: IdentityServer, **overrides: Any
 ) -> AsyncIterator[WalletApi]:
     base_url, settings, server, thread = start_wallet_api(database, customer_idp, staff_idp, **overrides)
-    core: Settings = get_settings()
     # The tests' own service and ledger (making businesses, funding wallets) connect as the
     # application role too, as wallet-api does.
     pool = await db.create_pool(
         database, role=db.app_role("wallet"), min_size=1, max_size=4, init=init_connection
     )
-    store = LedgerStore(pool, transit_legs=core.ledger_transit_legs)
-    ledger = Ledger(store, Fees.from_settings(core))
-    service = WalletService(pool, store, Fees.from_settings(core), settings)
+    store = LedgerStore(pool, transit_legs=get_ledger_settings().transit_legs)
+    ledger = Ledger(store, Fees.from_settings())
+    service = WalletService(pool, store, Fees.from_settings(), settings)
     try:
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
             yield WalletApi(

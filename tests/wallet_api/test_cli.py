@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hiwallet.cli import app
-from hiwallet.core import db
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.wallet_api import cli as wallet_cli
 from tests.wallet_api.conftest import TL, WalletApi, client_token
 
@@ -18,7 +18,7 @@ from tests.wallet_api.conftest import TL, WalletApi, client_token
 async def test_an_operator_opens_and_links_a_business(
     api: WalletApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(db.DATABASES, "wallet", api.database)
+    monkeypatch.setitem(DATABASES, "wallet", api.database)
     monkeypatch.setattr(wallet_cli, "get_wallet_api_settings", lambda: api.service.settings)
     monkeypatch.setattr(wallet_cli, "operator", lambda: "operator:ayla")
     runner = CliRunner()

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hiwallet.core.staff import StaffPermission
+from hiwallet.contracts.staff import StaffPermission
 from hiwallet.wallet_api.domain import service_account_subject
 from tests.staff_stub import StaffAdminStub, staff_login
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem, client_token, running_api, subject_of

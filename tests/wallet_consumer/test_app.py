@@ -14,12 +14,13 @@ import aio_pika.abc
 import asyncpg
 import pytest
 
-from hiwallet.core.broker import Broker, topups_topology
+from hiwallet.contracts.events import events_topology
+from hiwallet.contracts.topups import topups_topology
+from hiwallet.contracts.withdrawals import withdrawals_topology
+from hiwallet.core.broker import Broker
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
-from hiwallet.core.events import events_topology
 from hiwallet.core.settings import Settings
-from hiwallet.core.withdrawals import withdrawals_topology
 from hiwallet.ledger import Ledger, LedgerStore, cash_account
 from hiwallet.wallet_consumer.app import topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings

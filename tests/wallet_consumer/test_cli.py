@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from hiwallet.cli import app
-from hiwallet.core import db
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.ledger import Ledger, Role
 from hiwallet.wallet_consumer import TopupHandler, attribute
 from hiwallet.wallet_consumer import cli as consumer_cli
@@ -27,7 +27,7 @@ async def _cli(*args: str) -> Result:
 
 @pytest.fixture(autouse=True)
 def _the_test_database(wallet_db: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(db.DATABASES, "wallet", wallet_db)
+    monkeypatch.setitem(DATABASES, "wallet", wallet_db)
     # wide enough that no id is folded over two lines
     monkeypatch.setattr(consumer_cli, "console", Console(emoji=False, soft_wrap=True, width=400))
 

@@ -1,4 +1,4 @@
-"""``TopupCredited`` (core/events.py): a bank top-up (a wire) credited for the first time puts
+"""``TopupCredited`` (contracts/events.py): a bank top-up (a wire) credited for the first time puts
 one event into wallet.outbox in the credit's transaction, on the single path, the batched path
 and an operator's attribution alike; a card top-up, a replay, an unattributed wire put nothing;
 through the app the relay delivers it to onboarding's queue. Ids and the amount only."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import asyncpg
 
+from hiwallet.contracts.events import ONBOARDING_WIRES_QUEUE, TOPUP_CREDITED, TopupCredited, topup_credited_id
 from hiwallet.core.broker import Broker
-from hiwallet.core.events import ONBOARDING_WIRES_QUEUE, TOPUP_CREDITED, TopupCredited, topup_credited_id
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer import TopupHandler, attribute
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings

@@ -14,15 +14,15 @@ from typing import Any
 import asyncpg
 import pytest
 
-from hiwallet.core.consumer import Unprocessable
-from hiwallet.core.outbox import CORRELATION_ID_KEY
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     WITHDRAWALS_EXCHANGE,
     WithdrawalDebited,
     WithdrawalDebitRejected,
     WithdrawalRefunded,
     WithdrawalSettled,
 )
+from hiwallet.core.consumer import Unprocessable
+from hiwallet.core.outbox import CORRELATION_ID_KEY
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer import WithdrawalHandler
 from hiwallet.wallet_consumer.withdrawals import ledger_key

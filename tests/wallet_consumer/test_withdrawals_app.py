@@ -11,10 +11,10 @@ from typing import Any
 import asyncpg
 import orjson
 
+from hiwallet.contracts.withdrawals import ORCHESTRATOR_QUEUE, WithdrawalDebited, WithdrawalSettled
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.consumer import DEAD_REASON_HEADER
 from hiwallet.core.ids import new_id
-from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WithdrawalDebited, WithdrawalSettled
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 from tests.core.spine import collect

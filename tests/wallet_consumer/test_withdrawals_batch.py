@@ -13,8 +13,8 @@ import asyncpg
 import orjson
 import pytest
 
+from hiwallet.contracts.withdrawals import WITHDRAWALS_EXCHANGE
 from hiwallet.core.consumer import IncomingMessage
-from hiwallet.core.withdrawals import WITHDRAWALS_EXCHANGE
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer import WithdrawalHandler
 from tests.wallet_consumer.conftest import TL, cash, verified

@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 import orjson
 
+from hiwallet.contracts.withdrawals import command_id
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import new_id
-from hiwallet.core.withdrawals import command_id
 from hiwallet.ledger import Ledger, Role
 from hiwallet.wallet_consumer import WITHDRAWALS_CONSUMER_NAME, WithdrawalHandler, WithdrawalLimits
 from tests.wallet_consumer.conftest import TL

@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import orjson
 
-from hiwallet.core.withdrawals import DebitForWithdrawal, command_id
+from hiwallet.contracts.withdrawals import DebitForWithdrawal, command_id
 from tests.withdrawals.conftest import (
     BAD_IBAN,
     IBAN,

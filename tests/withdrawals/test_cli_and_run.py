@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hiwallet.cli import app
+from hiwallet.contracts.withdrawals import Requester, command_id
 from hiwallet.core.settings import get_settings
-from hiwallet.core.withdrawals import Requester, command_id
 from hiwallet.withdrawals import cli as withdrawals_cli
 from hiwallet.withdrawals.app import create_withdrawal_pool
 from hiwallet.withdrawals.metrics import WithdrawalMetrics

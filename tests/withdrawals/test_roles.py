@@ -9,9 +9,9 @@ import uuid
 
 import asyncpg
 
+from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
-from hiwallet.core.withdrawals import Requester
 from hiwallet.withdrawals.app import create_withdrawal_pool
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import WithdrawalService

@@ -16,18 +16,18 @@ import asyncpg
 import orjson
 import pytest
 
-from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.db import committing
-from hiwallet.core.http import ProblemError
-from hiwallet.core.logging import REQUEST_ID
-from hiwallet.core.settings import get_settings
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     RefundWithdrawal,
     Requester,
     SettleWithdrawal,
     StartBankTransfer,
     command_id,
 )
+from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.db import committing
+from hiwallet.core.http import ProblemError
+from hiwallet.core.logging import REQUEST_ID
+from hiwallet.core.settings import get_settings
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.app import create_withdrawal_pool, dedicated_connection, retention_job
 from hiwallet.withdrawals.domain import ALLOWED, State

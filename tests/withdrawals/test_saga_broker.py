@@ -17,16 +17,16 @@ import httpx
 import orjson
 import pytest
 
-from hiwallet.core.broker import Broker, OutgoingMessage
-from hiwallet.core.ids import new_id
-from hiwallet.core.settings import Settings
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     BANK_QUEUE,
     WALLET_QUEUE,
     WITHDRAWALS_DEAD_LETTER_QUEUE,
     WITHDRAWALS_EXCHANGE,
     command_id,
 )
+from hiwallet.core.broker import Broker, OutgoingMessage
+from hiwallet.core.ids import new_id
+from hiwallet.core.settings import Settings
 from hiwallet.withdrawals.app import create_withdrawal_app
 from tests import pgtemplate
 from tests.e2e import harness

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hiwallet.core.withdrawals import RefundWithdrawal
+from hiwallet.contracts.withdrawals import RefundWithdrawal
 from hiwallet.withdrawals.service import WithdrawalService
 from tests.staff_stub import StaffAdminStub
 from tests.withdrawals.conftest import (

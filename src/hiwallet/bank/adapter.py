@@ -5,7 +5,7 @@ and an HTTP app for ``/health``, ``/ready`` (database, broker, consumer) and ``/
 (port 9102).
 
 At start it connects to PostgreSQL as the bank database's application role and to RabbitMQ, and
-declares the whole withdrawals topology (core.withdrawals.withdrawals_topology(): every process
+declares the whole withdrawals topology (contracts.withdrawals.withdrawals_topology(): every process
 of the saga does, whoever starts first). At stop it takes no new command, finishes the one in
 hand (its bank call included, within stop_timeout_s), and closes; a command it could not finish
 is redelivered, and the bank's idempotency key makes that harmless.
@@ -30,6 +30,7 @@ from hiwallet.bank.pool import create_bank_pool, dedicated_connection
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, OUTBOX_TABLE, BankStore, StoreUnavailable
+from hiwallet.contracts.withdrawals import withdrawals_topology
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
@@ -38,7 +39,6 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.core.withdrawals import withdrawals_topology
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +52,7 @@ RETENTION_LOCK_KEY = 0x6877_6264  # "hwbd"
 
 
 def topology_of(settings: BankSettings) -> Topology:
-    """What bank-adapter declares: core.withdrawals.withdrawals_topology() with the default
+    """What bank-adapter declares: contracts.withdrawals.withdrawals_topology() with the default
     settings."""
     return withdrawals_topology(
         exchange=settings.exchange,

@@ -26,8 +26,8 @@ import httpx
 import structlog
 
 from hiwallet.bank.settings import BankSettings
+from hiwallet.contracts.withdrawals import StartBankTransfer
 from hiwallet.core.http import AiohttpTransport
-from hiwallet.core.withdrawals import StartBankTransfer
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """bank-adapter's StartBankTransfer handler (core.consumer.Handler), inside the consumer's
 transaction ("every handler stores its response", CONTRACT-11):
 
-1. the body read as core.withdrawals.StartBankTransfer (malformed: Unprocessable, dead-lettered
+1. the body read as contracts.withdrawals.StartBankTransfer (malformed: Unprocessable, dead-lettered
    after the attempts);
 2. its transfer looked up under the command id: with an outcome, that outcome announced again
    (a new message id, the same body: a command published again by the stuck saga scan moves the
@@ -32,8 +32,8 @@ from pydantic import ValidationError
 from hiwallet.bank.client import Accepted, BankClient, BankUnavailable, Refused
 from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.store import BankStore, Recorded, Transfer
+from hiwallet.contracts.withdrawals import StartBankTransfer
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.withdrawals import StartBankTransfer
 
 log = structlog.get_logger(__name__)
 

@@ -8,12 +8,13 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from hiwallet.bank.settings import BankSettings
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.settings import Settings
 
 
 def database_of(settings: BankSettings) -> str:
-    return settings.database or db.DATABASES["bank"]
+    return settings.database or DATABASES["bank"]
 
 
 async def create_bank_pool(

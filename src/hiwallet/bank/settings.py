@@ -9,8 +9,8 @@ from functools import lru_cache
 from pydantic import field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hiwallet.core.broker import DEAD_LETTER_EXCHANGE
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
+from hiwallet.contracts.withdrawals import (
     BANK_QUEUE,
     WITHDRAWALS_DEAD_LETTER_KEY,
     WITHDRAWALS_DEAD_LETTER_QUEUE,
@@ -58,7 +58,7 @@ class BankSettings(BaseSettings):
     max_body_bytes: int = 65_536
 
     # The saga's topology: the results go to ``exchange`` (routing key = type), the commands
-    # come from ``queue`` (core.withdrawals.withdrawals_topology() is declared at start; tests
+    # come from ``queue`` (contracts.withdrawals.withdrawals_topology() is declared at start; tests
     # pass their own names).
     exchange: str = WITHDRAWALS_EXCHANGE
     queue: str = BANK_QUEUE

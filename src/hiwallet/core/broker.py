@@ -38,11 +38,7 @@ from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
     "BROKER_FAILURES",
-    "DEAD_LETTER_EXCHANGE",
     "REQUEST_ID_HEADER",
-    "TOPUPS_DEAD_LETTER_KEY",
-    "TOPUPS_DEAD_LETTER_QUEUE",
-    "TOPUPS_EXCHANGE",
     "Broker",
     "BrokerError",
     "BrokerUnavailable",
@@ -54,15 +50,10 @@ __all__ = [
     "dead_letter_topology",
     "partition_queues",
     "partitioned_topology",
-    "topups_topology",
 ]
 
 log = structlog.get_logger(__name__)
 
-TOPUPS_EXCHANGE = "hiwallet.topups"
-DEAD_LETTER_EXCHANGE = "hiwallet.dead-letters"
-TOPUPS_DEAD_LETTER_KEY = "hiwallet.topups"
-TOPUPS_DEAD_LETTER_QUEUE = "hiwallet.topups.dead"
 # The header that carries the HTTP request id from the edge to every message it caused.
 REQUEST_ID_HEADER = "x-request-id"
 # How often a message may be delivered before the queue itself dead-letters it (a consumer that
@@ -179,18 +170,6 @@ def partitioned_topology(
         ),
     )
     return partitioned + dead_letter_topology(dead_letter_exchange, dead_letter_queue, dead_letter_key)
-
-
-def topups_topology(partitions: int = 4) -> Topology:
-    """``hiwallet.topups`` (x-consistent-hash) over ``hiwallet.topups.p0`` ... ``p3``, and the
-    dead letters: ``hiwallet.dead-letters`` (direct) -> ``hiwallet.topups.dead``."""
-    return partitioned_topology(
-        TOPUPS_EXCHANGE,
-        partitions=partitions,
-        dead_letter_exchange=DEAD_LETTER_EXCHANGE,
-        dead_letter_key=TOPUPS_DEAD_LETTER_KEY,
-        dead_letter_queue=TOPUPS_DEAD_LETTER_QUEUE,
-    )
 
 
 # What a lost connection or channel looks like from aio-pika and aiormq (for modules that use an

@@ -34,21 +34,9 @@ from hiwallet.core.settings import Settings, get_settings
 
 log = structlog.get_logger(__name__)
 
-# One database per service (SYSTEM.md). The key is the migrations folder's name.
-DATABASES: dict[str, str] = {
-    "wallet": "hiwallet_wallet",
-    "identity": "hiwallet_identity",
-    "staff_identity": "hiwallet_staff_identity",
-    "topup": "hiwallet_topup",
-    "withdrawal": "hiwallet_withdrawal",
-    "bank": "hiwallet_bank",
-    "onboarding": "hiwallet_onboarding",
-    "staff_admin": "hiwallet_staff_admin",
-}
-
-# Databases that share one schema share one migrations folder: the staff realm's identity
-# database is the customer realm's schema on its own server.
-MIGRATION_FOLDERS: dict[str, str] = {"staff_identity": "identity"}
+# Every database of the deployment is named hiwallet_<key>; which keys exist is the deployment's
+# registry (hiwallet.contracts.databases), not the platform's.
+DATABASE_PREFIX = "hiwallet_"
 
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Files in a migrations folder that are not numbered migrations: the grants, applied again at
@@ -81,15 +69,19 @@ def readonly_role(key: str) -> str:
     return f"hiwallet_{key}_readonly"
 
 
+def database_name(key: str) -> str:
+    """The database of key ``key`` (``wallet`` -> ``hiwallet_wallet``)."""
+    return f"{DATABASE_PREFIX}{key}"
+
+
 def key_of(database: str) -> str:
-    """The key of one of the deployment's databases (``hiwallet_wallet`` -> ``wallet``)."""
-    for key, name in DATABASES.items():
-        if name == database:
-            return key
-    raise DatabaseMisconfigured(
-        f"{database!r} is not one of {sorted(DATABASES.values())}: say which role connects to it "
-        "(create_pool(..., role=db.app_role(key)))"
-    )
+    """The key of a database named by :func:`database_name` (``hiwallet_wallet`` -> ``wallet``)."""
+    if not database.startswith(DATABASE_PREFIX) or database == DATABASE_PREFIX:
+        raise DatabaseMisconfigured(
+            f"{database!r} is not named hiwallet_<key>: say which role connects to it "
+            "(create_pool(..., role=db.app_role(key)))"
+        )
+    return database.removeprefix(DATABASE_PREFIX)
 
 
 # What a retry can cure, by SQLSTATE: the connection (class 08), the server going away or
@@ -357,7 +349,7 @@ async def ensure_database(database: str, settings: Settings | None = None) -> bo
         if exists:
             return False
         try:
-            # Identifiers cannot be parameters; the name comes from DATABASES or a test fixture.
+            # Identifiers cannot be parameters; the name comes from the registry or a test fixture.
             await conn.execute(f'CREATE DATABASE "{database}"')
         except (asyncpg.DuplicateDatabaseError, asyncpg.UniqueViolationError):
             return False
@@ -503,15 +495,25 @@ def render_grants(sql: str, key: str) -> str:
     return sql
 
 
-async def migrate(key: str, database: str | None = None, settings: Settings | None = None) -> list[int]:
-    """Create the database of ``key`` if needed, its roles if needed, apply its migrations, then
-    its grants (as the owner: settings.migrate_database_url)."""
+async def migrate(
+    key: str,
+    database: str | None = None,
+    settings: Settings | None = None,
+    *,
+    folder: str | None = None,
+) -> list[int]:
+    """Create the database of ``key`` (``database``, default :func:`database_name`) if needed,
+    its roles if needed, apply the migrations of ``migrations/<folder>`` (default: the key's
+    own), then its grants (as the owner: settings.migrate_database_url)."""
     settings = settings or get_settings()
-    database = database or DATABASES[key]
+    database = database or database_name(key)
     await ensure_database(database, settings)
-    folder = settings.migrations_dir / MIGRATION_FOLDERS.get(key, key)
-    migrations = load_migrations(folder)
-    grants_file = folder / GRANTS_FILE
+    folder_path = settings.migrations_dir / (folder or key)
+    if not folder_path.is_dir():
+        # Never an empty database for a key whose folder is elsewhere (or misspelled).
+        raise DatabaseMisconfigured(f"no migrations folder {folder_path} for database key {key!r}")
+    migrations = load_migrations(folder_path)
+    grants_file = folder_path / GRANTS_FILE
     grants = render_grants(grants_file.read_text(), key) if grants_file.exists() else None
     conn = await asyncpg.connect(owner_dsn(database, settings))
     try:

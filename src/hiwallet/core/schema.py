@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import asyncpg
@@ -44,20 +45,17 @@ class SchemaDumpFailed(Exception):
     """pg_dump is missing or failed; the message says which and why."""
 
 
-def folder_keys() -> list[str]:
-    """The database keys that have a migrations folder of their own (one schema.sql each)."""
-    return [k for k in db.DATABASES if k not in db.MIGRATION_FOLDERS]
-
-
-def schema_path(key: str, settings: Settings | None = None) -> Path:
+def schema_path(folder: str, settings: Settings | None = None) -> Path:
+    """migrations/<folder>/schema.sql."""
     settings = settings or get_settings()
-    return settings.migrations_dir / db.MIGRATION_FOLDERS.get(key, key) / db.SCHEMA_FILE
+    return settings.migrations_dir / folder / db.SCHEMA_FILE
 
 
-def normalize(dump: str, key: str) -> str:
+def normalize(dump: str, key: str, folder: str) -> str:
     """pg_dump's output without what varies between runs and versions, with the role names of
-    the folder's own key (the staff realm's database has its own roles, the same schema)."""
-    folder_key = db.MIGRATION_FOLDERS.get(key, key)
+    the folder's own key (a database migrated from another key's folder, as the staff realm's
+    from identity's, has its own roles and the same schema)."""
+    folder_key = folder
     for own, shared in (
         (db.app_role(key), db.app_role(folder_key)),
         (db.readonly_role(key), db.readonly_role(folder_key)),
@@ -68,8 +66,11 @@ def normalize(dump: str, key: str) -> str:
     return HEADER + "\n" + text + "\n"
 
 
-async def dump(key: str, database: str, settings: Settings | None = None) -> str:
-    """The normalized schema of ``database`` (of key ``key``), as the owner sees it."""
+async def dump(
+    key: str, database: str, settings: Settings | None = None, *, folder: str | None = None
+) -> str:
+    """The normalized schema of ``database`` (of key ``key``, migrated from ``folder``: default
+    the key's own), as the owner sees it."""
     settings = settings or get_settings()
     pg_dump = shutil.which("pg_dump")
     if pg_dump is None:
@@ -87,11 +88,11 @@ async def dump(key: str, database: str, settings: Settings | None = None) -> str
     out, err = await asyncio.wait_for(proc.communicate(), _DUMP_TIMEOUT_S)
     if proc.returncode != 0:
         raise SchemaDumpFailed(f"pg_dump of {database} failed ({proc.returncode}): {err.decode()}")
-    return normalize(out.decode(), key)
+    return normalize(out.decode(), key, folder or key)
 
 
 async def generate(key: str, settings: Settings | None = None) -> str:
-    """Migrate a fresh database of ``key``, dump it, drop it."""
+    """Migrate a fresh database of ``key`` from its own folder, dump it, drop it."""
     settings = settings or get_settings()
     database = f"hiwallet_schema_{key}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
@@ -105,10 +106,10 @@ async def generate(key: str, settings: Settings | None = None) -> str:
             await admin.close()
 
 
-async def write_all(settings: Settings | None = None) -> list[Path]:
-    """Regenerate every folder's schema.sql; returns the files written."""
+async def write_all(keys: Sequence[str], settings: Settings | None = None) -> list[Path]:
+    """Regenerate the schema.sql of each key's own folder; returns the files written."""
     written: list[Path] = []
-    for key in folder_keys():
+    for key in keys:
         path = schema_path(key, settings)
         path.write_text(await generate(key, settings))
         written.append(path)

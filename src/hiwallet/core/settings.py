@@ -33,17 +33,6 @@ class Settings(BaseSettings):
     db_pool_min_size: int = 1
     db_pool_max_size: int = 10
 
-    # Ledger: add transit legs so every per-bucket part of a transaction balances on its own
-    # (needed on Citus; off on one node). CI runs the ledger suite with it on as well.
-    ledger_transit_legs: bool = False
-    # Concurrent plain postings share a round trip and a commit (core/coalesce.py): how many
-    # batches may be in flight at once (0: every posting alone), and how large one may grow.
-    ledger_coalesce_writers: int = 4
-    ledger_coalesce_max_batch: int = 100
-    ledger_payment_fee_bps: int = 200  # 2 % of the amount, rounded half up, to revenue
-    ledger_payment_fee_min_minor: int = 0
-    ledger_withdrawal_fee_minor: int = 200  # a flat fee per withdrawal, in minor units
-
     # Logging (core/logging.py): JSON lines on stderr. One access line per HTTP request unless
     # switched off; the file, if set, receives every line too (tests scan one for a whole run).
     access_log: bool = True

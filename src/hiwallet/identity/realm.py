@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The realm -> its database key in core.db.DATABASES.
+# The realm -> its database key in hiwallet.contracts.databases.DATABASES.
 REALM_DATABASES: dict[str, str] = {"hiwallet": "identity", "hiwallet-staff": "staff_identity"}
 
 # Keycloak's admin roles live on the realm-management client.

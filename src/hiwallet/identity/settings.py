@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hiwallet.core.db import DATABASES
+from hiwallet.contracts.databases import DATABASES
 
 REALMS_DIR = Path(__file__).resolve().parent / "realms"
 

@@ -13,7 +13,8 @@ fault injection, the verifier's queries.
   through ``ledger.post_batch`` (:meth:`Ledger.batch_arguments`, :meth:`Ledger.answer`,
   :meth:`Ledger.error_of`); reads.
 - :class:`LedgerStore` and :func:`init_connection`: built once per process over a pool.
-- :class:`Fees` and :class:`FeePolicy`: the fee policy a :class:`Ledger` applies.
+- :class:`Fees` and :class:`FeePolicy`: the fee policy a :class:`Ledger` applies;
+  :class:`LedgerSettings` (``HIWALLET_LEDGER_*``) where its defaults come from.
 - the errors: refusals (:class:`LedgerError` and its subclasses), :class:`LedgerUnavailable`
   (a retry can cure it) and :class:`LedgerInternalError` (a defect: a 500, never "retry").
 - the model: what goes in and comes out.
@@ -67,6 +68,7 @@ from hiwallet.ledger.model import (
 )
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
 from hiwallet.ledger.service import Fees, Ledger
+from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.store import MAX_BATCH, MAX_STATEMENT_PAGE, LedgerStore, init_connection
 
 __all__ = [
@@ -92,6 +94,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerInternalError",
+    "LedgerSettings",
     "LedgerStore",
     "LedgerUnavailable",
     "Leg",
@@ -114,6 +117,7 @@ __all__ = [
     "cash_account",
     "check_amount",
     "check_text",
+    "get_ledger_settings",
     "init_connection",
     "new_wallet_id",
     "promo_account",

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
@@ -45,11 +46,11 @@ async def _ledger(role: str | None = None) -> AsyncIterator[Ledger]:
     as ``role``."""
     settings = get_settings()
     pool = await db.create_pool(
-        db.DATABASES["wallet"], role=role, settings=settings, max_size=2, init=init_connection
+        DATABASES["wallet"], role=role, settings=settings, max_size=2, init=init_connection
     )
     try:
-        store = LedgerStore.from_settings(pool, settings)
-        yield Ledger(store, Fees.from_settings(settings))
+        store = LedgerStore.from_settings(pool)
+        yield Ledger(store, Fees.from_settings())
     finally:
         await pool.close()
 

@@ -22,7 +22,6 @@ from typing import Any
 import asyncpg
 
 from hiwallet.core.ids import derived_id
-from hiwallet.core.settings import Settings
 from hiwallet.ledger import rules
 from hiwallet.ledger.accounts import (
     CENTRAL_BUCKET,
@@ -43,6 +42,7 @@ from hiwallet.ledger.model import (
     WalletBalance,
 )
 from hiwallet.ledger.rules import FeePolicy
+from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.store import LedgerStore, translate
 
 
@@ -52,12 +52,11 @@ class Fees:
     withdrawal: FeePolicy
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Fees:
+    def from_settings(cls, settings: LedgerSettings | None = None) -> Fees:
+        settings = settings or get_ledger_settings()
         return cls(
-            payment=FeePolicy(
-                bps=settings.ledger_payment_fee_bps, min_minor=settings.ledger_payment_fee_min_minor
-            ),
-            withdrawal=FeePolicy(fixed_minor=settings.ledger_withdrawal_fee_minor),
+            payment=FeePolicy(bps=settings.payment_fee_bps, min_minor=settings.payment_fee_min_minor),
+            withdrawal=FeePolicy(fixed_minor=settings.withdrawal_fee_minor),
         )
 
 

@@ -26,7 +26,6 @@ import orjson
 from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.queries import load_queries
-from hiwallet.core.settings import Settings
 from hiwallet.ledger import errors
 from hiwallet.ledger.accounts import (
     BUCKETS,
@@ -53,6 +52,7 @@ from hiwallet.ledger.model import (
     WalletBalance,
 )
 from hiwallet.ledger.rules import check_amount, check_text
+from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.verify import VerifyReport, verify
 
 Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
@@ -257,12 +257,13 @@ class LedgerStore:
         )
 
     @classmethod
-    def from_settings(cls, pool: asyncpg.Pool, settings: Settings) -> LedgerStore:
+    def from_settings(cls, pool: asyncpg.Pool, settings: LedgerSettings | None = None) -> LedgerStore:
+        settings = settings or get_ledger_settings()
         return cls(
             pool,
-            transit_legs=settings.ledger_transit_legs,
-            coalesce_writers=settings.ledger_coalesce_writers,
-            coalesce_max_batch=settings.ledger_coalesce_max_batch,
+            transit_legs=settings.transit_legs,
+            coalesce_writers=settings.coalesce_writers,
+            coalesce_max_batch=settings.coalesce_max_batch,
         )
 
     # -----------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import TypeAlias
 
 import asyncpg
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.queries import load_queries
 from hiwallet.core.settings import Settings
@@ -22,7 +23,7 @@ Executor: TypeAlias = asyncpg.Pool | asyncpg.Connection
 
 
 def database_of(settings: OnboardingSettings) -> str:
-    return settings.database or db.DATABASES["onboarding"]
+    return settings.database or DATABASES["onboarding"]
 
 
 async def create_onboarding_pool(

@@ -1,6 +1,6 @@
 """The first wire from the customer's own bank account -> Verified (issue 12, "Beyond the seed").
 
-wallet-consumer announces every credited wire (``TopupCredited``, core/events.py) on
+wallet-consumer announces every credited wire (``TopupCredited``, contracts/events.py) on
 ``hiwallet.events``; this consumer takes them from ``hiwallet.onboarding.wires`` (core's
 Consumer: each message's effect and its ``onboarding.processed_events`` row in one transaction,
 a repeat acked without a second effect). For a wire credited to the TRY wallet of one of
@@ -60,10 +60,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from stdnum.exceptions import ValidationError as NumberInvalid
 from stdnum.tr import tckimlik
 
-from hiwallet.core.background import consumer_started
-from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker
-from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
-from hiwallet.core.events import (
+from hiwallet.contracts.events import (
     EVENTS_DEAD_LETTER_KEY,
     EVENTS_DEAD_LETTER_QUEUE,
     EVENTS_EXCHANGE,
@@ -71,6 +68,10 @@ from hiwallet.core.events import (
     TopupCredited,
     events_topology,
 )
+from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
+from hiwallet.core.background import consumer_started
+from hiwallet.core.broker import Broker
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
 from hiwallet.core.http import ReadyCheck
 from hiwallet.core.settings import Settings
 from hiwallet.onboarding.clients import DependencyUnavailable, UnexpectedAnswer, WalletApi
@@ -114,7 +115,7 @@ class WiresSettings(BaseSettings):
     bank_url: str = "http://127.0.0.1:8094"
     bank_api_key: str = "bank_dev_key"
     bank_timeout_s: float = 5.0
-    # core.events' topology; the prefix renames its queues (tests and processes started by
+    # contracts.events' topology; the prefix renames its queues (tests and processes started by
     # them: never the real names).
     events_exchange: str = EVENTS_EXCHANGE
     events_queue_prefix: str = ""
@@ -283,7 +284,7 @@ async def wires_running(
     enabled: bool = True,
 ) -> AsyncIterator[ReadyCheck | None]:
     """Run the wires consumer for the ``async with`` (the onboarding app's lifespan): its own
-    broker connection, the topology declared (core.events; idempotent), core's Consumer on the
+    broker connection, the topology declared (contracts.events; idempotent), core's Consumer on the
     queue. Yields the readiness check (None when off: ``enabled`` or ``wires_enabled``). At exit it takes no
     new message, finishes the ones in hand (their transactions commit or are given back)."""
     settings = settings or WiresSettings()

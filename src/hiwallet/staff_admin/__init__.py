@@ -1,5 +1,5 @@
 """staff-admin (issue 13): employees, roles (named sets of the fixed permissions of
-hiwallet.core.staff), invitations into the staff realm, and the append-only audit log; and
+hiwallet.contracts.staff), invitations into the staff realm, and the append-only audit log; and
 ``GET /v1/me``, which every service asks on every staff request. docs/staff.md."""
 
 from hiwallet.staff_admin.service import ADMINISTRATOR, PERMISSIONS, StaffAdmin

@@ -13,6 +13,7 @@ import httpx
 import structlog
 from fastapi import FastAPI
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import supervised
@@ -33,7 +34,7 @@ BOOTSTRAP_RETRY_S = 5.0
 
 
 def database_of(settings: StaffAdminSettings) -> str:
-    return settings.database or db.DATABASES["staff_admin"]
+    return settings.database or DATABASES["staff_admin"]
 
 
 async def create_staff_admin_pool(

@@ -1,13 +1,13 @@
 """staff-admin's error tree: every refusal it answers is a :class:`ProblemError` here, so the
 HTTP answer of each is decided in this one file. The 403s of GET /v1/me and of a missing
-permission are core.staff's, the same types every service answers."""
+permission are contracts.staff's, the same types every service answers."""
 
 from __future__ import annotations
 
+from hiwallet.contracts.staff import PermissionMissing as PermissionMissing
+from hiwallet.contracts.staff import StaffNotAllowed as StaffNotAllowed
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
-from hiwallet.core.staff import PermissionMissing as PermissionMissing
-from hiwallet.core.staff import StaffNotAllowed as StaffNotAllowed
 
 
 class NotFound(http.NotFound):

@@ -23,9 +23,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from hiwallet.contracts.staff import ME_PATH, StaffPermission, staff_actor
 from hiwallet.core.auth import CallerNotAllowed, Principal, TokenVerifier, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute
-from hiwallet.core.staff import ME_PATH, StaffPermission, staff_actor
 from hiwallet.staff_admin import errors
 from hiwallet.staff_admin.service import PERMISSIONS, StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings

@@ -23,9 +23,9 @@ from typing import Any
 import asyncpg
 import structlog
 
+from hiwallet.contracts.staff import StaffPermission, staff_actor
 from hiwallet.core import db
 from hiwallet.core.ids import new_id
-from hiwallet.core.staff import StaffPermission, staff_actor
 from hiwallet.staff_admin import errors
 from hiwallet.staff_admin.identity import StaffRealm, UserExists
 from hiwallet.staff_admin.settings import StaffAdminSettings

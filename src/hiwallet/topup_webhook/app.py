@@ -13,9 +13,11 @@ import asyncpg
 import structlog
 from fastapi import FastAPI
 
+from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
 from hiwallet.core.background import declare_when_reachable, every, supervised
-from hiwallet.core.broker import Broker, BrokerUnavailable, Topology, topups_topology
+from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
@@ -40,7 +42,7 @@ RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
 
 
 def database_of(settings: TopupWebhookSettings) -> str:
-    return settings.database or db.DATABASES["topup"]
+    return settings.database or DATABASES["topup"]
 
 
 async def create_topup_pool(

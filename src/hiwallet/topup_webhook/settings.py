@@ -8,7 +8,7 @@ from functools import lru_cache
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hiwallet.core.broker import TOPUPS_EXCHANGE
+from hiwallet.contracts.topups import TOPUPS_EXCHANGE
 
 # Two secrets at once: the one being retired and its successor, while the provider signs with
 # both (rotation). More would only widen what a leaked old secret can still sign.
@@ -44,7 +44,7 @@ class TopupWebhookSettings(BaseSettings):
     ingest_max_batch: int = 64
     ingest_spare_after_ms: int = 5
 
-    # Where TopupRecorded goes (the relay declares core.broker.topups_topology() at start; tests
+    # Where TopupRecorded goes (the relay declares contracts.topups.topups_topology() at start; tests
     # pass their own names).
     exchange: str = TOPUPS_EXCHANGE
     # The relay (core/outbox.py) and the periodic jobs (core/jobs.py), inside this process.

@@ -11,6 +11,8 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.staff import StaffDirectory
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.http import (
@@ -24,7 +26,6 @@ from hiwallet.core.http import (
 )
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.core.staff import StaffDirectory
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.identities import CustomerIdentities
@@ -92,12 +93,12 @@ def create_wallet_api_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        name = database or settings.database or db.DATABASES["wallet"]
+        name = database or settings.database or DATABASES["wallet"]
         pool = await _create_pool(name, core, settings.db_pool_max_size)
         verifier = verifier_for(settings)
-        store = LedgerStore.from_settings(pool, core)
+        store = LedgerStore.from_settings(pool)
         app.state.verifier = verifier
-        app.state.service = WalletService(pool, store, Fees.from_settings(core), settings)
+        app.state.service = WalletService(pool, store, Fees.from_settings(), settings)
         # Staff endpoints: who the employee is, asked of staff-admin on every request (no
         # cache); customers' requests never touch it.
         staff_directory = StaffDirectory(

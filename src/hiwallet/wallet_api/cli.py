@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.http import ProblemError
 from hiwallet.core.settings import get_settings
@@ -37,17 +38,15 @@ async def wallet_service(
 ) -> AsyncIterator[WalletService]:
     settings = get_settings()
     pool = await db.create_pool(
-        database or db.DATABASES["wallet"],
+        database or DATABASES["wallet"],
         role=db.app_role("wallet"),  # whatever the database's name (tests use fresh ones)
         settings=settings,
         max_size=2,
         init=init_connection,
     )
     try:
-        store = LedgerStore.from_settings(pool, settings)
-        yield WalletService(
-            pool, store, Fees.from_settings(settings), api_settings or get_wallet_api_settings()
-        )
+        store = LedgerStore.from_settings(pool)
+        yield WalletService(pool, store, Fees.from_settings(), api_settings or get_wallet_api_settings())
     finally:
         await pool.close()
 

@@ -34,7 +34,7 @@ class WalletApiSettings(BaseSettings):
     onboarding_client: str = "onboarding"
 
     # Staff endpoints (/v1/staff/...): staff-admin's GET /v1/me is asked, with the employee's
-    # own token, on every staff request (core.staff: no cache); bounded so a slow staff-admin
+    # own token, on every staff request (contracts.staff: no cache); bounded so a slow staff-admin
     # holds no worker for long (503 staff-admin-unavailable, customers unaffected).
     staff_admin_url: str = "http://127.0.0.1:8013"
     staff_admin_timeout_s: float = 2.0

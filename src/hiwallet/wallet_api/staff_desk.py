@@ -3,7 +3,7 @@
 accounts and link merchant integrations to them (what ``hiwallet business`` does for a shell).
 
 Membership is not asked (the architecture document: with ``customer.view`` an employee views any
-customer's record); the permission was checked before a method here is called (core.staff).
+customer's record); the permission was checked before a method here is called (contracts.staff).
 Every read of a customer's record is logged with the employee as the actor and the ids read (no
 personal data), so who looked at whom can be answered.
 """

@@ -26,10 +26,10 @@ from typing import Any
 import asyncpg
 
 from hiwallet import ledger
+from hiwallet.contracts.staff import StaffMember
 from hiwallet.core.http.idempotency import check_idempotency_key
 from hiwallet.core.ids import derived_id, new_id
 from hiwallet.core.queries import load_queries
-from hiwallet.core.staff import StaffMember
 from hiwallet.ledger import TxType
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, own_wallet

@@ -1,5 +1,5 @@
 """wallet-api's staff endpoints that move money or decide who may (issue 13). Each names the one
-permission it needs (core.staff.require_staff: a staff-realm token, then staff-admin's GET /v1/me
+permission it needs (contracts.staff.require_staff: a staff-realm token, then staff-admin's GET /v1/me
 asked live); a customer token is refused as staff are on customer endpoints."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, Field
 
-from hiwallet.core.staff import StaffMember, StaffPermission
+from hiwallet.contracts.staff import StaffMember, StaffPermission
 from hiwallet.core.text import PrintableText
 from hiwallet.wallet_api.idempotency import Answer
 from hiwallet.wallet_api.routes import (

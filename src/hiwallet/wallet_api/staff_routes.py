@@ -1,5 +1,5 @@
 """wallet-api's staff endpoints that move no money (``/v1/staff/...``): each names the one
-permission it needs (core.staff.require_staff: the staff issuer verified the token, staff-admin
+permission it needs (contracts.staff.require_staff: the staff issuer verified the token, staff-admin
 says who the employee is now). Customer endpoints stay closed to staff (routes.verified_caller).
 
 - ``customer.view``: ``GET /v1/staff/customers?wallet_number=|account_id=|email=``,
@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, BeforeValidator, Field, StrictStr
 
-from hiwallet.core.staff import StaffMember, StaffPermission, require_staff
+from hiwallet.contracts.staff import StaffMember, StaffPermission, require_staff
 from hiwallet.core.text import PrintableText
 from hiwallet.ledger import MAX_STATEMENT_PAGE
 from hiwallet.wallet_api.domain import ACCOUNT_ID_PATTERN, WALLET_ID_PATTERN, path_id

@@ -25,17 +25,18 @@ from dataclasses import replace
 import structlog
 from fastapi import FastAPI
 
+from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.events import events_topology
+from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.core import db
 from hiwallet.core.background import consumer_started, every, supervised
 from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
-from hiwallet.core.events import events_topology
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.core.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
 from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
@@ -57,8 +58,8 @@ OUTBOX_PURGE_LOCK_KEY = 0x6877_7770  # "hwwp"
 
 
 def topology_of(settings: WalletConsumerSettings) -> Topology:
-    """What the consumer declares: core.broker.topups_topology(),
-    core.withdrawals.withdrawals_topology() and core.events.events_topology() with the default
+    """What the consumer declares: contracts.topups.topups_topology(),
+    contracts.withdrawals.withdrawals_topology() and contracts.events.events_topology() with the default
     settings."""
     topups = partitioned_topology(
         settings.exchange,
@@ -121,7 +122,7 @@ def create_wallet_consumer_app(
         topup_metrics = TopupMetrics(registry)
         withdrawal_metrics = WithdrawalMetrics(registry)
         outbox_metrics = OutboxMetrics(registry)
-        name = database or settings.database or db.DATABASES["wallet"]
+        name = database or settings.database or DATABASES["wallet"]
         pool = await db.create_pool(
             name,
             role=db.app_role("wallet"),
@@ -137,7 +138,7 @@ def create_wallet_consumer_app(
         try:
             await broker.start()
             await broker.declare(topology_of(settings))
-            ledger = Ledger(LedgerStore.from_settings(pool, core), Fees.from_settings(core))
+            ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             handler = TopupHandler(ledger, topup_metrics, events_exchange=settings.events_exchange)
             consumer = Consumer(
                 broker=broker,

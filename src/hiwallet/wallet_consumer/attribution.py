@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from hiwallet.core.events import EVENTS_EXCHANGE
+from hiwallet.contracts.events import EVENTS_EXCHANGE
 from hiwallet.core.text import has_control_characters
 from hiwallet.ledger import Ledger
 from hiwallet.wallet_consumer.handler import ANNOUNCED_PROVIDER, announce

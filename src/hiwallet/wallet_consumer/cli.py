@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
@@ -34,13 +35,13 @@ T = TypeVar("T")
 async def _ledger() -> AsyncIterator[tuple[asyncpg.Pool, Ledger]]:
     """The wallet database as its application role, as wallet-consumer connects."""
     settings = get_settings()
-    database = get_wallet_consumer_settings().database or db.DATABASES["wallet"]
+    database = get_wallet_consumer_settings().database or DATABASES["wallet"]
     pool = await db.create_pool(
         database, role=db.app_role("wallet"), settings=settings, max_size=2, init=init_connection
     )
     try:
         # one posting at a time, in the command's own transaction: no coalescing
-        yield pool, Ledger(LedgerStore(pool, coalesce_writers=0), Fees.from_settings(settings))
+        yield pool, Ledger(LedgerStore(pool, coalesce_writers=0), Fees.from_settings())
     finally:
         await pool.close()
 

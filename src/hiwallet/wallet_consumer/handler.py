@@ -26,7 +26,7 @@ Every answer of the ledger is mapped here, deliberately:
   bounded attempts, then the dead letter).
 
 A bank top-up (a wire) credited for the first time also writes ``TopupCredited``
-(core/events.py) into ``wallet.outbox``, in the same transaction: onboarding raises a customer
+(contracts/events.py) into ``wallet.outbox``, in the same transaction: onboarding raises a customer
 to verified on the first wire from their own account. Only the bank's: a card top-up writes
 nothing more (its path carries 1,000/s), and a replay wrote it the first time.
 """
@@ -40,9 +40,9 @@ import asyncpg
 import structlog
 from pydantic import ValidationError
 
+from hiwallet.contracts.events import EVENTS_EXCHANGE, topup_credited
 from hiwallet.core import db
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.events import EVENTS_EXCHANGE, topup_credited
 from hiwallet.core.outbox import enqueue
 from hiwallet.ledger import (
     AccountNotFound,

@@ -8,14 +8,14 @@ from functools import lru_cache
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hiwallet.core.broker import (
+from hiwallet.contracts.events import EVENTS_DEAD_LETTER_KEY, EVENTS_DEAD_LETTER_QUEUE, EVENTS_EXCHANGE
+from hiwallet.contracts.topups import (
     DEAD_LETTER_EXCHANGE,
     TOPUPS_DEAD_LETTER_KEY,
     TOPUPS_DEAD_LETTER_QUEUE,
     TOPUPS_EXCHANGE,
 )
-from hiwallet.core.events import EVENTS_DEAD_LETTER_KEY, EVENTS_DEAD_LETTER_QUEUE, EVENTS_EXCHANGE
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     WITHDRAWALS_DEAD_LETTER_KEY,
     WITHDRAWALS_DEAD_LETTER_QUEUE,
     WITHDRAWALS_EXCHANGE,
@@ -29,7 +29,7 @@ class WalletConsumerSettings(BaseSettings):
     port: int = 9101
     # The database name; empty means hiwallet_wallet. Tests use clones.
     database: str = ""
-    # The topology it declares and consumes: core.broker.topups_topology() by default, i.e.
+    # The topology it declares and consumes: contracts.topups.topups_topology() by default, i.e.
     # <exchange>.p0 .. p{partitions-1}. Tests (and a process started by them) pass their own.
     exchange: str = TOPUPS_EXCHANGE
     partitions: int = 4
@@ -69,10 +69,10 @@ class WalletConsumerSettings(BaseSettings):
     # The connection's name in RabbitMQ.
     client_name: str = "wallet-consumer"
 
-    # The withdrawal saga's wallet commands (core.withdrawals, CONTRACT-11 part B): consumed
+    # The withdrawal saga's wallet commands (contracts.withdrawals, CONTRACT-11 part B): consumed
     # from <withdrawals_queue_prefix>hiwallet.withdrawals.wallet, the responses published to
     # withdrawals_exchange through wallet.outbox and its relay (in this process). The whole
-    # core.withdrawals_topology() is declared at start; the prefix renames its queues (tests
+    # contracts.withdrawals.withdrawals_topology() is declared at start; the prefix renames its queues (tests
     # and a process started by them: never the real names), dead letters go to
     # dead_letter_exchange under withdrawals_dead_letter_key.
     withdrawals_exchange: str = WITHDRAWALS_EXCHANGE
@@ -107,8 +107,8 @@ class WalletConsumerSettings(BaseSettings):
     # How often the outbox lag gauges are read.
     outbox_metrics_interval_s: float = 15.0
 
-    # Events (core.events): a credited wire's TopupCredited goes to events_exchange through
-    # wallet.outbox. Publishing is mandatory, so the whole core.events_topology() (the
+    # Events (contracts.events): a credited wire's TopupCredited goes to events_exchange through
+    # wallet.outbox. Publishing is mandatory, so the whole contracts.events.events_topology() (the
     # subscribers' queues too) is declared at start; the prefix renames its queues (tests and
     # a process started by them: never the real names).
     events_exchange: str = EVENTS_EXCHANGE

@@ -45,13 +45,7 @@ import orjson
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from hiwallet.core.broker import OutgoingMessage
-from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.db import after_commit
-from hiwallet.core.ids import derived_id, new_id
-from hiwallet.core.outbox import enqueue, enqueue_many
-from hiwallet.core.queries import load_queries
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     DebitForWithdrawal,
     RefundWithdrawal,
     RejectReason,
@@ -62,6 +56,12 @@ from hiwallet.core.withdrawals import (
     WithdrawalSettled,
     command_id,
 )
+from hiwallet.core.broker import OutgoingMessage
+from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.db import after_commit
+from hiwallet.core.ids import derived_id, new_id
+from hiwallet.core.outbox import enqueue, enqueue_many
+from hiwallet.core.queries import load_queries
 from hiwallet.ledger import (
     MAX_KEY,
     MAX_TEXT,
@@ -424,7 +424,7 @@ class WithdrawalHandler:
     ) -> dict[str, Any]:
         kind = type(command).__name__
         if stored["command_type"] != kind:
-            # Two commands under one id: core.withdrawals.command_id makes that impossible.
+            # Two commands under one id: contracts.withdrawals.command_id makes that impossible.
             raise Unprocessable(f"command id of a {stored['command_type']} reused by a {kind}")
         body = _object(stored["response"])
         await self._enqueue(conn, stored["response_type"], body, stored["saga_id"])

@@ -15,10 +15,18 @@ import httpx
 import structlog
 from fastapi import FastAPI
 
+from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.staff import StaffDirectory
+from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
+from hiwallet.contracts.withdrawals import (
+    ORCHESTRATOR_QUEUE,
+    WITHDRAWALS_DEAD_LETTER_KEY,
+    withdrawals_topology,
+)
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import declare_when_reachable, every, supervised
-from hiwallet.core.broker import DEAD_LETTER_EXCHANGE, Broker, BrokerUnavailable
+from hiwallet.core.broker import Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import (
     LeanRoute,
@@ -32,8 +40,6 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.core.staff import StaffDirectory
-from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
@@ -54,7 +60,7 @@ RETENTION_LOCK_KEY = 0x6877_7764  # "hwwd"
 
 
 def database_of(settings: WithdrawalSettings) -> str:
-    return settings.database or db.DATABASES["withdrawal"]
+    return settings.database or DATABASES["withdrawal"]
 
 
 async def create_withdrawal_pool(

@@ -17,14 +17,14 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core.auth import Principal, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, json_body, json_body_openapi
-from hiwallet.core.withdrawals import Requester
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.service import WithdrawalService, view
 from hiwallet.withdrawals.visibility import WalletDirectory
 
-# As the saga's messages bound a wallet id (core.withdrawals); a UUIDv7 for a withdrawal.
+# As the saga's messages bound a wallet id (contracts.withdrawals); a UUIDv7 for a withdrawal.
 WALLET_PATTERN = r"^[A-Za-z0-9:_.\-|]{1,200}$"
 SAGA_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 _SAGA = re.compile(SAGA_PATTERN)

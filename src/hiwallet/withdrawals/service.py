@@ -23,16 +23,7 @@ import orjson
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from hiwallet.core.broker import OutgoingMessage
-from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.db import after_commit, committing, is_transient
-from hiwallet.core.http import ProblemError
-from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
-from hiwallet.core.ids import new_id
-from hiwallet.core.jobs import in_batches
-from hiwallet.core.outbox import enqueue, enqueue_many, outbox_row
-from hiwallet.core.queries import load_queries
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     WITHDRAWALS_EXCHANGE,
     BankTransferFailed,
     BankTransferSucceeded,
@@ -48,6 +39,15 @@ from hiwallet.core.withdrawals import (
     WithdrawalSettled,
     command_id,
 )
+from hiwallet.core.broker import OutgoingMessage
+from hiwallet.core.consumer import IncomingMessage, Unprocessable
+from hiwallet.core.db import after_commit, committing, is_transient
+from hiwallet.core.http import ProblemError
+from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
+from hiwallet.core.ids import new_id
+from hiwallet.core.jobs import in_batches
+from hiwallet.core.outbox import enqueue, enqueue_many, outbox_row
+from hiwallet.core.queries import load_queries
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.domain import (
     WAITING,
@@ -74,7 +74,7 @@ MAX_ACTOR = 200
 # answer for the same key (whose retry replays that answer).
 RETRY_ATTEMPTS = 3
 RETRY_PAUSE_S = 0.005
-# The step of the command each result answers (core.withdrawals.command_id).
+# The step of the command each result answers (contracts.withdrawals.command_id).
 _STEP_OF: dict[str, Step] = {
     "WithdrawalDebited": "debit",
     "WithdrawalDebitRejected": "debit",

@@ -27,7 +27,7 @@ class WithdrawalSettings(BaseSettings):
     staff_issuer_base: str = "http://127.0.0.1:8180"
     staff_realm: str = "hiwallet-staff"
     audience: str = "hiwallet-api"
-    # Who an employee is, asked of staff-admin's GET /v1/me on every staff request (core.staff,
+    # Who an employee is, asked of staff-admin's GET /v1/me on every staff request (contracts.staff,
     # no cache): unreachable -> 503 for the employee, customers never ask it.
     staff_admin_url: str = "http://127.0.0.1:8013"
     staff_admin_timeout_s: float = 2.0

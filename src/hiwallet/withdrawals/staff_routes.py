@@ -1,4 +1,4 @@
-"""withdrawal-orchestrator's staff endpoints, ``withdrawal.review`` (core.staff.require_staff:
+"""withdrawal-orchestrator's staff endpoints, ``withdrawal.review`` (contracts.staff.require_staff:
 the staff issuer verified the token, staff-admin says who the employee is now, no cache):
 
 - ``GET /v1/staff/withdrawals?status=under_review``: the withdrawals waiting for a review, oldest
@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
-from hiwallet.core.staff import StaffMember, StaffPermission, require_staff
+from hiwallet.contracts.staff import StaffMember, StaffPermission, require_staff
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.routes import (
     _COMMON,

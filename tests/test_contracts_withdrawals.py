@@ -1,4 +1,4 @@
-"""The withdrawal saga's shared contract (hiwallet.core.withdrawals): every message type is
+"""The withdrawal saga's shared contract (hiwallet.contracts.withdrawals): every message type is
 routed to exactly one queue, the topology binds each type where the contract says, and the
 models refuse what the saga must never carry."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from hiwallet.core.withdrawals import (
+from hiwallet.contracts.withdrawals import (
     BANK_QUEUE,
     COMMANDS,
     MESSAGE_TYPES,

@@ -25,14 +25,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from hiwallet.core.broker import (
-    DEAD_LETTER_EXCHANGE,
-    DELIVERY_LIMIT,
-    ExchangeSpec,
-    QueueSpec,
-    Topology,
-    dead_letter_topology,
-)
+from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
+from hiwallet.core.broker import DELIVERY_LIMIT, ExchangeSpec, QueueSpec, Topology, dead_letter_topology
 from hiwallet.core.ids import derived_id
 
 __all__ = [

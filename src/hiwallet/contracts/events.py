@@ -2,7 +2,7 @@
 
 ``hiwallet.events`` is a topic exchange; a message's routing key names the event
 (``topup.credited``) and its AMQP ``type`` is the model's name. Unlike the withdrawal saga's
-commands (core/withdrawals.py), an event is addressed to nobody: each interested service binds
+commands (contracts/withdrawals.py), an event is addressed to nobody: each interested service binds
 a queue of its own, by routing key (a pattern if it wants a family of events).
 
 Every publish is mandatory (core/broker.py): an event no queue receives is refused and stays
@@ -29,8 +29,8 @@ from typing import Annotated
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
 from hiwallet.core.broker import (
-    DEAD_LETTER_EXCHANGE,
     DELIVERY_LIMIT,
     ExchangeSpec,
     OutgoingMessage,

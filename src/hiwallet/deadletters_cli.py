@@ -1,5 +1,6 @@
 """``hiwallet dead-letters list|replay``: the dead-letter queue for an operator. Commands only
-translate; the work is in core/deadletters.py."""
+translate; the work is in core/deadletters.py. An operator command of the deployment (it knows
+its queues), mounted by the command line: not part of the platform."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hiwallet.core.broker import TOPUPS_DEAD_LETTER_QUEUE, Broker, BrokerError
+from hiwallet.contracts.topups import TOPUPS_DEAD_LETTER_QUEUE
+from hiwallet.core.broker import Broker, BrokerError
 from hiwallet.core.deadletters import DeadLetter, list_dead_letters, replay_dead_letters
 from hiwallet.core.settings import get_settings
 

@@ -1,4 +1,4 @@
-"""core.staff: require_staff and StaffDirectory against a stand-in for staff-admin's GET /v1/me.
+"""contracts.staff: require_staff and StaffDirectory against a stand-in for staff-admin's GET /v1/me.
 
 The tokens are real RS256 tokens verified by the real TokenVerifier (keys served by a stand-in
 JWKS, as in test_auth); staff-admin is an in-process app on a real socket (tests/servers.py),
@@ -17,9 +17,9 @@ from fastapi import Depends
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from hiwallet.contracts.staff import StaffDirectory, StaffMember, StaffPermission, require_staff
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.http import create_app
-from hiwallet.core.staff import StaffDirectory, StaffMember, StaffPermission, require_staff
 from tests.servers import free_port as closed_port  # nothing listens on it
 from tests.staff_stub import StaffAdminStub
 
