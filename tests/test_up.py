@@ -43,8 +43,8 @@ from tests.servers import free_port
 
 POLL_S = 0.05
 CHILDREN = (
-    "identity (hiwallet)",
-    "identity (hiwallet-staff)",
+    "identity",
+    "identity-staff",
     "wallet-api",
     "staff-admin",
     "wallet-consumer",
@@ -316,7 +316,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         )
         assert found.status_code == 200, found.text
     [wallet_pid] = out.pids("child started", "wallet-api")
-    [identity_pid] = out.pids("child started", "identity (hiwallet)")
+    [identity_pid] = out.pids("child started", "identity")
     me = {"Authorization": f"Bearer {demo_token(ports['identity'])}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports['wallet-api']}", timeout=5) as api:
         assert (await api.get("/v1/accounts", headers=me)).status_code == 200
@@ -339,7 +339,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         assert out.lines("child ready", "wallet-api")
         new_pid = out.pids("child started", "wallet-api")[1]
         assert new_pid != wallet_pid and alive(new_pid) and alive(identity_pid)
-        assert out.pids("child started", "identity (hiwallet)") == [identity_pid]  # not restarted
+        assert out.pids("child started", "identity") == [identity_pid]  # not restarted
         # The new wallet-api fetches identity's keys and serves the same token.
         accounts = await api.get("/v1/accounts", headers=me)
         assert accounts.status_code == 200
@@ -402,7 +402,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
 
     proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(proc.wait, 30) == 0, out.path.read_text()
-    for pid in (new_pid, identity_pid, *out.pids("child started", "identity (hiwallet-staff)")):
+    for pid in (new_pid, identity_pid, *out.pids("child started", "identity-staff")):
         assert not alive(pid)
     for name, port in ports.items():
         assert not ready(port) and not healthy(port), name

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from hiwallet.contracts import databases
+from hiwallet.contracts.deployables import DEPLOYABLES, deployable
 from hiwallet.core import db
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
@@ -72,95 +73,39 @@ def run(
     name: Annotated[
         str,
         typer.Argument(
-            help="The deployable to run: identity, wallet-api, topup-webhook, wallet-consumer, "
-            "stripe-fake, bank-fake, withdrawal-orchestrator, bank-adapter, bank-webhook, "
-            "mail-catcher, sms-fake, nvi-fake, onboarding, staff-admin."
+            help="The deployable to run: "
+            + ", ".join(d.name for d in DEPLOYABLES)
+            + " (identity-staff is identity's staff realm)."
         ),
     ],
-    realm: Annotated[str, typer.Option(help="identity: hiwallet or hiwallet-staff")] = "hiwallet",
+    realm: Annotated[
+        str | None, typer.Option(help="identity: hiwallet or hiwallet-staff (the same as identity-staff)")
+    ] = None,
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     workers: Annotated[
-        int | None, typer.Option(help="wallet-api: worker processes (default from settings: 2).")
+        int | None,
+        typer.Option(help="wallet-api: worker processes (default HIWALLET_WALLET_API_WORKERS, 1)."),
     ] = None,
 ) -> None:
-    """Run one deployable (assumes `hiwallet migrate` has run)."""
-    if name == "identity":
-        from hiwallet.identity.cli import run_identity
-
-        run_identity(realm, port, host)
-        return
-    if name == "wallet-api":
-        from hiwallet.wallet_api.app import run_wallet_api
-
-        run_wallet_api(port, host, workers)
-        return
-    if name == "topup-webhook":
-        from hiwallet.topup_webhook.app import run_topup_webhook
-
-        run_topup_webhook(port, host)
-        return
-    if name == "stripe-fake":
-        from hiwallet.fakes.stripe import run_stripe_fake
-
-        configure_logging("stripe-fake")
-        run_stripe_fake(port, host)
-        return
-    if name == "bank-fake":
-        from hiwallet.fakes.bank import run_bank_fake
-
-        configure_logging("bank-fake")
-        run_bank_fake(port, host)
-        return
-    if name == "mail-catcher":
-        from hiwallet.fakes.mail import run_mail_catcher
-
-        configure_logging("mail-catcher")
-        run_mail_catcher(port, host)
-        return
-    if name == "sms-fake":
-        from hiwallet.fakes.sms import run_sms_fake
-
-        configure_logging("sms-fake")
-        run_sms_fake(port, host)
-        return
-    if name == "nvi-fake":
-        from hiwallet.fakes.nvi import run_nvi_fake
-
-        configure_logging("nvi-fake")
-        run_nvi_fake(port, host)
-        return
-    if name == "onboarding":
-        from hiwallet.onboarding.app import run_onboarding
-
-        run_onboarding(port, host)
-        return
-    if name == "withdrawal-orchestrator":
-        from hiwallet.withdrawals.app import run_withdrawal_orchestrator
-
-        run_withdrawal_orchestrator(port, host)
-        return
-    if name == "wallet-consumer":
-        from hiwallet.wallet_consumer.app import run_wallet_consumer
-
-        run_wallet_consumer(port, host)
-        return
-    if name == "bank-adapter":
-        from hiwallet.bank.adapter import run_bank_adapter
-
-        run_bank_adapter(port, host)
-        return
-    if name == "staff-admin":
-        from hiwallet.staff_admin.app import run_staff_admin
-
-        run_staff_admin(port, host)
-        return
-    if name == "bank-webhook":
-        from hiwallet.bank.webhook import run_bank_webhook
-
-        run_bank_webhook(port, host)
-        return
-    raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME")
+    """Run one deployable (assumes `hiwallet migrate` has run). The list is the registry's
+    (hiwallet.contracts.deployables), the same `hiwallet up` starts."""
+    if name == "identity" and realm == "hiwallet-staff":
+        name = "identity-staff"
+    elif (
+        realm is not None
+        and not (name == "identity" and realm == "hiwallet")
+        and not (name == "identity-staff" and realm == "hiwallet-staff")
+    ):
+        raise typer.BadParameter(f"{name} has no realm {realm!r}", param_hint="--realm")
+    try:
+        target = deployable(name)
+    except KeyError as exc:
+        raise typer.BadParameter(f"unknown deployable {name!r}", param_hint="NAME") from exc
+    try:
+        target.run(port, host, workers=workers)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 @app.command()

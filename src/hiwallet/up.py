@@ -1,9 +1,8 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
-Migrates, starts every deployable as its own process (both identity realms, wallet-api,
-wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, onboarding,
-and the outside institutions' fakes: stripe-fake, bank-fake, mail-catcher, sms-fake, nvi-fake; every
-later service joins the list), waits until each is ready, seeds
+Migrates, starts every deployable of the registry (hiwallet.contracts.deployables: both identity
+realms, the services, and the outside institutions' fakes) as its own process, waits until each
+is ready, seeds
 the demo data (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
@@ -45,6 +44,7 @@ import structlog
 from rich.console import Console
 
 from hiwallet.contracts.databases import DATABASES, migrate
+from hiwallet.contracts.deployables import DEPLOYABLES
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.wallet_api.domain import Caller, Tier
@@ -68,13 +68,10 @@ POLL_S = 0.2
 
 @dataclass(frozen=True)
 class Deployable:
-    """A process ``up`` runs: ``hiwallet <args>``, answering ``/ready`` on ``port``.
+    """A process ``up`` runs: ``hiwallet <args>``, answering ``ready_path`` on ``port``.
 
-    ``tier`` orders the stop: higher tiers stop first. Identity is 0; services that verify its
-    tokens are 1, so they drain their requests while identity still answers. A service that
-    calls another service while it serves a request (withdrawal-orchestrator asks wallet-api
-    whether the caller is a wallet's member) stops before it: 2, with the outside institutions'
-    fakes, which send webhooks to tier 1 (topup-webhook, bank-webhook)."""
+    ``tier`` orders the stop: higher tiers stop first (hiwallet.contracts.deployables says
+    why each deployable has its tier)."""
 
     name: str
     args: tuple[str, ...]
@@ -89,65 +86,8 @@ class Deployable:
 
 
 def deployables() -> list[Deployable]:
-    from hiwallet.bank.settings import get_bank_settings
-    from hiwallet.fakes.bank import get_bank_fake_settings
-    from hiwallet.fakes.mail import get_mail_catcher_settings
-    from hiwallet.fakes.nvi import get_nvi_fake_settings
-    from hiwallet.fakes.sms import get_sms_fake_settings
-    from hiwallet.fakes.stripe import get_stripe_fake_settings
-    from hiwallet.identity.settings import get_identity_settings
-    from hiwallet.onboarding.settings import get_onboarding_settings
-    from hiwallet.staff_admin.settings import get_staff_admin_settings
-    from hiwallet.topup_webhook.settings import get_topup_webhook_settings
-    from hiwallet.wallet_api.settings import get_wallet_api_settings
-    from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
-    from hiwallet.withdrawals.settings import get_withdrawal_settings
-
-    identity = get_identity_settings()
-    wallet = get_wallet_api_settings()
-    bank = get_bank_settings()
-    # Stop order (highest tier first): the outside institutions, which send webhooks, stop
-    # before topup-webhook stops taking them; the services that verify identity's tokens
-    # before identity.
-    return [
-        Deployable("identity (hiwallet)", ("run", "identity", "--realm", "hiwallet"), identity.port, 0),
-        Deployable(
-            "identity (hiwallet-staff)",
-            ("run", "identity", "--realm", "hiwallet-staff"),
-            identity.staff_port,
-            0,
-        ),
-        Deployable("wallet-api", ("run", "wallet-api"), wallet.port, 1),
-        # Employees, roles, invitations, audit; GET /v1/me for every staff request. It asks the
-        # staff realm (0) while serving; wallet-api and the orchestrator ask it (their staff
-        # requests get 503 while it is away, customers' none).
-        Deployable("staff-admin", ("run", "staff-admin"), get_staff_admin_settings().port, 1),
-        Deployable("wallet-consumer", ("run", "wallet-consumer"), get_wallet_consumer_settings().port, 1),
-        Deployable("topup-webhook", ("run", "topup-webhook"), get_topup_webhook_settings().port, 1),
-        Deployable("stripe-fake", ("run", "stripe-fake"), get_stripe_fake_settings().port, 2, "/health"),
-        Deployable("bank-fake", ("run", "bank-fake"), get_bank_fake_settings().port, 2, "/health"),
-        # What onboarding sends codes through and checks identities with (and identity's mail).
-        # They send nothing by themselves: stopped with the other outside institutions.
-        Deployable("mail-catcher", ("run", "mail-catcher"), get_mail_catcher_settings().port, 2, "/health"),
-        Deployable("sms-fake", ("run", "sms-fake"), get_sms_fake_settings().port, 2, "/health"),
-        Deployable("nvi-fake", ("run", "nvi-fake"), get_nvi_fake_settings().port, 2, "/health"),
-        # The withdrawal saga (docs/withdrawals.md). The orchestrator asks wallet-api while it
-        # serves (tier 2: it drains while wallet-api still answers); bank-webhook takes the
-        # bank's callbacks (1: bank-fake, 2, stops sending first); bank-adapter calls bank-fake,
-        # whose absence it rides out (the command stays unacked, is tried again).
-        Deployable(
-            "withdrawal-orchestrator",
-            ("run", "withdrawal-orchestrator"),
-            get_withdrawal_settings().port,
-            2,
-        ),
-        Deployable("bank-adapter", ("run", "bank-adapter"), bank.adapter_port, 1),
-        Deployable("bank-webhook", ("run", "bank-webhook"), bank.webhook_port, 1),
-        # Registration and verification (docs/onboarding.md): it calls identity's admin API and
-        # wallet-api while it serves (tier 2: it drains while they still answer), and consumes
-        # the credited wires' events (the first own wire -> verified).
-        Deployable("onboarding", ("run", "onboarding"), get_onboarding_settings().port, 2),
-    ]
+    """Every deployable of the registry (hiwallet.contracts.deployables), on its port in force."""
+    return [Deployable(d.name, ("run", d.name), d.port_in_force(), d.tier, d.ready_path) for d in DEPLOYABLES]
 
 
 @dataclass(frozen=True)
@@ -670,10 +610,10 @@ def up() -> None:
         supervisor.start()
         supervisor.wait_ready(READY_TIMEOUT_S, stop)
         if not stop.is_set():
-            identity, wallet = (supervisor.child(n).deployable for n in ("identity (hiwallet)", "wallet-api"))
+            identity, wallet = (supervisor.child(n).deployable for n in ("identity", "wallet-api"))
             demo = asyncio.run(seed(identity.url, wallet.url, database=databases["wallet"]))
             staff = seed_staff(
-                supervisor.child("identity (hiwallet-staff)").deployable.url,
+                supervisor.child("identity-staff").deployable.url,
                 supervisor.child("staff-admin").deployable.url,
                 supervisor.child("mail-catcher").deployable.url,
                 identity_database=databases["staff_identity"],

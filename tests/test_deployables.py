@@ -1,0 +1,64 @@
+"""The registry of deployables (hiwallet.contracts.deployables) is the one list of processes:
+`hiwallet run`, `hiwallet up` and the README read it. Each entry resolves, its default port is
+its settings' default, its database is a registered one, and `up` runs exactly it."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from typer.testing import CliRunner
+
+from hiwallet.cli import app
+from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.deployables import DEPLOYABLES, deployable
+from hiwallet.up import deployables
+
+NAMES = [d.name for d in DEPLOYABLES]
+
+
+def test_names_and_ports_are_unique() -> None:
+    assert len(set(NAMES)) == len(NAMES)
+    assert len({d.port for d in DEPLOYABLES}) == len(DEPLOYABLES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_entry_resolves_and_the_port_is_the_settings_default(name: str) -> None:
+    d = deployable(name)
+    module, _, function = d.entry.partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    module, _, function = d.settings.partition(":")
+    settings_class = type(getattr(importlib.import_module(module), function)())
+    # the class's default, not the environment's: the registry says what a fresh machine runs
+    assert settings_class.model_fields[d.port_field].default == d.port
+    assert d.database is None or d.database in DATABASES
+    assert d.fake == (d.database is None)
+    assert d.ready_path == ("/health" if d.fake else "/ready")
+
+
+def test_up_runs_exactly_the_registry() -> None:
+    assert [(d.name, d.args, d.tier, d.ready_path) for d in deployables()] == [
+        (d.name, ("run", d.name), d.tier, d.ready_path) for d in DEPLOYABLES
+    ]
+
+
+def test_an_unknown_deployable_is_refused_naming_none_started() -> None:
+    result = CliRunner().invoke(app, ["run", "no-such-deployable"])
+    assert result.exit_code == 2
+    assert "unknown deployable" in result.output
+    with pytest.raises(KeyError, match="wallet-api"):
+        deployable("no-such-deployable")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "wallet-api", "--realm", "hiwallet"], "has no realm"),
+        (["run", "identity", "--realm", "elsewhere"], "has no realm"),
+        (["run", "staff-admin", "--workers", "2"], "takes no workers"),
+    ],
+)
+def test_an_option_the_deployable_does_not_take_is_refused(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
