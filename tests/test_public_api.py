@@ -22,6 +22,7 @@ PACKAGES = [
     "hiwallet.contracts.withdrawals",
     "hiwallet.contracts.events",
     "hiwallet.core.background",
+    "hiwallet.core.service",
     "hiwallet.core.webhooks",
     "hiwallet.contracts.staff",
     "hiwallet.ledger",

@@ -6,9 +6,7 @@ and the retention (core.jobs.PeriodicJob), and the refresh of the gauges."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import httpx
@@ -25,8 +23,6 @@ from hiwallet.contracts.withdrawals import (
 )
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.background import declare_when_reachable, every, supervised
-from hiwallet.core.broker import Broker, BrokerUnavailable
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import (
     LeanRoute,
@@ -39,6 +35,7 @@ from hiwallet.core.http import (
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
@@ -84,17 +81,16 @@ def dedicated_connection(
     return db.dedicated_connection(database_of(settings), db.app_role("withdrawal"), core)
 
 
-def verifier_for(settings: WithdrawalSettings) -> TokenVerifier:
-    return TokenVerifier(
-        [
-            TrustedIssuer.keycloak(
-                settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
-            ),
-            TrustedIssuer.keycloak(
-                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
-            ),
-        ]
-    )
+def issuers_of(settings: WithdrawalSettings) -> list[TrustedIssuer]:
+    """The issuers it accepts: the customer realm and the staff realm, for its audience."""
+    return [
+        TrustedIssuer.keycloak(
+            settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
+        ),
+        TrustedIssuer.keycloak(
+            settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+        ),
+    ]
 
 
 def stuck_scan_job(
@@ -133,6 +129,91 @@ def retention_job(
     )
 
 
+def service_spec(
+    settings: WithdrawalSettings,
+    core: Settings,
+    *,
+    wallet_api: httpx.AsyncClient | None = None,
+) -> ServiceSpec:
+    """withdrawal-orchestrator, declared: its database, the issuers it accepts (customers and
+    staff), the whole withdrawals topology, and in ``setup`` its service, the results consumer,
+    the relay of withdrawal.outbox, the stuck-saga scan, the retention and the gauges."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
+        registry = app.state.metrics_registry
+        metrics = app.state.withdrawal_metrics
+        outbox_metrics = OutboxMetrics(registry)
+        consumer_metrics = ConsumerMetrics(registry)
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        rt.close(hint.aclose)
+        service = app.state.service = WithdrawalService(pool, settings, metrics, on_committed=hint.committed)
+        app.state.staff_directory = StaffDirectory(
+            settings.staff_admin_url,
+            timeout_s=settings.staff_admin_timeout_s,
+            max_connections=settings.staff_admin_max_connections,
+        )
+        rt.close(app.state.staff_directory.aclose)
+        app.state.directory = WalletDirectory(
+            settings.wallet_api_url,
+            timeout_s=settings.wallet_api_timeout_s,
+            max_connections=settings.wallet_api_max_connections,
+            client=wallet_api,
+        )
+        rt.close(app.state.directory.aclose)
+        connect = rt.connect()
+        app.state.stuck_scan = rt.job(stuck_scan_job(service, settings, connect))
+        rt.job(retention_job(service, settings, connect))
+
+        async def refresh_gauges() -> None:
+            counts = await service.count_by_state()
+            for state in State:  # every state, zero when none is in it
+                metrics.sagas.labels(state.value).set(counts.get(state.value, 0))
+            async with pool.acquire() as conn:
+                await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+        rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
+        if rt.broker is None:  # background=False: the tests drive the saga by hand
+            return
+        relay = Relay(
+            connect=connect,
+            broker=rt.bus,
+            table=OUTBOX_TABLE,
+            channel=OUTBOX_CHANNEL,
+            lock_key=RELAY_LOCK_KEY,
+            batch_size=settings.relay_batch,
+            poll_interval_s=settings.relay_poll_s,
+            on_published=outbox_metrics.on_published,
+        )
+        app.state.relay = hint.relay = rt.relay("relay", relay)
+        app.state.consumer = rt.consumer(
+            "consumer",
+            Consumer(
+                broker=rt.bus,
+                # What a result's transaction wrote wakes the relay once committed.
+                pool=pool,
+                queues=[ORCHESTRATOR_QUEUE],
+                consumer_name=CONSUMER_NAME,
+                handler=service.handle,
+                dead_letter_exchange=DEAD_LETTER_EXCHANGE,
+                dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
+                metrics=consumer_metrics,
+                table="withdrawal.processed_events",
+                **batched_or_concurrent(
+                    service.handle_batch, settings.consumer_batch, settings.consumer_concurrency
+                ),
+            ),
+        )
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("withdrawal"), settings.db_pool_max_size),
+        issuers=lambda: issuers_of(settings),
+        topology=withdrawals_topology(),
+    )
+
+
 def create_withdrawal_app(
     settings: WithdrawalSettings | None = None,
     *,
@@ -147,126 +228,16 @@ def create_withdrawal_app(
     settings = settings or get_withdrawal_settings()
     core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_withdrawal_pool(settings, core)
-        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
-        service = WithdrawalService(pool, settings, metrics, on_committed=hint.committed)
-        app.state.service = service
-        app.state.verifier = verifier or verifier_for(settings)
-        app.state.staff_directory = StaffDirectory(
-            settings.staff_admin_url,
-            timeout_s=settings.staff_admin_timeout_s,
-            max_connections=settings.staff_admin_max_connections,
-        )
-        app.state.directory = WalletDirectory(
-            settings.wallet_api_url,
-            timeout_s=settings.wallet_api_timeout_s,
-            max_connections=settings.wallet_api_max_connections,
-            client=wallet_api,
-        )
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        tasks: list[asyncio.Task[None]] = []
-        broker: Broker | None = None
-        consumer: Consumer | None = None
-        if background:
-            bus = broker = Broker(core.amqp_url, client_name=SERVICE)
-            declared = asyncio.Event()
-
-            async def broker_ready() -> None:
-                if not declared.is_set():
-                    raise BrokerUnavailable("the topology is not declared yet")
-                await bus.check()
-
-            checks["broker"] = broker_ready
-            connect = dedicated_connection(settings, core)
-            relay = Relay(
-                connect=connect,
-                broker=bus,
-                table=OUTBOX_TABLE,
-                channel=OUTBOX_CHANNEL,
-                lock_key=RELAY_LOCK_KEY,
-                batch_size=settings.relay_batch,
-                poll_interval_s=settings.relay_poll_s,
-                on_published=outbox_metrics.on_published,
-            )
-            app.state.relay = hint.relay = relay
-            consumer = app.state.consumer = Consumer(
-                broker=bus,
-                # What a result's transaction wrote wakes the relay once committed.
-                pool=pool,
-                queues=[ORCHESTRATOR_QUEUE],
-                consumer_name=CONSUMER_NAME,
-                handler=service.handle,
-                dead_letter_exchange=DEAD_LETTER_EXCHANGE,
-                dead_letter_key=WITHDRAWALS_DEAD_LETTER_KEY,
-                metrics=consumer_metrics,
-                table="withdrawal.processed_events",
-                **batched_or_concurrent(
-                    service.handle_batch, settings.consumer_batch, settings.consumer_concurrency
-                ),
-            )
-            scan = app.state.stuck_scan = stuck_scan_job(service, settings, connect)
-            retention = retention_job(service, settings, connect)
-
-            async def refresh_gauges() -> None:
-                counts = await service.count_by_state()
-                for state in State:  # every state, zero when none is in it
-                    metrics.sagas.labels(state.value).set(counts.get(state.value, 0))
-                async with pool.acquire() as conn:
-                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
-
-            async def declare_then_work() -> None:
-                # Publishing before the exchange exists would only be refused (unroutable), and
-                # the results queue must exist before it is consumed.
-                await declare_when_reachable(bus, withdrawals_topology())
-                declared.set()
-                assert consumer is not None
-                await asyncio.gather(supervised("relay", relay.run), supervised("consumer", consumer.run))
-
-            tasks = [
-                asyncio.create_task(declare_then_work()),
-                asyncio.create_task(supervised("stuck-scan", scan.run_forever)),
-                asyncio.create_task(supervised("retention", retention.run_forever)),
-                asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)),
-            ]
-        try:
-            yield
-        finally:
-            if consumer is not None:
-                await consumer.stop()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with suppress(asyncio.CancelledError):
-                    await task
-            if broker is not None:
-                await broker.close()
-            await app.state.directory.aclose()
-            await app.state.staff_directory.aclose()
-            if verifier is None:
-                await app.state.verifier.aclose()
-            await hint.aclose()
-            await pool.close()
-
+    spec = service_spec(settings, core, wallet_api=wallet_api)
     app = create_app(
         SERVICE,
         ready_checks=checks,
-        lifespan=lifespan,
+        lifespan=service_lifespan(spec, checks, settings=core, verifier=verifier, background=background),
         max_body_bytes=settings.max_body_bytes,
         # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
     )
-    registry = app.state.metrics_registry
-    metrics = WithdrawalMetrics(registry)
-    outbox_metrics = OutboxMetrics(registry)
-    consumer_metrics = ConsumerMetrics(registry)
-    app.state.withdrawal_metrics = metrics
+    app.state.withdrawal_metrics = WithdrawalMetrics(app.state.metrics_registry)
     app.include_router(lean_router)
     app.include_router(router)
     app.include_router(staff_router)

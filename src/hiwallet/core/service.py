@@ -1,0 +1,347 @@
+"""A deployable as a declaration: one builder turns a :class:`ServiceSpec` into the process's
+lifespan, the same for every service.
+
+A service declares what it is (its name, its database and role, the token issuers it accepts,
+the broker topology it declares) and, in ``setup``, what runs in it: its consumers, relays,
+periodic jobs and gauges, the objects its routes use (on ``app.state``) and what to close. The
+builder does the rest, in one order for every service:
+
+start
+    1. the pool, as the database's application role (``/ready``: ``database``);
+    2. the token verifier of the declared issuers (``app.state.verifier``);
+    3. the service's ``setup``: it registers its parts on the :class:`Runtime`;
+    4. periodic jobs and gauges start at once; the broker starts in the background, under the
+       one broker-start policy: the process serves while RabbitMQ is away, the topology is
+       declared as soon as it answers, and only then do the relays publish and the consumers
+       consume (``/ready``: ``broker`` fails until then: an outbox keeps what is to be sent).
+stop, in the reverse order
+    1. the consumers take no new message and finish the one in hand (at most ``stop_timeout_s``);
+    2. the background tasks are cancelled, the last started first;
+    3. the broker is closed; what ``setup`` registered to close, the last first; the verifier;
+       the pool.
+
+A part that dies is never silent: each background task runs under :class:`Background`, which
+logs a failure with its exception, starts the part again after a pause, and makes ``/ready``
+fail (``background``) while any part is down: failed and waiting to start again, or ended on
+its own while the process was not stopping (a defect: it is not started again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import structlog
+from fastapi import FastAPI
+
+from hiwallet.core import db
+from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.background import RESTART_DELAY_S, declare_when_reachable
+from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
+from hiwallet.core.consumer import Consumer
+from hiwallet.core.http.app import Lifespan, ReadyCheck
+from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.outbox import Relay
+from hiwallet.core.settings import Settings, get_settings
+
+__all__ = [
+    "CONSUMER_STOP_TIMEOUT_S",
+    "Background",
+    "BackgroundDown",
+    "DatabaseSpec",
+    "Runtime",
+    "ServiceSpec",
+    "service_lifespan",
+]
+
+log = structlog.get_logger(__name__)
+
+# A consumer given this long to finish the message in hand at stop; past it, the message goes
+# back to its queue with the channel (at least once: the consumer's processed events absorb it).
+CONSUMER_STOP_TIMEOUT_S = 30.0
+
+
+class BackgroundDown(Exception):
+    """A background part of the process is not running (``/ready`` answers 503 with it)."""
+
+
+class Background:
+    """Named background tasks, each kept running: a failure is logged with its exception and
+    the task starts again after ``restart_delay_s``; a task that returns while the process is not
+    stopping is a defect, logged at error level and not started again. :meth:`check` raises
+    :class:`BackgroundDown` naming every part that is down; :meth:`stop` cancels them, the last
+    started first."""
+
+    def __init__(self, *, restart_delay_s: float = RESTART_DELAY_S) -> None:
+        self.restart_delay_s = restart_delay_s
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._down: dict[str, str] = {}  # name -> why (the error's class, or "ended")
+        self._stopping = False
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tasks)
+
+    def start(self, name: str, work: Callable[[], Awaitable[None]], *, forever: bool = True) -> None:
+        """Run ``work`` as the part ``name``. ``forever``: it is meant to run for the process's
+        life (returning is a defect); else it is done when it returns (and started again if it
+        fails, like any part)."""
+        if name in self._tasks:
+            raise ValueError(f"a background task named {name!r} runs already")
+        self._tasks[name] = asyncio.create_task(self._keep(name, work, forever), name=name)
+
+    def task(self, name: str) -> asyncio.Task[None] | None:
+        return self._tasks.get(name)
+
+    async def _keep(self, name: str, work: Callable[[], Awaitable[None]], forever: bool) -> None:
+        while True:
+            try:
+                await work()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopping:
+                    log.exception("background task failed while stopping", task=name)
+                    return
+                self._down[name] = type(exc).__name__
+                log.exception("background task failed; starting it again", task=name,
+                              restart_in_s=self.restart_delay_s)  # fmt: skip
+                await asyncio.sleep(self.restart_delay_s)
+                self._down.pop(name, None)
+                continue
+            if forever and not self._stopping:
+                # Work that is meant to run for the process's life returned: a defect.
+                self._down[name] = "ended"
+                log.error("background task ended on its own", task=name)
+            return
+
+    def down(self) -> dict[str, str]:
+        """The parts that are down, and why."""
+        return dict(self._down)
+
+    async def check(self) -> None:
+        if self._down:
+            raise BackgroundDown(", ".join(f"{n} ({why})" for n, why in sorted(self._down.items())))
+
+    def stopping(self) -> None:
+        """From now on a part that returns or fails is stopping, not down."""
+        self._stopping = True
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for name in reversed(list(self._tasks)):
+            task = self._tasks[name]
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # _keep logs its work's errors; this would be its own defect
+                log.exception("background task failed while stopping", task=name)
+        self._tasks.clear()
+
+
+@dataclass(frozen=True)
+class DatabaseSpec:
+    """The service's database (its name: a test passes a clone) and the role it connects as."""
+
+    name: str
+    role: str
+    pool_max_size: int | None = None
+
+
+@dataclass
+class Runtime:
+    """What ``setup`` is given: the app, the pool, the broker (when the service declares a
+    topology), a dedicated-connection factory (relays' and jobs' session locks), the ready
+    checks, and the registration of the parts the builder runs and stops."""
+
+    app: FastAPI
+    settings: Settings
+    pool: asyncpg.Pool | None
+    broker: Broker | None
+    checks: dict[str, ReadyCheck]
+    _connect: Callable[[], Awaitable[asyncpg.Connection]] | None
+    consumers: list[tuple[str, Consumer]] = field(default_factory=list)
+    relays: list[tuple[str, Relay]] = field(default_factory=list)
+    jobs: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
+    closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+
+    @property
+    def db(self) -> asyncpg.Pool:
+        if self.pool is None:
+            raise RuntimeError("this service declares no database")
+        return self.pool
+
+    @property
+    def bus(self) -> Broker:
+        if self.broker is None:
+            raise RuntimeError("this service declares no topology, so it has no broker")
+        return self.broker
+
+    def connect(self) -> Callable[[], Awaitable[asyncpg.Connection]]:
+        if self._connect is None:
+            raise RuntimeError("this service declares no database")
+        return self._connect
+
+    def consumer(self, name: str, consumer: Consumer) -> Consumer:
+        """Consumes once the topology is declared; stopped first, finishing the message in hand."""
+        self.consumers.append((name, consumer))
+        return consumer
+
+    def relay(self, name: str, relay: Relay) -> Relay:
+        """Publishes once the topology is declared."""
+        self.relays.append((name, relay))
+        return relay
+
+    def job(self, job: PeriodicJob) -> PeriodicJob:
+        """A periodic job (one round at a time across instances: its advisory lock)."""
+        self.jobs.append((job.name, job.run_forever))
+        return job
+
+    def every(self, name: str, interval_s: float, work: Callable[[], Awaitable[None]]) -> None:
+        """``work`` once every ``interval_s`` in every instance (gauges): a failed round is
+        logged by its error's class; the next one tries again."""
+
+        async def rounds() -> None:
+            while True:
+                started = time.monotonic()
+                try:
+                    await work()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the next round tries again
+                    log.warning("background work failed", work=name, error=type(exc).__name__)
+                await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+        self.jobs.append((name, rounds))
+
+    def close(self, closer: Callable[[], Awaitable[Any]]) -> None:
+        """Closed at stop, after the broker, the last registered first."""
+        self.closers.append(closer)
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One deployable's declaration (see the module's docstring for what the builder does)."""
+
+    name: str
+    setup: Callable[[Runtime], Awaitable[None]]
+    database: DatabaseSpec | None = None
+    issuers: Callable[[], Sequence[TrustedIssuer]] | None = None
+    topology: Topology | None = None
+    consumer_stop_timeout_s: float = CONSUMER_STOP_TIMEOUT_S
+
+
+def service_lifespan(
+    spec: ServiceSpec,
+    checks: dict[str, ReadyCheck],
+    *,
+    settings: Settings | None = None,
+    verifier: TokenVerifier | None = None,
+    background: bool = True,
+) -> Lifespan:
+    """The lifespan of ``spec``'s app, filling ``checks`` (the app's ready checks) as it starts.
+
+    ``verifier`` stands in for the declared issuers' (tests; not closed here). ``background=False``
+    runs ``setup`` but starts none of its consumers, relays and jobs, and connects no broker
+    (tests that drive them by hand)."""
+    core = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool: asyncpg.Pool | None = None
+        connect: Callable[[], Awaitable[asyncpg.Connection]] | None = None
+        if spec.database is not None:
+            database = spec.database
+            pool = await db.create_pool(
+                database.name, role=database.role, settings=core, max_size=database.pool_max_size
+            )
+            connect = db.dedicated_connection(database.name, database.role, core)
+            ready_pool = pool
+
+            async def database_ready() -> None:
+                await ready_pool.fetchval("SELECT 1")
+
+            checks["database"] = database_ready
+            app.state.pool = pool
+        own_verifier: TokenVerifier | None = None
+        if verifier is not None:
+            app.state.verifier = verifier
+        elif spec.issuers is not None:
+            app.state.verifier = own_verifier = TokenVerifier(spec.issuers())
+        broker = (
+            Broker(core.amqp_url, client_name=spec.name) if spec.topology is not None and background else None
+        )
+        runtime = Runtime(app, core, pool, broker, checks, connect)
+        tasks = Background()
+        try:
+            await spec.setup(runtime)
+            if background:
+                _start(spec, runtime, tasks, checks)
+            yield
+        finally:
+            checks.clear()
+            await _stop(spec, runtime, tasks)
+            if own_verifier is not None:
+                await own_verifier.aclose()
+            if pool is not None:
+                await pool.close()
+            log.info("stopped", service=spec.name)
+
+    return lifespan
+
+
+def _start(spec: ServiceSpec, runtime: Runtime, tasks: Background, checks: dict[str, ReadyCheck]) -> None:
+    for name, work in runtime.jobs:
+        tasks.start(name, work)
+    broker = runtime.broker
+    if broker is not None and spec.topology is not None:
+        topology = spec.topology
+        declared = asyncio.Event()
+
+        async def broker_ready() -> None:
+            if not declared.is_set():
+                raise BrokerUnavailable("the topology is not declared yet")
+            await broker.check()
+
+        checks["broker"] = broker_ready
+
+        async def declare_then_work() -> None:
+            # Publishing before the exchanges exist would only be refused (unroutable), and a
+            # queue must exist before it is consumed.
+            await declare_when_reachable(broker, topology)
+            declared.set()
+            for name, relay in runtime.relays:
+                tasks.start(name, relay.run)
+            for name, consumer in runtime.consumers:
+                tasks.start(name, consumer.run)
+
+        tasks.start("broker", declare_then_work, forever=False)
+    elif runtime.relays or runtime.consumers:
+        raise RuntimeError(f"{spec.name} runs relays or consumers but declares no topology")
+    checks["background"] = tasks.check
+
+
+async def _stop(spec: ServiceSpec, runtime: Runtime, tasks: Background) -> None:
+    # The consumers first: no new message, the one in hand finished (their tasks return once
+    # they have shut down; the rest is cancelled with the other tasks).
+    tasks.stopping()
+    for _, consumer in runtime.consumers:
+        await consumer.stop()
+    running = [t for name, _ in runtime.consumers if (t := tasks.task(name)) is not None]
+    if running:
+        await asyncio.wait(running, timeout=spec.consumer_stop_timeout_s)
+    await tasks.stop()
+    if runtime.broker is not None:
+        await runtime.broker.close()
+    for closer in reversed(runtime.closers):
+        try:
+            await closer()
+        except Exception:  # the others are still closed; this one is logged, not hidden
+            log.exception("closing failed", service=spec.name)
