@@ -11,6 +11,7 @@ Callbacks are signed by the standardwebhooks package, as the bank signs them."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -299,7 +300,13 @@ async def adapter(
         settings, topology=names.topology(), bank_transport=bank.transport(), **kwargs
     )
     async with app.router.lifespan_context(app):
+        await consuming(app)
         yield app
+
+
+async def consuming(app: FastAPI, timeout_s: float = 15.0) -> None:
+    """Until bank-adapter consumes (its topology declared once RabbitMQ answered: core.service)."""
+    await asyncio.wait_for(app.state.consumer.wait_started(), timeout_s)
 
 
 # ---- what was stored --------------------------------------------------------------------------

@@ -341,7 +341,7 @@ async def test_ready_and_metrics(bank_db: str, names: Names, broker: Broker, ban
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (
                 200,
-                {"database": "ok", "broker": "ok", "consumer": "ok"},
+                {"database": "ok", "broker": "ok", "consumers": "ok", "background": "ok"},
             )
             text = (await client.get("/metrics")).text
     assert "hiwallet_bank_reconciliation_found_total" in text

@@ -23,7 +23,15 @@ from hiwallet.bank.webhook import PATH, create_bank_webhook_app
 from hiwallet.contracts.withdrawals import BankTransferFailed, BankTransferSucceeded
 from hiwallet.core.broker import Broker
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
-from tests.bank.conftest import BANK_SECRET, Names, bank_settings, command_message, start_command, transfers
+from tests.bank.conftest import (
+    BANK_SECRET,
+    Names,
+    bank_settings,
+    command_message,
+    consuming,
+    start_command,
+    transfers,
+)
 from tests.core import spine
 from tests.fakes.conftest import FAST
 from tests.servers import serve, stop
@@ -73,6 +81,7 @@ async def test_an_accepted_transfer_ends_in_one_success(
     with served(bank_db, names) as (settings, _):
         app = create_bank_adapter_app(settings, topology=names.topology(), reconcile=False)
         async with app.router.lifespan_context(app):
+            await consuming(app)
             await broker.publish([command_message(names, command)])
             [message] = await spine.collect(broker, [names.results_queue], 1, timeout_s=15)
     result = BankTransferSucceeded.model_validate(orjson.loads(message.body))
@@ -95,6 +104,7 @@ async def test_a_rejected_transfer_ends_in_one_failure_with_the_banks_reason(
         rule(control, iban, outcome="reject", failure_reason="AC04")
         app = create_bank_adapter_app(settings, topology=names.topology(), reconcile=False)
         async with app.router.lifespan_context(app):
+            await consuming(app)
             await broker.publish([command_message(names, command)])
             [message] = await spine.collect(broker, [names.results_queue], 1, timeout_s=15)
     assert message.type == "BankTransferFailed"
@@ -110,6 +120,7 @@ async def test_duplicated_callbacks_announce_one_outcome(
         rule(control, iban, duplicate_callback=3, duplicate_distinct_ids=True)
         app = create_bank_adapter_app(settings, topology=names.topology(), reconcile=False)
         async with app.router.lifespan_context(app):
+            await consuming(app)
             await broker.publish([command_message(names, command)])
             got = await spine.collect(broker, [names.results_queue], 2, timeout_s=4)
             inbox_rows = await owner.fetchval("SELECT count(*) FROM bank.inbox")
@@ -127,6 +138,7 @@ async def test_a_lost_callback_is_found_by_the_reconciliation(
         settings = settings.model_copy(update={"reconcile_stale_after_s": 0.0})
         app = create_bank_adapter_app(settings, topology=names.topology(), reconcile=False)
         async with app.router.lifespan_context(app):
+            await consuming(app)
             await broker.publish([command_message(names, command)])
             for _ in range(100):  # recorded pending, then decided at the bank (no callback)
                 rows = await transfers(owner)

@@ -4,19 +4,17 @@ the reconciliation record, to ``hiwallet.withdrawals``), the bank reconciliation
 and an HTTP app for ``/health``, ``/ready`` (database, broker, consumer) and ``/metrics`` only
 (port 9102).
 
-At start it connects to PostgreSQL as the bank database's application role and to RabbitMQ, and
-declares the whole withdrawals topology (contracts.withdrawals.withdrawals_topology(): every process
-of the saga does, whoever starts first). At stop it takes no new command, finishes the one in
-hand (its bank call included, within stop_timeout_s), and closes; a command it could not finish
-is redelivered, and the bank's idempotency key makes that harmless.
+Built by core.service: at start it connects to PostgreSQL as the bank database's application
+role; as soon as RabbitMQ answers it declares the whole withdrawals topology
+(contracts.withdrawals.withdrawals_topology(): every process of the saga does, whoever starts
+first), then consumes and relays. At stop it takes no new command, finishes the one in hand (its
+bank call included, within stop_timeout_s), and closes; a command it could not finish is
+redelivered, and the bank's idempotency key makes that harmless.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import httpx
@@ -26,19 +24,20 @@ from fastapi import FastAPI
 from hiwallet.bank.client import BankClient, BankUnavailable
 from hiwallet.bank.handler import CONSUMER_NAME, TransferHandler
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.pool import create_bank_pool, dedicated_connection
+from hiwallet.bank.pool import database_of
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, OUTBOX_TABLE, BankStore, StoreUnavailable
 from hiwallet.contracts.withdrawals import withdrawals_topology
-from hiwallet.core.background import consumer_started, every, supervised
-from hiwallet.core.broker import Broker, Topology
+from hiwallet.core import db
+from hiwallet.core.broker import Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings
 
 log = structlog.get_logger(__name__)
 
@@ -110,34 +109,30 @@ def retention_job(
     return PeriodicJob("bank-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, purge, connect)
 
 
-def create_bank_adapter_app(
-    settings: BankSettings | None = None,
+def service_spec(
+    settings: BankSettings,
+    topology: Topology,
     *,
-    core_settings: Settings | None = None,
-    topology: Topology | None = None,
     bank_transport: httpx.AsyncBaseTransport | None = None,
     reconcile: bool = True,
-) -> FastAPI:
-    """``topology``: what it declares (default from the settings; tests pass their own names,
-    with ``settings.queue`` and ``settings.exchange`` among them). ``bank_transport``: the
-    bank's HTTP side in-process (tests). ``reconcile=False``: no periodic reconciliation (tests
-    run rounds by hand through ``app.state.reconciler``)."""
-    settings = settings or get_bank_settings()
-    core = core_settings or get_settings()
-    checks: dict[str, ReadyCheck] = {}
+) -> ServiceSpec:
+    """bank-adapter, declared: the bank database, the withdrawals topology, and in ``setup`` the
+    bank's client, the consumer of StartBankTransfer, the relay of bank.outbox, the
+    reconciliation, the retention and the gauges."""
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
         registry = app.state.metrics_registry
         consumer_metrics = ConsumerMetrics(registry)
         outbox_metrics = OutboxMetrics(registry)
         metrics = app.state.bank_metrics = AdapterMetrics(registry)
-        pool = await create_bank_pool(settings, core)
         bank = BankClient.from_settings(settings, bank_transport)
+        rt.close(bank.aclose)
         # What this process commits wakes its own relay directly once the relay leads (set
         # below), else the leader elsewhere by one NOTIFY (bank.outbox has no trigger: 0003).
         hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
-        store = BankStore(pool, settings.exchange, on_committed=hint.committed)
+        rt.close(hint.aclose)
+        store = app.state.store = BankStore(pool, settings.exchange, on_committed=hint.committed)
         reconciler = app.state.reconciler = Reconciler(
             store,
             bank,
@@ -145,16 +140,11 @@ def create_bank_adapter_app(
             stale_after_s=settings.reconcile_stale_after_s,
             batch=settings.reconcile_batch,
         )
-        broker = Broker(core.amqp_url, client_name=settings.client_name)
-        tasks: list[asyncio.Task[None]] = []
-        consumer: Consumer | None = None
-        running: asyncio.Task[None] | None = None
-        try:
-            await broker.start()
-            await broker.declare(topology or topology_of(settings))
-            handler = TransferHandler(store, bank, metrics)
-            consumer = Consumer(
-                broker=broker,
+        handler = TransferHandler(store, bank, metrics)
+        app.state.consumer = rt.consumer(
+            "consumer",
+            Consumer(
+                broker=rt.bus,
                 pool=pool,
                 queues=[settings.queue],
                 consumer_name=CONSUMER_NAME,
@@ -169,68 +159,62 @@ def create_bank_adapter_app(
                 **batched_or_concurrent(
                     handler.batch, settings.consumer_batch, settings.consumer_concurrency
                 ),
-            )
-            running = asyncio.create_task(consumer.run(), name="bank-adapter-consumer")
-            await consumer_started(consumer, running, settings.start_timeout_s)
-            connect = dedicated_connection(settings, core)
-            relay = app.state.relay = Relay(
-                connect=connect,
-                broker=broker,
-                table=OUTBOX_TABLE,
-                channel=OUTBOX_CHANNEL,
-                lock_key=RELAY_LOCK_KEY,
-                batch_size=settings.relay_batch,
-                poll_interval_s=settings.relay_poll_s,
-                on_published=outbox_metrics.on_published,
-            )
-            hint.relay = relay
+            ),
+        )
+        connect = rt.connect()
+        relay = Relay(
+            connect=connect,
+            broker=rt.bus,
+            table=OUTBOX_TABLE,
+            channel=OUTBOX_CHANNEL,
+            lock_key=RELAY_LOCK_KEY,
+            batch_size=settings.relay_batch,
+            poll_interval_s=settings.relay_poll_s,
+            on_published=outbox_metrics.on_published,
+        )
+        app.state.relay = hint.relay = rt.relay("relay", relay)
 
-            async def refresh_gauges() -> None:
-                for state, count in (await store.transfers_by_state()).items():
-                    metrics.transfers.labels(state).set(count)
-                async with pool.acquire() as conn:
-                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+        async def refresh_gauges() -> None:
+            for state, count in (await store.transfers_by_state()).items():
+                metrics.transfers.labels(state).set(count)
+            async with pool.acquire() as conn:
+                await outbox_metrics.refresh(conn, OUTBOX_TABLE)
 
-            tasks.append(asyncio.create_task(supervised("relay", relay.run), name="bank-adapter-relay"))
-            tasks.append(asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)))
-            if reconcile:
-                job = reconcile_job(reconciler.run, settings, connect)
-                tasks.append(asyncio.create_task(supervised("reconcile", job.run_forever)))
-                retention = retention_job(store, settings, metrics, connect)
-                tasks.append(asyncio.create_task(supervised("retention", retention.run_forever)))
+        rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
+        if reconcile:
+            rt.job(reconcile_job(reconciler.run, settings, connect))
+            rt.job(retention_job(store, settings, metrics, connect))
 
-            async def database_ready() -> None:
-                await pool.fetchval("SELECT 1")
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("bank"), settings.db_pool_max_size),
+        topology=topology,
+        # the command in hand finishes (its bank call included); past this it is given back
+        consumer_stop_timeout_s=settings.stop_timeout_s,
+    )
 
-            async def consuming() -> None:
-                if running is None or running.done():
-                    raise RuntimeError("the consumer stopped")
 
-            checks.update({"database": database_ready, "broker": broker.check, "consumer": consuming})
-            app.state.consumer = consumer
-            app.state.pool = pool
-            app.state.store = store
-            yield
-        finally:
-            checks.clear()
-            if consumer is not None:
-                await consumer.stop()
-            if running is not None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    # the command in hand finishes; past the timeout it is given back
-                    await asyncio.wait_for(running, settings.stop_timeout_s)
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await broker.close()
-            await bank.aclose()
-            await hint.aclose()
-            await pool.close()
-            log.info("bank-adapter stopped")
-
-    return create_app(SERVICE, ready_checks=checks, lifespan=lifespan)
+def create_bank_adapter_app(
+    settings: BankSettings | None = None,
+    *,
+    core_settings: Settings | None = None,
+    topology: Topology | None = None,
+    bank_transport: httpx.AsyncBaseTransport | None = None,
+    reconcile: bool = True,
+) -> FastAPI:
+    """``topology``: what it declares (default from the settings; tests pass their own names,
+    with ``settings.queue`` and ``settings.exchange`` among them). ``bank_transport``: the
+    bank's HTTP side in-process (tests). ``reconcile=False``: no periodic reconciliation (tests
+    run rounds by hand through ``app.state.reconciler``)."""
+    settings = settings or get_bank_settings()
+    checks: dict[str, ReadyCheck] = {}
+    spec = service_spec(
+        settings, topology or topology_of(settings), bank_transport=bank_transport, reconcile=reconcile
+    )
+    return create_app(
+        SERVICE, ready_checks=checks, lifespan=service_lifespan(spec, checks, settings=core_settings)
+    )
 
 
 def run_bank_adapter(port: int | None, host: str) -> None:

@@ -13,7 +13,8 @@ start
     4. periodic jobs and gauges start at once; the broker starts in the background, under the
        one broker-start policy: the process serves while RabbitMQ is away, the topology is
        declared as soon as it answers, and only then do the relays publish and the consumers
-       consume (``/ready``: ``broker`` fails until then: an outbox keeps what is to be sent).
+       consume (``/ready``: ``broker`` fails until then, ``consumers`` until every consumer
+       consumes: an outbox keeps what is to be sent, a queue what is to be taken).
 stop, in the reverse order
     1. the consumers take no new message and finish the one in hand (at most ``stop_timeout_s``);
     2. the background tasks are cancelled, the last started first;
@@ -323,6 +324,15 @@ def _start(spec: ServiceSpec, runtime: Runtime, tasks: Background, checks: dict[
                 tasks.start(name, consumer.run)
 
         tasks.start("broker", declare_then_work, forever=False)
+        if runtime.consumers:
+            consumers = runtime.consumers
+
+            async def consuming() -> None:
+                waiting = [name for name, c in consumers if not c.started]
+                if waiting:
+                    raise BackgroundDown(f"not consuming yet: {', '.join(waiting)}")
+
+            checks["consumers"] = consuming
     elif runtime.relays or runtime.consumers:
         raise RuntimeError(f"{spec.name} runs relays or consumers but declares no topology")
     checks["background"] = tasks.check
