@@ -82,7 +82,7 @@ def run(
     port: Annotated[int | None, typer.Option(help="Listen port; the service's default if omitted.")] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     workers: Annotated[
-        int | None, typer.Option(help="wallet-api: worker processes (default from settings: 2).")
+        int | None, typer.Option(help="wallet-api: worker processes (default from settings: 1).")
     ] = None,
 ) -> None:
     """Run one deployable (assumes `hiwallet migrate` has run)."""
