@@ -34,7 +34,7 @@ from hiwallet.core.settings import Settings, get_settings
 
 log = structlog.get_logger(__name__)
 
-# One database per service (SYSTEM.md). The key is the migrations folder's name.
+# One database per service (docs/architecture.md). The key is the migrations folder's name.
 DATABASES: dict[str, str] = {
     "wallet": "hiwallet_wallet",
     "identity": "hiwallet_identity",
