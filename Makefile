@@ -44,8 +44,9 @@ test: install lint
 schema: install
 	$(BIN)/hiwallet schema dump
 
-# The benchmarks make and drop their own databases (and RabbitMQ virtual host); figures and how
-# to read them: docs/performance.md. `make bench` runs them all; `make bench-ledger` only the
+# The benchmarks make and drop their own databases (and RabbitMQ virtual host); they print their
+# figures and a progress bar, and write their log lines to bench/results/logs/ (the path is
+# printed). Today's figures and how to read them: docs/performance.md. `make bench` runs them all; `make bench-ledger` only the
 # ledger's and wallet-api's (BENCH_ARGS, e.g. "--wallet-api-only");
 # `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
 # `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
