@@ -1,9 +1,8 @@
 """``hiwallet up``: the whole system on one machine, supervised.
 
-Migrates, starts every deployable as its own process (both identity realms, wallet-api,
-wallet-consumer, topup-webhook, withdrawal-orchestrator, bank-adapter, bank-webhook, onboarding,
-and the outside institutions' fakes: stripe-fake, bank-fake, mail-catcher, sms-fake, nvi-fake; every
-later service joins the list), waits until each is ready, seeds
+Migrates, starts every deployable of :func:`deployables` as its own process (both identity
+realms, the services, and the outside institutions' fakes; a new deployable joins that list and
+nothing else), waits until each is ready, seeds
 the demo data (idempotent: a second start reuses it), prints how to use it, then supervises
 (:class:`Supervisor`):
 
