@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-topup bench-withdrawal bench-onboarding bench-staff schema
+.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,8 +14,9 @@ $(BIN)/hiwallet: requirements.lock pyproject.toml
 
 install: $(BIN)/hiwallet
 
-# The broker's consistent-hash exchange is a plugin that ships with RabbitMQ (SYSTEM.md): enabled
-# here (as root; harmless when it is already) so that nothing is enabled by hand.
+# The broker's consistent-hash exchange is a plugin that ships with RabbitMQ
+# (docs/architecture.md): enabled here (as root; harmless when it is already) so that nothing is
+# enabled by hand.
 up: install
 	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
 	$(BIN)/hiwallet migrate
@@ -43,8 +44,11 @@ test: install lint
 schema: install
 	$(BIN)/hiwallet schema dump
 
-# The benchmarks make and drop their own databases (and RabbitMQ virtual host). `make bench` runs
-# them all; `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
+# The benchmarks make and drop their own databases (and RabbitMQ virtual host); they print their
+# figures and a progress bar, and write their log lines to bench/results/logs/ (the path is
+# printed). Today's figures and how to read them: docs/performance.md. `make bench` runs them all; `make bench-ledger` only the
+# ledger's and wallet-api's (BENCH_ARGS, e.g. "--wallet-api-only");
+# `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
 # `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
 # `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4");
 # `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60").
@@ -54,6 +58,9 @@ bench: install
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
 	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
+
+bench-ledger: install
+	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 
 bench-topup: install
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)

@@ -7,7 +7,7 @@ N ``TopupRecorded`` messages (as topup-webhook's relay publishes them: routing k
 ``hiwallet run wallet-consumer`` starts with the given prefetch and batch size, and the rate is
 N over the span of ``processed_events.processed_at`` (first to last commit), with the consumer's
 CPU share of a core over the drain. ``--prefetch 1 --max-batch 1`` is one message per
-transaction (SYSTEM.md's prefetch 1). The rate the end-to-end benchmark (topup_bench.py (b))
+transaction (prefetch 1). The rate the end-to-end benchmark (topup_bench.py (b))
 needs is 1,000 per second. Everything it starts it stops; it makes and drops its own database
 and RabbitMQ virtual host.
 

@@ -38,6 +38,7 @@ from typing import Any
 import asyncpg
 import uvloop
 
+import benchlog
 from cpu import machine_busy_s, process_cpu_s
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
@@ -251,7 +252,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     full = not args.wallet_api_only
     if full:
         print(f"pgbench tpcb-like, prepared, 8 clients, {args.duration} s ...", flush=True)
-        report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
+        with benchlog.phase("pgbench, 8 clients", args.duration):
+            report["pgbench_c8"] = pgbench(args.duration, 8, args.pgbench_scale)
         print(f"  {report['pgbench_c8']}", flush=True)
 
     # Measured as the services run: as the application role, through the posting functions
@@ -270,7 +272,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for c in (1, 8, 32) if full else (8, 32):
             print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
             await quiesce(owner)
-            report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
+            with benchlog.phase(f"p2p, concurrency {c}", args.duration):
+                report[f"spread_c{c}"] = await bench.spread(wallets, c, args.duration, f"s{c}")
             print(f"  {report[f'spread_c{c}']}", flush=True)
             if c > 1 and not args.skip_wallet_api:
                 # Right after the ledger core's own run at this concurrency, so that the two
@@ -282,7 +285,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for c in (8, 32) if full else ():
             print(f"hot account: top-ups through one provider's clearing, concurrency {c} ...", flush=True)
             await quiesce(owner)
-            report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
+            with benchlog.phase(f"hot account, concurrency {c}", args.duration):
+                report[f"hot_c{c}"] = await bench.topups(wallets, c, args.duration, f"h{c}")
             print(f"  {report[f'hot_c{c}']}", flush=True)
         if full:
             print(
@@ -291,11 +295,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             )
             one_bucket = await bench.open_wallets(100, bucket=1023)
             await quiesce(owner)
-            report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
+            with benchlog.phase("one clearing row, concurrency 32", args.duration):
+                report["hot_single_row_c32"] = await bench.topups(one_bucket, 32, args.duration, "h1")
             print(f"  {report['hot_single_row_c32']}", flush=True)
             print(f"batched: {args.batch} transfers per database transaction, 2 writers ...", flush=True)
             await quiesce(owner)
-            report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
+            with benchlog.phase("batched, 2 writers", args.duration):
+                report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
             print(f"  {report['batched']}", flush=True)
 
         print("verify ...", flush=True)
@@ -344,7 +350,9 @@ async def wallet_api(report: dict[str, Any], concurrency: int, duration_s: float
         str(concurrency),
         stdout=asyncio.subprocess.PIPE,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    # Its own start (identity, wallet-api, funded wallets) comes before the timed run.
+    with benchlog.phase(f"wallet-api, concurrency {concurrency}", duration_s):
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"wallet-api bench failed with {proc.returncode}")
     key = f"wallet_api_c{concurrency}"
@@ -414,6 +422,7 @@ def cli() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
     args = parser.parse_args()
+    benchlog.to_file()
     # uvloop, as the services run (uvicorn picks it): the client's own loop overhead is part of
     # every latency here, and at concurrency 8 the machine waits on latency, not on its CPUs.
     report = uvloop.run(main(args))

@@ -1,4 +1,4 @@
-"""Onboarding's benchmark (issue 12, "Tests and speed"): registrations completed per second end
+"""Onboarding's benchmark (docs/performance.md): registrations completed per second end
 to end, the share of time each step takes, and onboarding's peak memory.
 
     make bench-onboarding         # or: .venv/bin/python bench/onboarding_bench.py [--duration 30]
@@ -46,12 +46,14 @@ from typing import Any
 import httpx
 import uvloop
 
+import benchlog
 from hiwallet.core import db
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 from withdrawal_bench import Cpu
 
 RESULTS = Path(__file__).parent / "results"
-SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-onboarding-services.jsonl"
+# The services' log lines, their access lines read back below: the run's log file (bench/benchlog.py).
+SERVICE_LOG = benchlog.LOG
 READY_TIMEOUT_S = 90.0
 PASSWORD = "bench onboarding pass 1"
 MAIL_POLL_S = 0.02
@@ -262,10 +264,11 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         started = time.monotonic()
         clients = [asyncio.create_task(load.client()) for _ in range(args.concurrency)]
         sampling_until = started + args.duration
-        while time.monotonic() < sampling_until:
-            for p in procs:
-                p.sample()
-            await asyncio.sleep(0.5)
+        with benchlog.phase("(i) registering", args.duration):
+            while time.monotonic() < sampling_until:
+                for p in procs:
+                    p.sample()
+                await asyncio.sleep(0.5)
         load.stop.set()
         await asyncio.gather(*clients)
         ended = time.monotonic()
@@ -348,6 +351,7 @@ def cli() -> None:
         help="identity hashes passwords at a test's cost (what onboarding itself costs, without argon2)",
     )
     args = parser.parse_args()
+    benchlog.to_file()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"onboarding-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

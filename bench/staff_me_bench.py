@@ -1,5 +1,5 @@
 """staff-admin's GET /v1/me at a fixed rate: is it cheap enough to be asked on every staff
-request of every service (issue 13: p99 under 10 ms at 500 calls per second)?
+request of every service (the target: p99 under 10 ms at 500 calls per second)?
 
     .venv/bin/python bench/staff_me_bench.py [--rate 500] [--duration 20] [--employees 20]
 
@@ -39,6 +39,7 @@ import asyncpg
 import httpx
 import uvloop
 
+import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s
 from hiwallet.core import db
@@ -49,7 +50,7 @@ from hiwallet.staff_admin.service import PERMISSIONS
 from topup_bench import Child, drop, free_port, pct
 
 RESULTS = Path(__file__).parent / "results"
-LOG = Path("/tmp/staff-me-bench.log")
+LOG = benchlog.LOG  # the services' log lines: the run's log file (bench/benchlog.py)
 PASSWORD = "bench staff password"
 CONNECTIONS = 64
 
@@ -257,9 +258,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await open_loop(port, args.rate, 2, staff_request)
         await open_loop(bare_port, args.rate, 2, bare_request)
         print(f"bare baseline at {args.rate}/s for {args.duration} s ...", flush=True)
-        baseline = await open_loop(bare_port, args.rate, args.duration, bare_request, bare.pid)
+        with benchlog.phase("bare", args.duration):
+            baseline = await open_loop(bare_port, args.rate, args.duration, bare_request, bare.pid)
         print(f"staff-admin GET /v1/me at {args.rate}/s for {args.duration} s ...", flush=True)
-        measured = await open_loop(port, args.rate, args.duration, staff_request, service.pid)
+        with benchlog.phase("staff-admin", args.duration):
+            measured = await open_loop(port, args.rate, args.duration, staff_request, service.pid)
         service.sample()
         return {
             "what": "GET /v1/me, open loop, latency from each call's due time",
@@ -292,7 +295,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--employees", type=int, default=20, help="employees whose tokens are used (default 20)"
     )
-    result = uvloop.run(main(parser.parse_args()))
+    args = parser.parse_args()
+    benchlog.to_file()
+    result = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"staff-me-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,4 +1,4 @@
-"""The top-up path's benchmark (issue 10, "Speed"): one command, every figure measured in the
+"""The top-up path's benchmark (docs/performance.md): one command, every figure measured in the
 same run on the same machine, reported as ratios and as targets met.
 
     make bench-topup              # or: .venv/bin/python bench/topup_bench.py [--duration 10]
@@ -52,6 +52,7 @@ import asyncpg
 import httpx
 import uvloop
 
+import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
 from hiwallet.core import db
@@ -73,7 +74,8 @@ DRAIN_TIMEOUT_S = 120.0
 CONNECTIONS_OPEN_LOOP = 64
 PARTITIONS = tuple(f"hiwallet.topups.p{i}" for i in range(4))
 TARGETS = {"topup_vs_bare_c16": 0.7, "latency_p99_ms_max": 250.0, "rss_mb_max": 150.0}
-SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-services.jsonl"
+# The services' log lines go to the run's log file (bench/benchlog.py), not to the terminal.
+SERVICE_LOG = benchlog.LOG
 
 
 def pct(values: list[float], q: float) -> float:
@@ -463,18 +465,20 @@ async def interleaved(
         flush=True,
     )
     ratios: list[float] = []
-    for shape in (bare,) if topup is None else (bare, topup):
-        await shape.warm_up(args)
-    for n in range(args.rounds):
-        if topup is None:
-            await bare.round(args)
-            continue
-        if n % 2 == 0:
-            b, t = await bare.round(args), await topup.round(args)
-        else:
-            t, b = await topup.round(args), await bare.round(args)
-        ratios.append(round(t["requests_per_s"] / max(b["requests_per_s"], 1e-9), 3))
-        print(f"  round {n + 1}: bare {b['requests_per_s']}/s, topup {t['requests_per_s']}/s", flush=True)
+    shapes = (bare,) if topup is None else (bare, topup)
+    with benchlog.phase("(a)", len(shapes) * (WARM_UP_S + args.duration)):
+        for shape in shapes:
+            await shape.warm_up(args)
+        for n in range(args.rounds):
+            if topup is None:
+                await bare.round(args)
+                continue
+            if n % 2 == 0:
+                b, t = await bare.round(args), await topup.round(args)
+            else:
+                t, b = await topup.round(args), await bare.round(args)
+            ratios.append(round(t["requests_per_s"] / max(b["requests_per_s"], 1e-9), 3))
+            print(f"  round {n + 1}: bare {b['requests_per_s']}/s, topup {t['requests_per_s']}/s", flush=True)
     if topup is not None:
         report["topup_webhook_c16"] = topup.merged()
         report["a_rounds"] = {"rounds": args.rounds, "round_s": args.duration / args.rounds, "ratios": ratios}
@@ -587,9 +591,10 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
         # drain included (near 1.0: that process is the bound, one core being all it can use).
         cpu_before = {c.name: pids_cpu_s([c.proc.pid]) for c in (webhook, consumer)}
         started = time.monotonic()
-        due, statuses = await open_loop(
-            webhook.port, args.rate, args.latency_duration, lambda i: request(offset + i)
-        )
+        with benchlog.phase("(b)", args.latency_duration):
+            due, statuses = await open_loop(
+                webhook.port, args.rate, args.latency_duration, lambda i: request(offset + i)
+            )
         sent_done = time.monotonic()
         latency = await ledger_latencies(
             wallet_db, {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
@@ -762,6 +767,7 @@ def cli() -> None:
         "--only", choices=["bare", "a"], help="only the bare shape of (a), or only (a) (both shapes)"
     )
     args = parser.parse_args()
+    benchlog.to_file()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"topup-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -33,6 +33,7 @@ import asyncpg
 import httpx
 import uvloop
 
+import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
 from hiwallet.core import db
@@ -139,7 +140,7 @@ async def _wait_ready(client: httpx.AsyncClient, url: str, proc: subprocess.Pope
 
 # The services' log lines (wallet-api's access line on every request) go to a file, as under a
 # supervisor or a container runtime: not to the terminal, whose speed would be measured too.
-SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-services.jsonl"
+SERVICE_LOG = benchlog.LOG
 
 
 def _start(code: str, *args: str) -> subprocess.Popen[bytes]:
@@ -277,7 +278,8 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
                 headers = {"Authorization": f"Bearer {token}"}
                 (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
             before = await _server_time(client, api)
-            report = await _run(api, people, receivers, concurrency, duration_s, procs[1].pid)
+            with benchlog.phase(f"wallet-api, concurrency {concurrency}", duration_s):
+                report = await _run(api, people, receivers, concurrency, duration_s, procs[1].pid)
             after = await _server_time(client, api)
             if after[1] > before[1]:
                 # Time inside wallet-api (from its own histogram): the rest of the client's
@@ -398,6 +400,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     args = parser.parse_args()
+    benchlog.to_file()
     for c in args.concurrency:
         print(json.dumps(uvloop.run(measure(c, args.duration))), flush=True)
 

@@ -1,4 +1,4 @@
-"""The withdrawal saga's benchmark (issue 11, "Speed"): one command, every figure measured in the
+"""The withdrawal saga's benchmark (docs/performance.md): one command, every figure measured in the
 same run on the same machine.
 
     make bench-withdrawal         # or: .venv/bin/python bench/withdrawal_bench.py [--duration 30]
@@ -63,6 +63,7 @@ import asyncpg
 import httpx
 import uvloop
 
+import benchlog
 import httpload
 from cpu import pids_cpu_s
 from hiwallet.contracts.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
@@ -70,7 +71,7 @@ from hiwallet.core import db
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 
 RESULTS = Path(__file__).parent / "results"
-SERVICE_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "hiwallet-bench-withdrawal-services.jsonl"
+SERVICE_LOG = benchlog.LOG  # the services' log lines: the run's log file (bench/benchlog.py)
 READY_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 180.0
 AMOUNT_MINOR = 1_000  # 10.00 TRY: far below the review threshold and the monthly limit
@@ -809,7 +810,8 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         watching = [asyncio.create_task(sessions.run()), asyncio.create_task(depth_sampler.run())]
         load_started = time.time()
         try:
-            throughput = await saturate(orchestrator.port, people, observer, args.window, args.duration)
+            with benchlog.phase("(i) saturating", args.duration):
+                throughput = await saturate(orchestrator.port, people, observer, args.window, args.duration)
             throughput["cpu_share_of_a_core"] = cpu.shares()
         finally:
             sessions.stop.set()
@@ -845,7 +847,8 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
         cpu = Cpu(services)
         latency: dict[str, Any] = {"rate_per_s": rate, "duration_s": args.latency_duration}
         try:
-            due, statuses = await fixed_rate(orchestrator.port, people, rate, args.latency_duration)
+            with benchlog.phase("(ii) at half that rate", args.latency_duration):
+                due, statuses = await fixed_rate(orchestrator.port, people, rate, args.latency_duration)
             sent_done = time.monotonic()
             latency["drain_after_load_s"] = round(await observer.drained(), 1)
             latency["cpu_share_of_a_core"] = cpu.shares()
@@ -971,6 +974,7 @@ def cli() -> None:
         " (default: py-spy on the PATH or beside this Python, if there is one; none: no profile)",
     )
     args = parser.parse_args()
+    benchlog.to_file()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"withdrawal-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

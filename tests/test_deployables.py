@@ -5,6 +5,7 @@ its settings' default, its database is a registered one, and `up` runs exactly i
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -62,3 +63,18 @@ def test_an_option_the_deployable_does_not_take_is_refused(args: list[str], mess
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_the_readmes_table_is_the_registry() -> None:
+    """README.md's table of deployables names each deployable of the registry, in its order,
+    with its port and database: a deployable added, renamed or moved shows there too."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("<!-- deployables:start -->")[1].split("<!-- deployables:end -->")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    listed = [
+        (row[0].strip("`"), row[1].split()[0], row[2]) for row in rows if row and row[0].startswith("`")
+    ]
+    assert listed == [
+        (d.name, str(d.port), f"`{DATABASES[d.database]}`" if d.database else "none (memory)")
+        for d in DEPLOYABLES
+    ]

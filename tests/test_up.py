@@ -308,7 +308,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         )
         assert me_staff.status_code == 200, me_staff.text
         assert "staff.manage" in me_staff.json()["permissions"]
-        # The README's customer look-up: wallet-api asks staff-admin with the same token.
+        # The tour's customer look-up (docs/tour.md): wallet-api asks staff-admin with the same token.
         found = await http.get(
             f"http://127.0.0.1:{ports['wallet-api']}/v1/staff/customers",
             params={"email": DEMO_EMAIL},
@@ -346,7 +346,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         wallet = accounts.json()["accounts"][0]["wallets"][0]["id"]
 
         # A card payment at stripe-fake reaches the wallet through topup-webhook, RabbitMQ and
-        # wallet-consumer, as the README shows.
+        # wallet-consumer, as docs/tour.md shows.
         async def cash() -> int:
             found = await api.get(f"/v1/wallets/{wallet}", headers=me)
             assert found.status_code == 200, found.text
@@ -364,7 +364,7 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
             assert time.monotonic() < deadline, "the card top-up did not reach the wallet"
             await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
 
-        # A withdrawal, as the README shows: withdrawal-orchestrator, wallet-consumer,
+        # A withdrawal, as docs/tour.md shows: withdrawal-orchestrator, wallet-consumer,
         # bank-adapter, bank-fake's callback to bank-webhook, back to completed; the wallet
         # down by the amount and its fee.
         orchestrator = f"http://127.0.0.1:{ports['withdrawal-orchestrator']}"

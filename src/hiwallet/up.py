@@ -456,7 +456,7 @@ def _usage(
   curl -s -H "Authorization: Bearer $TOKEN" "{withdrawal_url}/v1/withdrawals?wallet={customer["id"]}"
 
   Register a customer at onboarding (the code arrives at the mail catcher, {mail_url}/api/v1/messages;
-  the whole way to Verified: README, "Register a customer"):
+  the whole way to Verified: docs/tour.md, "Register a customer"):
   curl -s -H 'Content-Type: application/json' -d '{{"email":"you@example.com"}}' \\
     {onboarding_url}/v1/registrations
 """)

@@ -1,5 +1,5 @@
 """The system's demo data (what `hiwallet up` seeds) is made once and reused, and the README's
-curl walk-through works on it; health, readiness and metrics as SYSTEM.md says."""
+curl tour works on it; health, readiness and metrics as docs/architecture.md says."""
 
 from __future__ import annotations
 

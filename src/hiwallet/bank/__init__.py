@@ -1,4 +1,4 @@
-"""bank-adapter and bank-webhook (issue 11, the withdrawal saga's bank side).
+"""bank-adapter and bank-webhook (the withdrawal saga's bank side).
 
 bank-adapter consumes ``hiwallet.withdrawals.bank`` (StartBankTransfer): it asks the bank for
 the transfer (``POST /v1/transfers``, the command id as Idempotency-Key) and records it pending

@@ -28,7 +28,7 @@ MAX_BANK_CALL_BUDGET_S = 40.0
 class BankSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_BANK_", extra="ignore")
 
-    # bank-adapter: /health, /ready and /metrics only (SYSTEM.md)
+    # bank-adapter: /health, /ready and /metrics only (no ingress: docs/architecture.md)
     adapter_port: int = 9102
     # bank-webhook: the bank's callbacks
     webhook_port: int = 8021

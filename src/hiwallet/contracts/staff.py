@@ -1,6 +1,6 @@
 """Staff on every service: the fixed permissions, who an employee is, and the live check.
 
-The architecture document's "Staff identity": an employee logs in on the staff realm; what they
+Staff identity (docs/architecture.md, "Tokens and realms"): an employee logs in on the staff realm; what they
 may do is staff-admin's to say, read on EVERY staff request with the employee's own token
 (``GET /v1/me``), never cached, so a deactivation or a role change holds from the very next
 request. The permissions are fixed in code (:class:`StaffPermission`); they live here, not in

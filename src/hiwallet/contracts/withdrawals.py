@@ -1,8 +1,8 @@
-"""The withdrawal saga's messages and topology (the architecture document's Shared.Contracts).
+"""The withdrawal saga's messages and topology: the contract its processes share.
 
 Every command and result of the saga travels through ``hiwallet.withdrawals`` (direct exchange,
-routing key = the message's type, SYSTEM.md). The bodies are JSON objects with the fields of the
-models below (snake_case: the document's ``CommandId``, ``SagaId``, ``Amount``, ``Currency``,
+routing key = the message's type: docs/architecture.md). The bodies are JSON objects with the fields of the
+models below (snake_case: ``CommandId``, ``SagaId``, ``Amount``, ``Currency``,
 ``DestinationIban`` are ``command_id``, ``saga_id``, ``amount_minor``, ``currency``,
 ``destination_iban``). The AMQP message's ``type`` is the model's name and its correlation id the
 saga id.

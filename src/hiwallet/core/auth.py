@@ -390,7 +390,7 @@ def require_principal(
     """A FastAPI dependency: the verified caller, or 401 problem+json.
 
     ``kinds`` defaults to customers only: an endpoint is closed to staff and to service accounts
-    unless it says otherwise (the architecture document's default policy). ``azp``, when given,
+    unless it says otherwise (the platform's default policy: docs/architecture.md). ``azp``, when given,
     lists the clients whose tokens this endpoint accepts. ``verifier`` may be a callable so an app
     can build its verifier in its lifespan.
     """

@@ -14,7 +14,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[3]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_", extra="ignore")
 
-    # A server URL; each service appends its own database name (SYSTEM.md, Infrastructure).
+    # A server URL; each service appends its own database name (docs/architecture.md).
     # Services connect as their database's application role (core/db.py, app_role) when the URL
     # names no user, else as the user it names (a deployment's per-service URL with a password).
     database_url: str = "postgresql://localhost:5432"

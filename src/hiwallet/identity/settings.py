@@ -23,7 +23,7 @@ class IdentitySettings(BaseSettings):
     staff_port: int = 8180
     realms_dir: Path = REALMS_DIR
     # The realms' database names; empty means hiwallet_identity and hiwallet_staff_identity
-    # (SYSTEM.md). Tests run `hiwallet up` on clones.
+    # (core/db.py, DATABASES). Tests run `hiwallet up` on clones.
     database: str = ""
     staff_database: str = ""
 
@@ -59,8 +59,8 @@ class IdentitySettings(BaseSettings):
     smtp_timeout_s: float = 5.0
     mail_from: str = "no-reply@hiwallet.dev"
 
-    # The staff realm answers only these client networks (the architecture document: "reachable
-    # only from the internal network"). Behind a proxy the proxy's address is what is seen, so
+    # The staff realm answers only these client networks (it is reachable only from the internal
+    # network: docs/architecture.md). Behind a proxy the proxy's address is what is seen, so
     # the proxy must enforce it too. Empty list: no restriction.
     staff_allowed_networks: list[str] = [
         "127.0.0.0/8",

@@ -1,9 +1,9 @@
-"""The ledger core (the architecture document's WalletService.Core), and its declared API.
+"""The ledger core (every writer of money goes through it), and its declared API.
 
-Every service that reads or writes the ledger - wallet-api today, wallet-consumer and the
-withdrawal orchestrator next - imports from this package only, never from its modules (an
-import-linter contract in pyproject.toml holds it; tests/ledger/test_api.py checks that
-``__all__`` is exactly this list and that every name resolves). What is not here is the
+Every service that reads or writes the ledger - wallet-api and wallet-consumer - imports from
+this package only, never from its modules (an import-linter contract in pyproject.toml holds
+it; tests/ledger/test_api.py checks that ``__all__`` is exactly this list and that every name
+resolves). What is not here is the
 ledger's own business: the store's SQL and argument encoding, the translation of driver errors,
 fault injection, the verifier's queries.
 

@@ -1,5 +1,6 @@
-"""Posting rules: one pure function per transaction type of the architecture document's legs
-table. Each validates its input and returns a :class:`Posting`; none touches the database.
+"""Posting rules: one pure function per transaction type of the legs table (docs/ledger.md,
+"Transaction types and their legs"). Each validates its input and returns a :class:`Posting`;
+none touches the database.
 
 Sign convention: credit +, debit −. Every rule's legs sum to zero per currency (asserted here,
 and enforced again by the database at commit).

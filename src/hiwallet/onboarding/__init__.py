@@ -1,4 +1,4 @@
-"""onboarding (issue 12): registration (an e-mail code, a password, the user in the customers'
+"""onboarding: registration (an e-mail code, a password, the user in the customers'
 realm, the personal account in wallet-api), basic verification (phone, identity against the
 population registry, consents) and the tier it sets; the only service holding a customer's
 personal data, sealed field by field in its own database. docs/onboarding.md."""

@@ -1,4 +1,4 @@
-"""The first wire from the customer's own bank account -> Verified (issue 12, "Beyond the seed").
+"""The first wire from the customer's own bank account -> Verified (docs/events.md).
 
 wallet-consumer announces every credited wire (``TopupCredited``, contracts/events.py) on
 ``hiwallet.events``; this consumer takes them from ``hiwallet.onboarding.wires`` (core's
@@ -21,7 +21,7 @@ Anything else changes nothing, and is recorded as such: a wire from someone else
 (``wire-unknown``) in ``wire_checks``; a wallet that is no customer's, a customer already
 verified or not through basic verification yet, a provider other than the bank, in the
 message's stored outcome. Basic verification first, because Verified sits above Unverified on
-the architecture document's ladder: a wire must not let a customer skip the consents.
+the tiers' ladder (docs/architecture.md): a wire must not let a customer skip the consents.
 
 What fails, and what happens:
 

@@ -1,4 +1,4 @@
-"""staff-admin (issue 13): employees, roles (named sets of the fixed permissions of
+"""staff-admin: employees, roles (named sets of the fixed permissions of
 hiwallet.contracts.staff), invitations into the staff realm, and the append-only audit log; and
 ``GET /v1/me``, which every service asks on every staff request. docs/staff.md."""
 

@@ -51,7 +51,7 @@ async def create_staff_admin_pool(
 
 
 def verifier_for(settings: StaffAdminSettings) -> TokenVerifier:
-    # The staff issuer ONLY (the architecture document): a customer's token is not one of ours.
+    # The staff issuer ONLY (docs/architecture.md): a customer's token is not one of ours.
     return TokenVerifier(
         [TrustedIssuer.keycloak(settings.staff_issuer_base, settings.staff_realm, "staff", settings.audience)]
     )

@@ -17,7 +17,7 @@ class StaffAdminSettings(BaseSettings):
     db_pool_max_size: int = 10
     max_body_bytes: int = 16_384
 
-    # The staff realm (SYSTEM.md: identity (staff), :8180). staff-admin trusts ONLY its tokens,
+    # The staff realm (identity's hiwallet-staff realm, :8180). staff-admin trusts ONLY its tokens,
     # for the audience every internal service shares: the employee's token that backoffice-bff
     # forwards, and that wallet-api and the orchestrator pass on to GET /v1/me as it is.
     staff_issuer_base: str = "http://127.0.0.1:8180"

@@ -15,7 +15,7 @@ from hiwallet.wallet_api import errors
 
 
 class Tier(StrEnum):
-    """A personal account's tier; it only goes up (the architecture document's table)."""
+    """A personal account's tier; it only goes up (docs/architecture.md, "Tokens and realms")."""
 
     UNKNOWN = "unknown"
     UNVERIFIED = "unverified"

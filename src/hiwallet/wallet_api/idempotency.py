@@ -80,7 +80,7 @@ async def idempotent(
     record meets the first one's row (unique violation), everything rolls back, and the
     retry answers the stored answer. Refusals raise and roll
     back, so they are not stored: the key can be used again once the cause is fixed
-    (SYSTEM.md: a refused movement leaves nothing behind)."""
+    (a refused movement leaves nothing behind: docs/architecture.md)."""
 
     async def run(conn: asyncpg.Connection) -> Answer:
         begun = await conn.fetchrow(

@@ -67,7 +67,7 @@ class WalletService:
         self.transfer_of = transfers.transfer_of
         self.refund = promos.refund
         self.promo_grant = promos.promo_grant
-        # promo programmes (a business proposes, staff decide) and staff money (issue 13)
+        # promo programmes (a business proposes, staff decide) and staff money (docs/staff.md)
         self.propose_programme = staff.propose_programme
         self.programmes_of = staff.programmes_of
         self.programme_of = staff.programme_of

@@ -20,9 +20,9 @@ class WalletApiSettings(BaseSettings):
     # two at concurrency 8 and 32 (bench/: its batches are twice as big, and a transfer now
     # costs it ~150 µs of CPU); a machine with more cores would run more.
     workers: int = 1
-    # The database name; empty means hiwallet_wallet (SYSTEM.md). Tests and benches use clones.
+    # The database name; empty means hiwallet_wallet (core/db.py). Tests and benches use clones.
     database: str = ""
-    # Trusted issuers (SYSTEM.md): customers' and staff's identity providers, and the audience
+    # Trusted issuers (docs/architecture.md): customers' and staff's identity providers, and the audience
     # every internal service shares. Which realm a token came from is told by which key signed it.
     customer_issuer_base: str = "http://127.0.0.1:8080"
     customer_realm: str = "hiwallet"
@@ -30,7 +30,7 @@ class WalletApiSettings(BaseSettings):
     staff_realm: str = "hiwallet-staff"
     audience: str = "hiwallet-api"
     # Only this client (a service account of the customer realm) opens personal accounts and
-    # raises tiers (the architecture document: "these endpoints look for onboarding's client").
+    # raises tiers (these endpoints look for onboarding's client in the token's azp).
     onboarding_client: str = "onboarding"
 
     # Staff endpoints (/v1/staff/...): staff-admin's GET /v1/me is asked, with the employee's
@@ -45,7 +45,7 @@ class WalletApiSettings(BaseSettings):
     identity_admin_secret: SecretStr = SecretStr("dev-wallet-api-secret")
     identity_admin_timeout_s: float = 3.0
 
-    # Staff money (issue 13), in minor units per currency. A goodwill credit above the
+    # Staff money (docs/staff.md), in minor units per currency. A goodwill credit above the
     # threshold waits for a second employee; what one employee asks for in goodwill (pending
     # or posted) and grants in platform promo outside a campaign is capped per UTC day.
     goodwill_approval_threshold_minor: int = 500_00

@@ -2,8 +2,9 @@
 (accounts, members, wallets, balances, movements with who made each), and open business
 accounts and link merchant integrations to them (what ``hiwallet business`` does for a shell).
 
-Membership is not asked (the architecture document: with ``customer.view`` an employee views any
-customer's record); the permission was checked before a method here is called (contracts.staff).
+Membership is not asked (with ``customer.view`` an employee views any customer's record:
+docs/architecture.md, "Tokens and realms"); the permission was checked before a method here is
+called (contracts.staff).
 Every read of a customer's record is logged with the employee as the actor and the ids read (no
 personal data), so who looked at whom can be answered.
 """

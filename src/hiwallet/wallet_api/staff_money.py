@@ -1,4 +1,4 @@
-"""Money that staff move, and the promo programmes that let a business grant promo (issue 13).
+"""Money that staff move, and the promo programmes that let a business grant promo.
 
 - platform-funded promo (``promo.staff``): promo_expense −, customer promo +, with an expiry;
   each employee's grants outside a campaign are capped per day;

@@ -1,4 +1,4 @@
-"""wallet-api's staff endpoints that move money or decide who may (issue 13). Each names the one
+"""wallet-api's staff endpoints that move money or decide who may. Each names the one
 permission it needs (contracts.staff.require_staff: a staff-realm token, then staff-admin's GET /v1/me
 asked live); a customer token is refused as staff are on customer endpoints."""
 

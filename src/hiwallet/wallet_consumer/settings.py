@@ -39,7 +39,7 @@ class WalletConsumerSettings(BaseSettings):
     # Messages in hand per queue, handled in batches in delivery order (core.consumer's batch
     # mode): with single active consumer, one channel per queue, one batch at a time per queue
     # and the ack after the commit, a wallet's messages are handled in the order they were
-    # published to its partition, as with prefetch 1. SYSTEM.md says prefetch 1: one message
+    # published to its partition, as with prefetch 1. Prefetch 1 itself, one message
     # per transaction carried ~260-320/s end to end, short of 1,000/s (docs/spine.md, figures).
     # Twice max_batch: the next batch is delivered while one is handled (with prefetch =
     # max_batch, a full batch leaves the broker nothing to send until its ack).

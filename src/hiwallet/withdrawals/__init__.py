@@ -1,4 +1,4 @@
-"""withdrawal-orchestrator (issue 11): the withdrawal saga's orchestrator. A customer's
+"""withdrawal-orchestrator: the withdrawal saga's orchestrator. A customer's
 request becomes a saga (withdrawal.sagas) and its first command; each result of wallet-consumer
 and the bank moves it on, with the next command, through the outbox and its relay to
 ``hiwallet.withdrawals``; large withdrawals wait for a review; a periodic scan publishes the

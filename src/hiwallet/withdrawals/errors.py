@@ -53,8 +53,8 @@ class WalletApiUnavailable(http.ServiceUnavailable):
     title = "A service this answer depends on is not reachable"
 
 
-# -- the service layer's refusals (the review's operations; the staff endpoint of issue 13
-#    answers them over HTTP) ------------------------------------------------------------------
+# -- the service layer's refusals (the review's operations; the staff endpoints
+#    (staff_routes.py) answer them over HTTP) ---------------------------------------------
 
 
 class SagaNotFound(http.NotFound):

@@ -680,7 +680,7 @@ class WithdrawalService:
             return target
         raise Unprocessable(f"no handling for {type(result).__name__}")
 
-    # -- the review (staff: the CLI now, the staff endpoint of issue 13 later) ----------------
+    # -- the review (staff: the CLI and the staff endpoints, staff_routes.py) -----------------
 
     async def release(self, saga_id: str, actor: str) -> dict[str, Any]:
         """A reviewed withdrawal goes to the bank: under_review → bank_transfer_pending, with

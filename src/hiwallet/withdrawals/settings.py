@@ -18,7 +18,7 @@ class WithdrawalSettings(BaseSettings):
     db_pool_max_size: int = 26
     max_body_bytes: int = 16_384
 
-    # Who may ask (SYSTEM.md): customers' tokens (people and the customer realm's service
+    # Who may ask (docs/architecture.md): customers' tokens (people and the customer realm's service
     # accounts) for the audience every internal service shares.
     customer_issuer_base: str = "http://127.0.0.1:8080"
     customer_realm: str = "hiwallet"

@@ -1,4 +1,4 @@
-"""The Idempotency-Key protocol every money-moving POST shares (SYSTEM.md, "Conventions"): the
+"""The Idempotency-Key protocol every money-moving POST shares (docs/architecture.md): the
 key's form and the four problems it can answer. wallet-api and withdrawal-orchestrator keep
 their own stored answers (each in its database); what a client sees of the key is this one
 copy, so the same key is treated alike by every service.
