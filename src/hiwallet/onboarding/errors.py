@@ -4,6 +4,7 @@ the slugs are stable. No refusal carries the personal data it refused."""
 
 from __future__ import annotations
 
+from hiwallet.contracts import problems
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
 
@@ -65,12 +66,6 @@ class PasswordRefused(ProblemError):
     title = "The password is not accepted"
 
 
-class StaffNotAllowed(ProblemError):
-    status = 403
-    slug = "caller-not-allowed"
-    title = "This kind of caller may not use this endpoint"
-
-
 class CustomerNotFound(http.NotFound):
     slug = "customer-not-found"
     title = "No customer registered through onboarding has this identity"
@@ -126,9 +121,7 @@ class ConsentVersionInvalid(ProblemError):
     title = "This is not the document's current version"
 
 
-class DependencyUnavailable(http.ServiceUnavailable):
-    slug = "dependency-unavailable"
-    title = "A service this answer depends on is not reachable; try again"
+DependencyUnavailable = problems.DependencyUnavailable
 
 
 class FaultInjected(Exception):

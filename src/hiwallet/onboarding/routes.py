@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictStr
 
-from hiwallet.core.auth import Principal, bearer_token
+from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.service import OnboardingService
@@ -160,7 +160,7 @@ async def _customer(
     """The customer's subject; staff and service-account tokens are refused."""
     principal: Principal = await request.app.state.verifier.verify(bearer_token(request))
     if principal.kind != "customer" or principal.is_service_account:
-        raise errors.StaffNotAllowed("only a customer's own token")
+        raise CallerNotAllowed("only a customer's own token")
     return principal.subject
 
 

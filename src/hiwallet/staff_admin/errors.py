@@ -4,6 +4,7 @@ permission are contracts.staff's, the same types every service answers."""
 
 from __future__ import annotations
 
+from hiwallet.contracts import problems
 from hiwallet.contracts.staff import PermissionMissing as PermissionMissing
 from hiwallet.contracts.staff import StaffNotAllowed as StaffNotAllowed
 from hiwallet.core import http
@@ -84,19 +85,11 @@ class InvalidCursor(ProblemError):
     title = "The cursor is not one this service gave"
 
 
-class IdentityUnavailable(http.ServiceUnavailable):
+class IdentityUnavailable(problems.IdentityUnavailable):
     """The staff realm's admin API could not be asked (or refused staff-admin's account)."""
-
-    slug = "identity-unavailable"
-    title = "The staff identity provider could not be reached"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail, headers={"Retry-After": "2"})
 
 
 class Unavailable(http.ServiceUnavailable):
-    slug = "service-unavailable"
-
     def __init__(self, detail: str) -> None:
         super().__init__(detail, headers={"Retry-After": "1"})
 

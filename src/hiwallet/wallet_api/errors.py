@@ -5,6 +5,7 @@ answer of every refusal is decided in this one file."""
 from __future__ import annotations
 
 from hiwallet import ledger
+from hiwallet.contracts import problems
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import (  # one protocol for every money-moving POST
@@ -29,12 +30,6 @@ class OnboardingOnly(ProblemError):
     status = 403
     slug = "onboarding-only"
     title = "Only the onboarding service may do this"
-
-
-class StaffNotAllowed(ProblemError):
-    status = 403
-    slug = "caller-not-allowed"
-    title = "This kind of caller may not use this endpoint"
 
 
 class TierNotAllowed(ProblemError):
@@ -99,10 +94,7 @@ class CurrencyMismatch(ProblemError):
     title = "The currencies do not match"
 
 
-class UnsupportedCurrency(ProblemError):
-    status = 422
-    slug = "unsupported-currency"
-    title = "The currency is not supported"
+UnsupportedCurrency = problems.UnsupportedCurrency
 
 
 class InsufficientFunds(ProblemError):
@@ -178,7 +170,7 @@ class AlreadyDecided(ProblemError):
 
 
 class Unavailable(http.ServiceUnavailable):
-    slug = "service-unavailable"
+    """The wallet database could not be used: a retry cures it."""
 
 
 def from_ledger(exc: ledger.LedgerError) -> ProblemError | None:

@@ -15,7 +15,7 @@ import time
 import httpx
 import structlog
 
-from hiwallet.core.http import ServiceUnavailable
+from hiwallet.contracts import problems
 from hiwallet.wallet_api.settings import WalletApiSettings
 
 log = structlog.get_logger(__name__)
@@ -24,12 +24,8 @@ MAX_MATCHES = 20  # an exact e-mail names one person; a few more would be a data
 TOKEN_MARGIN_S = 30.0  # a token is fetched again this long before it expires
 
 
-class IdentityUnavailable(ServiceUnavailable):
-    slug = "identity-unavailable"
-    title = "The identity provider could not be asked"
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail, headers={"Retry-After": "2"})
+class IdentityUnavailable(problems.IdentityUnavailable):
+    """The customer realm's admin API could not be asked."""
 
 
 class CustomerIdentities:

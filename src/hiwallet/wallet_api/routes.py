@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from starlette.convertors import Convertor, register_url_convertor
 
-from hiwallet.core.auth import bearer_token
+from hiwallet.core.auth import CallerNotAllowed, bearer_token
 from hiwallet.core.http import (
     PROBLEM_CONTENT_TYPE,
     FastJSONResponse,
@@ -23,7 +23,6 @@ from hiwallet.core.http import (
 )
 from hiwallet.core.text import PrintableText
 from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_STATEMENT_PAGE
-from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.domain import (
     ACCOUNT_ID_PATTERN,
     TRANSFER_ID_PATTERN,
@@ -306,7 +305,7 @@ async def verified_caller(request: Request) -> Caller:
     customer endpoint (staff endpoints come with the staff side)."""
     principal = await request.app.state.verifier.verify(bearer_token(request))
     if principal.kind != "customer":
-        raise errors.StaffNotAllowed("staff tokens are not accepted on customer endpoints")
+        raise CallerNotAllowed("staff tokens are not accepted on customer endpoints")
     return Caller(principal.issuer, principal.subject, principal.azp, principal.is_service_account)
 
 

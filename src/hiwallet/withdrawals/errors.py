@@ -4,6 +4,7 @@ are wallet-api's (the same slugs and statuses: one protocol for every money-movi
 
 from __future__ import annotations
 
+from hiwallet.contracts import problems
 from hiwallet.core import http
 from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import (  # one protocol for every money-moving POST
@@ -30,27 +31,15 @@ class InvalidIban(ProblemError):
     title = "The destination IBAN is not valid"
 
 
-class UnsupportedCurrency(ProblemError):
-    status = 422
-    slug = "unsupported-currency"
-    title = "The currency is not supported"
-
-
-class StaffNotAllowed(ProblemError):
-    status = 403
-    slug = "caller-not-allowed"
-    title = "This kind of caller may not use this endpoint"
+UnsupportedCurrency = problems.UnsupportedCurrency
 
 
 class Unavailable(http.ServiceUnavailable):
-    slug = "service-unavailable"
+    """The withdrawal database could not be used: a retry cures it."""
 
 
-class WalletApiUnavailable(http.ServiceUnavailable):
+class WalletApiUnavailable(problems.DependencyUnavailable):
     """wallet-api, which answers who may see a wallet's withdrawals, could not be asked."""
-
-    slug = "dependency-unavailable"
-    title = "A service this answer depends on is not reachable"
 
 
 # -- the service layer's refusals (the review's operations; the staff endpoints

@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from hiwallet.contracts.withdrawals import Requester
-from hiwallet.core.auth import Principal, bearer_token
+from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, json_body, json_body_openapi
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.service import WithdrawalService, view
@@ -95,7 +95,7 @@ async def verified_caller(request: Request) -> Principal:
     """The verified caller: customer-realm tokens only (a staff token is refused here)."""
     principal: Principal = await request.app.state.verifier.verify(bearer_token(request))
     if principal.kind != "customer":
-        raise errors.StaffNotAllowed("staff tokens are not accepted on customer endpoints")
+        raise CallerNotAllowed("staff tokens are not accepted on customer endpoints")
     return principal
 
 
