@@ -3,7 +3,7 @@ service's rounds (never two at once).
 
 :func:`register` adds this package's ``topups`` commands to any Typer: ``hiwallet.cli`` mounts
 one ``topups`` sub-app holding them and wallet-consumer's (``unattributed``, ``attribute``), so
-neither service imports the other; :data:`topups_app` holds these alone."""
+neither service imports the other."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from hiwallet.topup_webhook.service import TopupService, verifiers_for
 from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
 from hiwallet.topup_webhook.store import TopupStore
 
-__all__ = ["reconcile_once", "register", "topups_app"]
+__all__ = ["reconcile_once", "register"]
 
 console = Console(emoji=False, soft_wrap=True)
 
@@ -77,7 +77,3 @@ def reconcile() -> None:
 def register(app: typer.Typer) -> None:
     """Add topup-webhook's ``topups`` commands to ``app``."""
     app.command("reconcile")(reconcile)
-
-
-topups_app = typer.Typer(no_args_is_help=True, help="Top-ups: reconciliation (operator commands).")
-register(topups_app)

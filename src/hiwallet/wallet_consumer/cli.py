@@ -4,7 +4,7 @@ in :mod:`hiwallet.wallet_consumer.attribution`.
 
 Other packages add their own ``topups`` commands (topup-webhook: ``reconcile``): the commands
 here are added to any Typer by :func:`register` (``hiwallet.cli`` mounts one ``topups``
-sub-app holding them all); :data:`topups_app` holds these alone.
+sub-app holding them all).
 """
 
 from __future__ import annotations
@@ -122,7 +122,3 @@ def register(app: typer.Typer) -> None:
     """Add wallet-consumer's ``topups`` commands to ``app``."""
     app.command("unattributed")(unattributed)
     app.command("attribute")(attribute_command)
-
-
-topups_app = typer.Typer(no_args_is_help=True, help="Top-ups: the unattributed ones (operator commands).")
-register(topups_app)
