@@ -32,11 +32,11 @@ from hiwallet.contracts.withdrawals import withdrawals_topology
 from hiwallet.core import db
 from hiwallet.core.broker import Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
-from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.http import serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -208,13 +208,10 @@ def create_bank_adapter_app(
     bank's HTTP side in-process (tests). ``reconcile=False``: no periodic reconciliation (tests
     run rounds by hand through ``app.state.reconciler``)."""
     settings = settings or get_bank_settings()
-    checks: dict[str, ReadyCheck] = {}
     spec = service_spec(
         settings, topology or topology_of(settings), bank_transport=bank_transport, reconcile=reconcile
     )
-    return create_app(
-        SERVICE, ready_checks=checks, lifespan=service_lifespan(spec, checks, settings=core_settings)
-    )
+    return build_app(spec, settings=core_settings)
 
 
 def run_bank_adapter(port: int | None, host: str) -> None:

@@ -38,14 +38,16 @@ from typing import Any
 
 import asyncpg
 import structlog
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from pydantic import BaseModel
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import RESTART_DELAY_S, declare_when_reachable
 from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
 from hiwallet.core.consumer import Consumer
-from hiwallet.core.http.app import Lifespan, ReadyCheck
+from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
+from hiwallet.core.http.lean import LeanRoute, document_models
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import Relay
 from hiwallet.core.settings import Settings, get_settings
@@ -57,6 +59,7 @@ __all__ = [
     "DatabaseSpec",
     "Runtime",
     "ServiceSpec",
+    "build_app",
     "service_lifespan",
 ]
 
@@ -229,7 +232,12 @@ class Runtime:
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One deployable's declaration (see the module's docstring for what the builder does)."""
+    """One deployable's declaration (see the module's docstring for what the builder does).
+
+    The HTTP side, for :func:`build_app`: ``routers`` in order, the lean routes among them that
+    take the ``hot_routes`` lane, the models the OpenAPI document refers to by hand
+    (``documented``), the body limit, and ``metrics``, called with the app's registry before
+    the routes are included (the service's own counters, on ``app.state``)."""
 
     name: str
     setup: Callable[[Runtime], Awaitable[None]]
@@ -237,6 +245,38 @@ class ServiceSpec:
     issuers: Callable[[], Sequence[TrustedIssuer]] | None = None
     topology: Topology | None = None
     consumer_stop_timeout_s: float = CONSUMER_STOP_TIMEOUT_S
+    routers: Sequence[APIRouter] = ()
+    hot_routes: Sequence[LeanRoute] = ()
+    documented: Sequence[type[BaseModel]] = ()
+    max_body_bytes: int = 1_000_000
+    metrics: Callable[[FastAPI], None] | None = None
+
+
+def build_app(
+    spec: ServiceSpec,
+    *,
+    settings: Settings | None = None,
+    verifier: TokenVerifier | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """The process's app: the platform's HTTP factory (problem+json, the edge, /health, /ready,
+    /metrics), the builder's lifespan, the service's metrics and routes (see
+    :func:`service_lifespan` for ``verifier`` and ``background``)."""
+    checks: dict[str, ReadyCheck] = {}
+    app = create_app(
+        spec.name,
+        ready_checks=checks,
+        lifespan=service_lifespan(spec, checks, settings=settings, verifier=verifier, background=background),
+        max_body_bytes=spec.max_body_bytes,
+        hot_routes=spec.hot_routes,
+    )
+    if spec.metrics is not None:
+        spec.metrics(app)
+    for router in spec.routers:
+        app.include_router(router)
+    if spec.documented:
+        document_models(app, *spec.documented)
+    return app
 
 
 def service_lifespan(

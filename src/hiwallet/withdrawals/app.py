@@ -26,17 +26,14 @@ from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import (
     LeanRoute,
-    ReadyCheck,
-    create_app,
-    document_models,
     serve,
     settle_heap_once_started,
 )
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
+from hiwallet.core.settings import Settings
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
@@ -131,7 +128,6 @@ def retention_job(
 
 def service_spec(
     settings: WithdrawalSettings,
-    core: Settings,
     *,
     wallet_api: httpx.AsyncClient | None = None,
 ) -> ServiceSpec:
@@ -205,12 +201,21 @@ def service_spec(
             ),
         )
 
+    def metrics(app: FastAPI) -> None:
+        app.state.withdrawal_metrics = WithdrawalMetrics(app.state.metrics_registry)
+
     return ServiceSpec(
         SERVICE,
         setup,
         database=DatabaseSpec(database_of(settings), db.app_role("withdrawal"), settings.db_pool_max_size),
         issuers=lambda: issuers_of(settings),
         topology=withdrawals_topology(),
+        routers=(lean_router, router, staff_router),
+        # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
+        hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
+        documented=(WithdrawalIn,),
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
     )
 
 
@@ -225,24 +230,8 @@ def create_withdrawal_app(
     """``background=False``: the routes alone, without the broker, the consumer, the relay and
     the jobs (tests that run those by hand). ``verifier`` and ``wallet_api`` stand in for the
     identity provider's keys and wallet-api's HTTP in unit tests."""
-    settings = settings or get_withdrawal_settings()
-    core = core_settings or get_settings()
-    checks: dict[str, ReadyCheck] = {}
-    spec = service_spec(settings, core, wallet_api=wallet_api)
-    app = create_app(
-        SERVICE,
-        ready_checks=checks,
-        lifespan=service_lifespan(spec, checks, settings=core, verifier=verifier, background=background),
-        max_body_bytes=settings.max_body_bytes,
-        # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
-        hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
-    )
-    app.state.withdrawal_metrics = WithdrawalMetrics(app.state.metrics_registry)
-    app.include_router(lean_router)
-    app.include_router(router)
-    app.include_router(staff_router)
-    document_models(app, WithdrawalIn)
-    return app
+    spec = service_spec(settings or get_withdrawal_settings(), wallet_api=wallet_api)
+    return build_app(spec, settings=core_settings, verifier=verifier, background=background)
 
 
 def run_withdrawal_orchestrator(port: int | None, host: str) -> None:
