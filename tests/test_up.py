@@ -231,7 +231,11 @@ class Output:
         """The pids logged with ``event`` for ``child``, in order. Tolerant of the renderer
         (key=value or JSON)."""
         found = []
+        # the child's whole name ("identity", not "identity-staff")
+        named = re.compile(rf"child\W+{re.escape(child)}(?![\w-])")
         for line in self.lines(event, child):
+            if not named.search(line):
+                continue
             match = re.search(r"pid\W+(\d+)", line)
             if match:
                 found.append(int(match[1]))

@@ -125,7 +125,10 @@ async def test_the_process_serves_and_stops(withdrawal_db: str) -> None:
                     pass
                 await asyncio.sleep(0.05)
             ready = await client.get("/ready")
-            assert (ready.status_code, ready.json()["checks"]) == (503, {"broker": "unavailable"})
+            assert (ready.status_code, ready.json()["checks"]) == (
+                503,
+                {"broker": "unavailable", "consumers": "unavailable"},
+            )
             anonymous = await client.post("/v1/withdrawals", json={}, headers={"Idempotency-Key": "k"})
             assert anonymous.status_code in (401, 422)
             assert "hiwallet_withdrawal_sagas" in (await client.get("/metrics")).text

@@ -74,16 +74,6 @@ def database_name(key: str) -> str:
     return f"{DATABASE_PREFIX}{key}"
 
 
-def key_of(database: str) -> str:
-    """The key of a database named by :func:`database_name` (``hiwallet_wallet`` -> ``wallet``)."""
-    if not database.startswith(DATABASE_PREFIX) or database == DATABASE_PREFIX:
-        raise DatabaseMisconfigured(
-            f"{database!r} is not named hiwallet_<key>: say which role connects to it "
-            "(create_pool(..., role=db.app_role(key)))"
-        )
-    return database.removeprefix(DATABASE_PREFIX)
-
-
 # What a retry can cure, by SQLSTATE: the connection (class 08), the server going away or
 # refusing connections (57P01-57P03, 53300), our own statement and lock timeouts (57014,
 # 55P03), and a deadlock or serialization failure (40P01, 40001; callers retry these a few
@@ -266,16 +256,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 async def create_pool(
     database: str,
     *,
-    role: str | None = None,
+    role: str,
     settings: Settings | None = None,
     min_size: int | None = None,
     max_size: int | None = None,
     init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> asyncpg.Pool:
-    """A service's pool on ``database``, as ``role`` (default: the database's application
-    role). Refuses to start when the session may change the schema (see check_service_role)."""
+    """A service's pool on ``database``, as ``role`` (its application role, :func:`app_role`,
+    named by the caller whatever the database's name: tests use clones). Refuses to start when
+    the session may change the schema (see check_service_role)."""
     settings = settings or get_settings()
-    role = role or app_role(key_of(database))
     try:
         pool = await asyncpg.create_pool(
             service_dsn(database, role, settings),

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from hiwallet.core.db import create_pool
+from hiwallet.core.db import app_role, create_pool
 from hiwallet.identity.keys import ensure_keys, rotate_keys
 from hiwallet.identity.realm import REALM_DATABASES, RealmConfigError
 from hiwallet.identity.settings import get_identity_settings
@@ -27,8 +27,8 @@ def rotate_keys_command(realm: RealmOption = "hiwallet") -> None:
     settings = get_identity_settings()
 
     async def _run() -> str:
-        database = settings.database_name(REALM_DATABASES[realm])
-        pool = await create_pool(database, min_size=1, max_size=2)
+        key = REALM_DATABASES[realm]
+        pool = await create_pool(settings.database_name(key), role=app_role(key), min_size=1, max_size=2)
         try:
             await ensure_keys(pool, settings.key_bits)
             kid = await rotate_keys(pool, settings.key_bits, publish_for_s=retire_after(realm))

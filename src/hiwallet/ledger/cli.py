@@ -46,7 +46,11 @@ async def _ledger(role: str | None = None) -> AsyncIterator[Ledger]:
     as ``role``."""
     settings = get_settings()
     pool = await db.create_pool(
-        DATABASES["wallet"], role=role, settings=settings, max_size=2, init=init_connection
+        DATABASES["wallet"],
+        role=role or db.app_role("wallet"),
+        settings=settings,
+        max_size=2,
+        init=init_connection,
     )
     try:
         store = LedgerStore.from_settings(pool)
