@@ -95,7 +95,9 @@ GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the
 --    owner, whatever the caller may do itself. The search path is pinned so that nothing the
 --    caller creates or sets can stand in for a table, type, function or operator they name
---    (pg_temp last: never searched before the schemas). Listed by name, every overload, with
+--    (pg_temp last: never searched before the schemas); a service's function's path leaves
+--    the ledger out, so that an unqualified name in it cannot reach past ledger_api either
+--    (tests/test_ledger_boundary.py). Listed by name, every overload, with
 --    who may call them: a migration that changes a signature keeps them, and a name listed
 --    here that no longer exists stops migrate rather than lose its guard silently.
 --    wallet-api: its transfers, the ledger's use cases it runs (hiwallet.ledger: post, holds,
@@ -125,13 +127,17 @@ BEGIN
         RAISE EXCEPTION 'grants.sql names functions that do not exist: %', missing;
     END IF;
     FOR f IN
-        SELECT p.oid::regprocedure AS proc, writers[i][2] AS callers
+        SELECT p.oid::regprocedure AS proc, n.nspname AS schema, writers[i][2] AS callers
           FROM generate_subscripts(writers, 1) AS i
           JOIN pg_proc p ON true JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname || '.' || p.proname = writers[i][1]
          ORDER BY p.oid::regprocedure::text
     LOOP
-        EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, ledger, wallet, pg_temp', f.proc);
+        IF f.schema = 'wallet' THEN
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, wallet, pg_temp', f.proc);
+        ELSE
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, ledger, wallet, pg_temp', f.proc);
+        END IF;
         IF f.callers IN ('app', 'both') THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f.proc, :'app_role');
         END IF;

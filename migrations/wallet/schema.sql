@@ -791,7 +791,7 @@ END $$;
 
 CREATE FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     v_used bigint;
@@ -884,7 +884,7 @@ END $$;
 
 CREATE FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     v_count wallet.withdrawal_counts;
@@ -911,7 +911,7 @@ END $$;
 CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) RETURNS jsonb[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET jit TO 'off'
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     n         int := coalesce(array_length(w_keys, 1), 0);
