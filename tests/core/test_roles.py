@@ -661,6 +661,16 @@ def test_services_and_migrations_have_their_own_urls() -> None:
     assert db.owner_dsn("x", Settings(database_url="postgresql://u:p@db:5432")) == "postgresql://db:5432/x"
 
 
+def test_a_second_service_of_a_database_has_a_role_of_its_own() -> None:
+    assert (APP, CONSUMER) == ("hiwallet_wallet_app", "hiwallet_wallet_consumer_app")
+    rendered = db.render_grants(
+        'TO :"app_role", :"wallet_consumer_role"; :\'wallet_consumer_role\'', "wallet"
+    )
+    assert rendered == f'TO "{APP}", "{CONSUMER}"; \'{CONSUMER}\''
+    with pytest.raises(db.DatabaseMisconfigured, match="SERVICE_ROLES"):
+        db.app_role("bank", "wallet_consumer")  # a service named for a database it does not use
+
+
 async def test_roles_are_made_once_however_many_migrate_at_once() -> None:
     name = f"hwt{os.getpid()}_race_{uuid.uuid4().hex[:6]}"
     conns = [await asyncpg.connect(db.owner_dsn("postgres")) for _ in range(6)]
