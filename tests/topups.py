@@ -1,5 +1,5 @@
 """What the tests of the top-up path's wallet side share (tests/wallet_consumer, and
-tests/topup_webhook's run from provider to ledger): the wallet database as the application role,
+tests/topup_webhook's run from provider to ledger): the wallet database as its services' roles,
 wallet-consumer's settings over names of the test's own, and waiting for a condition."""
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ POLL_S = 0.05
 
 
 @asynccontextmanager
-async def wallet_pool(database: str, *, max_size: int) -> AsyncIterator[asyncpg.Pool]:
-    """A pool on ``database`` as the wallet's application role, as the services connect."""
+async def wallet_pool(
+    database: str, *, max_size: int, service: str | None = None
+) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on ``database`` as a service connects: as the wallet's application role
+    (wallet-api's: opening wallets, its records), or with ``service="wallet_consumer"`` as
+    wallet-consumer's role (its inbox, outbox and unattributed top-ups)."""
     pool = await db.create_pool(
-        database, role=db.app_role("wallet"), min_size=1, max_size=max_size, init=init_connection
+        database, role=db.app_role("wallet", service), min_size=1, max_size=max_size, init=init_connection
     )
     try:
         yield pool

@@ -6,6 +6,10 @@
 
 CREATE SCHEMA ledger;
 
+-- Name: ledger_api; Type: SCHEMA; Schema: -; Owner: -
+
+CREATE SCHEMA ledger_api;
+
 -- Name: wallet; Type: SCHEMA; Schema: -; Owner: -
 
 CREATE SCHEMA wallet;
@@ -773,11 +777,21 @@ BEGIN
                    WHERE l.bucket = ANY (v_tx.buckets) AND l.transaction_id = p_id));
 END $$;
 
+-- Name: post_batch(ledger.posting_in[]); Type: FUNCTION; Schema: ledger_api; Owner: -
+
+CREATE FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) RETURNS jsonb[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN ledger.post_batch(p_postings);
+END $$;
+
 -- Name: count_withdrawal(smallint, text, text, date, text, bigint, bigint); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     v_used bigint;
@@ -870,7 +884,7 @@ END $$;
 
 CREATE FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     v_count wallet.withdrawal_counts;
@@ -897,7 +911,7 @@ END $$;
 CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) RETURNS jsonb[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET jit TO 'off'
-    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
     AS $$
 DECLARE
     n         int := coalesce(array_length(w_keys, 1), 0);
@@ -1172,6 +1186,25 @@ CREATE TABLE ledger.transactions (
     CONSTRAINT transactions_metadata_size CHECK ((pg_column_size(metadata) <= 4096)),
     CONSTRAINT transactions_ref_length CHECK (((length(ref) >= 1) AND (length(ref) <= 200)))
 );
+
+-- Name: accounts; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.accounts AS
+ SELECT a.bucket,
+    a.id,
+    a.currency
+   FROM ledger.accounts a;
+
+-- Name: transactions; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.transactions AS
+ SELECT t.bucket,
+    t.id,
+    (t.type)::text AS type,
+    t.ref,
+    t.metadata,
+    t.posted_at
+   FROM ledger.transactions t;
 
 -- Name: processed_events; Type: TABLE; Schema: public; Owner: -
 
@@ -1739,11 +1772,19 @@ ALTER TABLE ONLY wallet.withdrawal_counts
 -- Name: SCHEMA ledger; Type: ACL; Schema: -; Owner: -
 
 GRANT USAGE ON SCHEMA ledger TO hiwallet_wallet_app;
+GRANT USAGE ON SCHEMA ledger TO hiwallet_wallet_consumer_app;
 GRANT USAGE ON SCHEMA ledger TO hiwallet_wallet_readonly;
+
+-- Name: SCHEMA ledger_api; Type: ACL; Schema: -; Owner: -
+
+GRANT USAGE ON SCHEMA ledger_api TO hiwallet_wallet_app;
+GRANT USAGE ON SCHEMA ledger_api TO hiwallet_wallet_consumer_app;
+GRANT USAGE ON SCHEMA ledger_api TO hiwallet_wallet_readonly;
 
 -- Name: SCHEMA wallet; Type: ACL; Schema: -; Owner: -
 
 GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_app;
+GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_consumer_app;
 GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_readonly;
 
 -- Name: FUNCTION assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]); Type: ACL; Schema: ledger; Owner: -
@@ -1784,6 +1825,7 @@ GRANT ALL ON FUNCTION ledger.post(p_id text, p_home_bucket smallint, p_type text
 
 REVOKE ALL ON FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean) TO hiwallet_wallet_app;
+GRANT ALL ON FUNCTION ledger.post_batch(p_postings ledger.posting_in[], p_replay_on_conflict boolean) TO hiwallet_wallet_consumer_app;
 
 -- Name: FUNCTION refusal(p_state text, p_message text, p_detail jsonb); Type: ACL; Schema: ledger; Owner: -
 
@@ -1802,10 +1844,16 @@ GRANT ALL ON FUNCTION ledger.release_hold(p_bucket smallint, p_account text, p_k
 
 REVOKE ALL ON FUNCTION ledger.replay(p_home_bucket smallint, p_id text, p_request_hash bytea) FROM PUBLIC;
 
+-- Name: FUNCTION post_batch(p_postings ledger.posting_in[]); Type: ACL; Schema: ledger_api; Owner: -
+
+REVOKE ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
+GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_consumer_app;
+
 -- Name: FUNCTION count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) FROM PUBLIC;
-GRANT ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) TO hiwallet_wallet_app;
+GRANT ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) TO hiwallet_wallet_consumer_app;
 
 -- Name: FUNCTION goodwill_credits_guard(); Type: ACL; Schema: wallet; Owner: -
 
@@ -1826,7 +1874,7 @@ REVOKE ALL ON FUNCTION wallet.promo_programmes_guard() FROM PUBLIC;
 -- Name: FUNCTION return_withdrawal(p_bucket smallint, p_command_id text); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) FROM PUBLIC;
-GRANT ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) TO hiwallet_wallet_app;
+GRANT ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) TO hiwallet_wallet_consumer_app;
 
 -- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]); Type: ACL; Schema: wallet; Owner: -
 
@@ -1840,41 +1888,59 @@ REVOKE ALL ON FUNCTION wallet.unattributed_topups_attributed_once() FROM PUBLIC;
 -- Name: TABLE accounts; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.accounts TO hiwallet_wallet_readonly;
 
 -- Name: TABLE holds; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.holds TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.holds TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.holds TO hiwallet_wallet_readonly;
 
 -- Name: TABLE lines; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.lines TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.lines TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.lines TO hiwallet_wallet_readonly;
 
 -- Name: TABLE promo_batches; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.promo_batches TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.promo_batches TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.promo_batches TO hiwallet_wallet_readonly;
 
 -- Name: TABLE promo_spends; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.promo_spends TO hiwallet_wallet_readonly;
 
 -- Name: TABLE transactions; Type: ACL; Schema: ledger; Owner: -
 
 GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_readonly;
+
+-- Name: TABLE accounts; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_readonly;
+
+-- Name: TABLE transactions; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_readonly;
 
 -- Name: TABLE processed_events; Type: ACL; Schema: public; Owner: -
 
-GRANT SELECT,INSERT ON TABLE public.processed_events TO hiwallet_wallet_app;
+GRANT SELECT,INSERT ON TABLE public.processed_events TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE public.processed_events TO hiwallet_wallet_readonly;
 
 -- Name: COLUMN processed_events.outcome; Type: ACL; Schema: public; Owner: -
 
-GRANT UPDATE(outcome) ON TABLE public.processed_events TO hiwallet_wallet_app;
+GRANT UPDATE(outcome) ON TABLE public.processed_events TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 
@@ -1882,12 +1948,25 @@ GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_wallet_readonly;
 
 -- Name: TABLE accounts; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.accounts TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.accounts TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.accounts TO hiwallet_wallet_app;
+
+-- Name: COLUMN accounts.bucket; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(bucket) ON TABLE wallet.accounts TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN accounts.id; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(id) ON TABLE wallet.accounts TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN accounts.kind; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(kind) ON TABLE wallet.accounts TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN accounts.tier; Type: ACL; Schema: wallet; Owner: -
 
 GRANT UPDATE(tier) ON TABLE wallet.accounts TO hiwallet_wallet_app;
+GRANT SELECT(tier) ON TABLE wallet.accounts TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN accounts.updated_at; Type: ACL; Schema: wallet; Owner: -
 
@@ -1895,13 +1974,13 @@ GRANT UPDATE(updated_at) ON TABLE wallet.accounts TO hiwallet_wallet_app;
 
 -- Name: TABLE campaign_grants; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.campaign_grants TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.campaign_grants TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.campaign_grants TO hiwallet_wallet_app;
 
 -- Name: TABLE campaigns; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.campaigns TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
 -- Name: COLUMN campaigns.remaining_minor; Type: ACL; Schema: wallet; Owner: -
 
@@ -1909,8 +1988,8 @@ GRANT UPDATE(remaining_minor) ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_app;
 
 -- Name: COLUMN goodwill_credits.status; Type: ACL; Schema: wallet; Owner: -
 
@@ -1930,42 +2009,59 @@ GRANT UPDATE(transaction_id) ON TABLE wallet.goodwill_credits TO hiwallet_wallet
 
 -- Name: TABLE idempotency_keys; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT,DELETE ON TABLE wallet.idempotency_keys TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.idempotency_keys TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.idempotency_keys TO hiwallet_wallet_app;
 
 -- Name: TABLE identity_accounts; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.identity_accounts TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.identity_accounts TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.identity_accounts TO hiwallet_wallet_app;
 
 -- Name: TABLE limit_usage; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_readonly;
+GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.limit_usage TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE members; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.members TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.members TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.members TO hiwallet_wallet_app;
+
+-- Name: COLUMN members.bucket; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(bucket) ON TABLE wallet.members TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN members.account_id; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(account_id) ON TABLE wallet.members TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN members.issuer; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(issuer) ON TABLE wallet.members TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN members.subject; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(subject) ON TABLE wallet.members TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE outbox; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT,DELETE ON TABLE wallet.outbox TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.outbox TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.outbox TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN outbox.sent_at; Type: ACL; Schema: wallet; Owner: -
 
-GRANT UPDATE(sent_at) ON TABLE wallet.outbox TO hiwallet_wallet_app;
+GRANT UPDATE(sent_at) ON TABLE wallet.outbox TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE processed_messages; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.processed_messages TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.processed_messages TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.processed_messages TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE promo_programme_receivers; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.promo_programme_receivers TO hiwallet_wallet_app;
 
 -- Name: COLUMN promo_programme_receivers.granted_minor; Type: ACL; Schema: wallet; Owner: -
 
@@ -1973,8 +2069,8 @@ GRANT UPDATE(granted_minor) ON TABLE wallet.promo_programme_receivers TO hiwalle
 
 -- Name: TABLE promo_programmes; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.promo_programmes TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
 
 -- Name: COLUMN promo_programmes.remaining_minor; Type: ACL; Schema: wallet; Owner: -
 
@@ -1998,8 +2094,8 @@ GRANT UPDATE(decision_reason) ON TABLE wallet.promo_programmes TO hiwallet_walle
 
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_app;
 
 -- Name: COLUMN staff_daily_usage.used; Type: ACL; Schema: wallet; Owner: -
 
@@ -2007,27 +2103,47 @@ GRANT UPDATE(used) ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_app;
 
 -- Name: TABLE unattributed_topups; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.unattributed_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN unattributed_topups.attributed_wallet; Type: ACL; Schema: wallet; Owner: -
 
-GRANT UPDATE(attributed_wallet) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+GRANT UPDATE(attributed_wallet) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN unattributed_topups.attributed_by; Type: ACL; Schema: wallet; Owner: -
 
-GRANT UPDATE(attributed_by) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+GRANT UPDATE(attributed_by) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: COLUMN unattributed_topups.attributed_at; Type: ACL; Schema: wallet; Owner: -
 
-GRANT UPDATE(attributed_at) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_app;
+GRANT UPDATE(attributed_at) ON TABLE wallet.unattributed_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE wallets; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT,INSERT ON TABLE wallet.wallets TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.wallets TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.wallets TO hiwallet_wallet_app;
+
+-- Name: COLUMN wallets.bucket; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(bucket) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN wallets.id; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(id) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN wallets.account_id; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(account_id) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN wallets.currency; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(currency) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN wallets.closed_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT(closed_at) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE withdrawal_counts; Type: ACL; Schema: wallet; Owner: -
 
-GRANT SELECT ON TABLE wallet.withdrawal_counts TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE wallet.withdrawal_counts TO hiwallet_wallet_readonly;
+GRANT SELECT ON TABLE wallet.withdrawal_counts TO hiwallet_wallet_consumer_app;

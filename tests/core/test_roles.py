@@ -27,11 +27,45 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 from tests import pgtemplate
 from tests.ledger.conftest import FEES, TL, funded_wallet
 
-APP = db.app_role("wallet")
+APP = db.app_role("wallet")  # wallet-api's
+CONSUMER = db.app_role("wallet", "wallet_consumer")
 READONLY = db.readonly_role("wallet")
-PINNED = "search_path=pg_catalog, ledger, wallet, pg_temp"
+# The search path of a function a service may call that writes: the ledger's, and a service's
+# own (which leaves the ledger out: tests/test_ledger_boundary.py).
+PINNED = {
+    "ledger": "search_path=pg_catalog, ledger, wallet, pg_temp",
+    "ledger_api": "search_path=pg_catalog, ledger, wallet, pg_temp",
+    "wallet": "search_path=pg_catalog, wallet, pg_temp",
+}
+# The ledger's SQL interface (migrations/wallet/0015): views, read by every role.
+LEDGER_API_VIEWS = {"ledger_api.accounts", "ledger_api.transactions"}
 
-# What the application roles may do beyond SELECT on their schemas' tables: table-level
+# wallet-api's tables: what its role reads (with the ledger's), and nothing of wallet-consumer's.
+WALLET_API_TABLES = {
+    "wallet.accounts",
+    "wallet.members",
+    "wallet.identity_accounts",
+    "wallet.wallets",
+    "wallet.idempotency_keys",
+    "wallet.limit_usage",  # written by wallet.transfer_batch and the withdrawal limit's functions
+    "wallet.campaigns",
+    "wallet.campaign_grants",
+    "wallet.promo_programmes",
+    "wallet.promo_programme_receivers",
+    "wallet.goodwill_credits",
+    "wallet.staff_daily_usage",
+}
+# wallet-consumer's tables: what its role reads, and nothing of wallet-api's but the columns below.
+WALLET_CONSUMER_TABLES = {
+    "public.processed_events",
+    "wallet.unattributed_topups",
+    "wallet.processed_messages",
+    "wallet.outbox",
+    "wallet.withdrawal_counts",
+    "wallet.limit_usage",
+}
+
+# What the application roles may do beyond SELECT on the tables they read: table-level
 # privileges, and UPDATE column by column. Anything not listed is refused.
 WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.accounts": {"INSERT"},
@@ -39,14 +73,6 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.identity_accounts": {"INSERT"},
     "wallet.wallets": {"INSERT"},
     "wallet.idempotency_keys": {"INSERT", "DELETE"},
-    # wallet-consumer (migrations/wallet/0010): its inbox record, in public where core's
-    # Consumer finds it, and the top-ups it could not attribute
-    "public.processed_events": {"SELECT", "INSERT"},
-    "wallet.unattributed_topups": {"INSERT"},
-    # wallet-consumer's withdrawal commands (migrations/wallet/0011): each command's response,
-    # and the outbox as its relay needs it (claim, mark sent, purge sent rows)
-    "wallet.processed_messages": {"INSERT"},
-    "wallet.outbox": {"INSERT", "DELETE"},
     # wallet-api's staff money (migrations/wallet/0013): campaigns, programmes, goodwill
     # credits, the employees' daily usage; nothing deleted
     "wallet.campaigns": {"INSERT"},
@@ -59,11 +85,6 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
 WALLET_APP_COLUMNS = {
     ("wallet.accounts", "tier", "UPDATE"),
     ("wallet.accounts", "updated_at", "UPDATE"),
-    ("public.processed_events", "outcome", "UPDATE"),
-    ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
-    ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
-    ("wallet.unattributed_topups", "attributed_at", "UPDATE"),
-    ("wallet.outbox", "sent_at", "UPDATE"),
     ("wallet.campaigns", "remaining_minor", "UPDATE"),
     *(
         ("wallet.promo_programmes", column, "UPDATE")
@@ -83,10 +104,36 @@ WALLET_APP_FUNCTIONS = {
     "ledger.release_hold",
     "ledger.ensure_system_accounts",
     "ledger.open_account",
+    "ledger_api.post_batch",
     "wallet.transfer_batch",
+    "ledger.line_hash",  # pure (STABLE): verify's queries call it
+}
+WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
+    # its inbox record (migrations/wallet/0010), in public where core's Consumer finds it, and
+    # the top-ups it could not attribute
+    "public.processed_events": {"INSERT"},
+    "wallet.unattributed_topups": {"INSERT"},
+    # its withdrawal commands (migrations/wallet/0011): each command's response, and the outbox
+    # as its relay needs it (claim, mark sent, purge sent rows)
+    "wallet.processed_messages": {"INSERT"},
+    "wallet.outbox": {"INSERT", "DELETE"},
+}
+WALLET_CONSUMER_COLUMNS = {
+    ("public.processed_events", "outcome", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
+    ("wallet.unattributed_topups", "attributed_at", "UPDATE"),
+    ("wallet.outbox", "sent_at", "UPDATE"),
+    # of wallet-api's records, what a top-up and a debit are decided on (its sql/), read only
+    *(("wallet.wallets", c, "SELECT") for c in ("bucket", "id", "account_id", "currency", "closed_at")),
+    *(("wallet.accounts", c, "SELECT") for c in ("bucket", "id", "kind", "tier")),
+    *(("wallet.members", c, "SELECT") for c in ("bucket", "account_id", "issuer", "subject")),
+}
+WALLET_CONSUMER_FUNCTIONS = {
+    "ledger.post_batch",  # the ledger's code posting a top-up or a refund on its connection
+    "ledger_api.post_batch",  # its own statements' batches
     "wallet.count_withdrawal",
     "wallet.return_withdrawal",
-    "ledger.line_hash",  # pure (STABLE): verify's queries call it
 }
 IDENTITY_TABLES = (
     "users",
@@ -232,10 +279,11 @@ def expected(
 
 
 async def table_names(conn: asyncpg.Connection, *schemas: str) -> set[str]:
+    """The tables and views of ``schemas``."""
     rows = await conn.fetch(
         "SELECT n.nspname || '.' || c.relname AS t FROM pg_class c"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE c.relkind IN ('r', 'p') AND n.nspname = ANY ($1::text[])",
+        " WHERE c.relkind IN ('r', 'p', 'v') AND n.nspname = ANY ($1::text[])",
         list(schemas),
     )
     return {r["t"] for r in rows}
@@ -261,39 +309,63 @@ async def app_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 async def test_the_application_role_may_do_exactly_what_the_service_needs(owner: asyncpg.Connection) -> None:
-    ledger_and_wallet = await table_names(owner, "ledger", "wallet")
+    ledger = await table_names(owner, "ledger")
+    assert ledger >= {"ledger.accounts", "ledger.lines"}
+    assert await table_names(owner, "ledger_api") == LEDGER_API_VIEWS
+    # every table of the wallet database is wallet-api's or wallet-consumer's (or migrate's)
+    everything = await table_names(owner, "ledger", "ledger_api", "wallet", "public")
+    unowned = everything - ledger - LEDGER_API_VIEWS - WALLET_API_TABLES - WALLET_CONSUMER_TABLES
+    assert unowned == {"public.schema_migrations"}
     assert await privileges(owner, APP) == expected(
-        ledger_and_wallet,
+        ledger | LEDGER_API_VIEWS | WALLET_API_TABLES,
         WALLET_APP_WRITES,
         WALLET_APP_COLUMNS,
         WALLET_APP_FUNCTIONS,
-        {"ledger", "wallet", "public"},
+        {"ledger", "ledger_api", "wallet", "public"},
+    )
+
+
+async def test_wallet_consumers_role_may_do_exactly_what_it_needs(owner: asyncpg.Connection) -> None:
+    """Its own records, the ledger's posting path, and of wallet-api's tables only the columns
+    its statements read: nothing of wallet-api's written, its idempotency records and staff
+    money not even read (and wallet-api's role reads nothing of wallet-consumer's: above)."""
+    ledger = await table_names(owner, "ledger")
+    assert await privileges(owner, CONSUMER) == expected(
+        ledger | LEDGER_API_VIEWS | WALLET_CONSUMER_TABLES,
+        WALLET_CONSUMER_WRITES,
+        WALLET_CONSUMER_COLUMNS,
+        WALLET_CONSUMER_FUNCTIONS,
+        {"ledger", "ledger_api", "wallet", "public"},
     )
 
 
 async def test_the_readonly_role_may_only_read(owner: asyncpg.Connection) -> None:
-    everything = await table_names(owner, "ledger", "wallet", "public")
+    everything = await table_names(owner, "ledger", "ledger_api", "wallet", "public")
     assert await privileges(owner, READONLY) == expected(
-        everything, {}, set(), {"ledger.line_hash"}, {"ledger", "wallet", "public"}
+        everything, {}, set(), {"ledger.line_hash"}, {"ledger", "ledger_api", "wallet", "public"}
     )
 
 
-async def test_every_function_the_application_role_may_call_that_writes_is_security_definer(
-    owner: asyncpg.Connection,
+@pytest.mark.parametrize("role", [APP, CONSUMER])
+async def test_every_function_a_services_role_may_call_that_writes_is_security_definer(
+    owner: asyncpg.Connection, role: str
 ) -> None:
     """A VOLATILE function may write; one the service may call runs as the owner with a search
     path nothing the caller creates can change. (STABLE and IMMUTABLE ones cannot write.)"""
     rows = await owner.fetch(
         f"""
-        SELECT p.oid::regprocedure::text AS f, p.provolatile, p.prosecdef, p.proconfig
+        SELECT p.oid::regprocedure::text AS f, n.nspname AS schema, p.provolatile, p.prosecdef,
+               p.proconfig
           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE {_USER_SCHEMAS} AND has_function_privilege($1, p.oid, 'EXECUTE')
         """,
-        APP,
+        role,
     )
     writers = [r for r in rows if r["provolatile"] == b"v"]
-    assert len(writers) >= 7, rows  # every posting entry point (a vacuous pass is a failure)
-    unguarded = [r["f"] for r in writers if not r["prosecdef"] or PINNED not in (r["proconfig"] or [])]
+    assert len(writers) >= 4, rows  # every posting entry point (a vacuous pass is a failure)
+    unguarded = [
+        r["f"] for r in writers if not r["prosecdef"] or PINNED[r["schema"]] not in (r["proconfig"] or [])
+    ]
     assert unguarded == []
 
 
@@ -362,6 +434,56 @@ WALLET_REFUSED = [
 ]
 
 
+# wallet-consumer's own records and functions: wallet-api's role may not read or write them.
+CONSUMERS_OWN = [
+    "SELECT * FROM public.processed_events",
+    "INSERT INTO public.processed_events (consumer, message_id) VALUES ('wallet-consumer', 'x')",
+    "UPDATE public.processed_events SET outcome = '{}'",
+    "SELECT * FROM wallet.unattributed_topups",
+    "INSERT INTO wallet.unattributed_topups (payment_id, provider, provider_payment_id, amount_minor,"
+    " currency, reason, created_at) VALUES ('p', 'stripe', 'pi', 1, 'TRY', 'no-reference', now())",
+    "UPDATE wallet.unattributed_topups SET attributed_wallet = '0001:w:x'",
+    "SELECT * FROM wallet.processed_messages",
+    "INSERT INTO wallet.processed_messages (command_id, command_type, saga_id, response_type, response,"
+    " processed_at) VALUES ('c', 'DebitForWithdrawal', 's', 'WalletDebited', '{}', now())",
+    "SELECT * FROM wallet.outbox",
+    "INSERT INTO wallet.outbox (message_id, exchange, routing_key, message_type, body)"
+    " VALUES ('m', 'x', 'k', 'WalletDebited', '{}')",
+    "DELETE FROM wallet.outbox",
+    "SELECT * FROM wallet.withdrawal_counts",
+    "SELECT wallet.count_withdrawal(1::smallint, 'c', '0001:x', '2026-01-01', 'TRY', 1, 10)",
+    "SELECT wallet.return_withdrawal(1::smallint, 'c')",
+]
+# wallet-api's records and the ledger's use cases wallet-consumer does not run: its role may
+# neither write nor (but for the columns it decides on) read them.
+WALLET_APIS_OWN = [
+    "SELECT * FROM wallet.wallets",
+    "SELECT number FROM wallet.wallets",
+    "SELECT name FROM wallet.accounts",
+    "SELECT added_by FROM wallet.members",
+    "SELECT * FROM wallet.idempotency_keys",
+    "SELECT * FROM wallet.identity_accounts",
+    "SELECT * FROM wallet.campaigns",
+    "SELECT * FROM wallet.goodwill_credits",
+    "SELECT * FROM wallet.staff_daily_usage",
+    "INSERT INTO wallet.accounts (bucket, id, kind, tier, opened_by, created_at, updated_at)"
+    " VALUES (1, '0001:a:x', 'personal', 'verified', 'x', now(), now())",
+    "UPDATE wallet.accounts SET tier = 'contracted'",
+    "INSERT INTO wallet.members (bucket, account_id, issuer, subject, added_by, created_at)"
+    " VALUES (1, '0001:a:x', 'i', 's', 'x', now())",
+    "INSERT INTO wallet.wallets (bucket, id, account_id, currency, number, created_at)"
+    " VALUES (1, '0001:w:x', '0001:a:x', 'TRY', '0001000000000001', now())",
+    "INSERT INTO wallet.idempotency_keys SELECT * FROM wallet.idempotency_keys",
+    "DELETE FROM wallet.idempotency_keys",
+    "UPDATE wallet.campaigns SET remaining_minor = budget_minor",
+    "SELECT ledger.open_account(7::smallint, '0007:w:x:cash', 'cash', 'TRY', 'x')",
+    "SELECT ledger.ensure_system_accounts(7::smallint, 'TRY', ARRAY['stripe'])",
+    "SELECT ledger.place_hold(7::smallint, '0007:w:x:cash', 'h', 1)",
+    "SELECT ledger.release_hold(7::smallint, '0007:w:x:cash', 'h')",
+    "SELECT wallet.transfer_batch(" + ", ".join(["NULL"] * 20) + ")",
+]
+
+
 async def refusals(conn: asyncpg.Connection, statements: list[str]) -> list[tuple[str, str]]:
     """Each statement alone (its own transaction); those the database did not refuse for want
     of a privilege, with what happened instead."""
@@ -383,6 +505,51 @@ async def test_the_application_role_cannot_write_behind_the_ledgers_back(
 ) -> None:
     async with app_pool.acquire() as conn:
         assert await refusals(conn, WALLET_REFUSED) == []
+
+
+async def test_wallet_api_and_wallet_consumer_cannot_touch_each_others_records(
+    ledger_with_history: str, app_pool: asyncpg.Pool, consumer_pool: asyncpg.Pool
+) -> None:
+    async with consumer_pool.acquire() as conn:
+        assert await refusals(conn, WALLET_REFUSED + WALLET_APIS_OWN) == []
+    async with app_pool.acquire() as conn:
+        assert await refusals(conn, CONSUMERS_OWN) == []
+
+
+async def test_wallet_consumer_posts_and_reads_through_what_the_ledger_offers(
+    ledger_with_history: str, consumer_pool: asyncpg.Pool
+) -> None:
+    """As its role: the ledger's use cases (a top-up, on its connection), its own batches
+    through ledger_api.post_batch, and the ledger's accounts and transactions through ledger_api;
+    not the ledger's tables in a statement of its own that writes them."""
+    ledger = Ledger(LedgerStore(consumer_pool), FEES)
+    alice = ledger_with_history
+    before = (await ledger.store.account(cash_account(alice))).balance
+    await ledger.topup("roles-topup-1", alice, 5 * TL, provider="stripe", actor="test", ref="t1")
+    posting = ledger.topup_posting(
+        "roles-topup-2", alice, 7 * TL, "TRY", provider="stripe", actor="test", ref="t2"
+    )
+    async with consumer_pool.acquire() as conn, conn.transaction():
+        (raw,) = await conn.fetchval("SELECT ledger_api.post_batch($1)", ledger.batch_arguments([posting]))
+        posted = ledger.answer(raw)
+        assert (
+            await conn.fetchval(
+                "SELECT currency FROM ledger_api.accounts WHERE bucket = 7 AND id = $1", cash_account(alice)
+            )
+            == "TRY"
+        )
+        seen = await conn.fetchrow(
+            "SELECT type, ref FROM ledger_api.transactions WHERE bucket = 7 AND id = $1", posted.id
+        )
+        assert (seen["type"], seen["ref"]) == ("topup", "t2")
+    assert (await ledger.store.account(cash_account(alice))).balance == before + 5 * TL + 7 * TL
+
+
+@pytest.fixture
+async def consumer_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await db.create_pool(wallet_db, role=CONSUMER, min_size=1, max_size=2, init=init_connection)
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture
@@ -493,6 +660,16 @@ def test_services_and_migrations_have_their_own_urls() -> None:
     )
     # unset: the service URL without its user (the client's default user, the local superuser)
     assert db.owner_dsn("x", Settings(database_url="postgresql://u:p@db:5432")) == "postgresql://db:5432/x"
+
+
+def test_a_second_service_of_a_database_has_a_role_of_its_own() -> None:
+    assert (APP, CONSUMER) == ("hiwallet_wallet_app", "hiwallet_wallet_consumer_app")
+    rendered = db.render_grants(
+        'TO :"app_role", :"wallet_consumer_role"; :\'wallet_consumer_role\'', "wallet"
+    )
+    assert rendered == f'TO "{APP}", "{CONSUMER}"; \'{CONSUMER}\''
+    with pytest.raises(db.DatabaseMisconfigured, match="SERVICE_ROLES"):
+        db.app_role("bank", "wallet_consumer")  # a service named for a database it does not use
 
 
 async def test_roles_are_made_once_however_many_migrate_at_once() -> None:

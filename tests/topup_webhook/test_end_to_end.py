@@ -28,7 +28,15 @@ UNSENT_NONE = "SELECT count(*) = 0 FROM topup.outbox WHERE sent_at IS NULL"
 
 @pytest.fixture
 async def wallet_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    """wallet-api's role: opens the wallet."""
     async with topups.wallet_pool(wallet_db, max_size=4) as pool:
+        yield pool
+
+
+@pytest.fixture
+async def consumer_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    """wallet-consumer's role: reads its own records."""
+    async with topups.wallet_pool(wallet_db, max_size=2, service="wallet_consumer") as pool:
         yield pool
 
 
@@ -44,6 +52,7 @@ async def test_a_card_payment_and_a_wire_arrive_in_the_wallet_once(
     owner: asyncpg.Connection,
     wallet_db: str,
     wallet_pool: asyncpg.Pool,
+    consumer_pool: asyncpg.Pool,
     consumer_settings: WalletConsumerSettings,
 ) -> None:
     ledger = Ledger(LedgerStore(wallet_pool), Fees.from_settings())
@@ -90,7 +99,7 @@ async def test_a_card_payment_and_a_wire_arrive_in_the_wallet_once(
 
                 async def settled() -> bool:
                     return bool(
-                        await wallet_pool.fetchval("SELECT count(*) = 3 FROM processed_events")
+                        await consumer_pool.fetchval("SELECT count(*) = 3 FROM processed_events")
                         and await owner.fetchval(UNSENT_NONE)
                     )
 
@@ -98,7 +107,7 @@ async def test_a_card_payment_and_a_wire_arrive_in_the_wallet_once(
                 await topups.until(settled, timeout_s=30.0)
                 await asyncio.sleep(1.0)  # anything late would show now
                 assert (await ledger.wallet_balance(wallet)).cash == 12_500
-                unattributed = await wallet_pool.fetch(
+                unattributed = await consumer_pool.fetch(
                     "SELECT provider_payment_id FROM wallet.unattributed_topups"
                 )
                 assert [r["provider_payment_id"] for r in unattributed] == [lost.json()["id"]]

@@ -1,5 +1,7 @@
-"""wallet-consumer tests: a fresh hiwallet_wallet per test (the root ``wallet_db``), the ledger
-and the handler as the application role, real PostgreSQL."""
+"""wallet-consumer tests: a fresh hiwallet_wallet per test (the root ``wallet_db``), real
+PostgreSQL. The handler, its ledger (``consumer_ledger``) and ``pool`` connect as
+wallet-consumer's role; ``ledger`` and ``api_pool`` as wallet-api's (the application role), which
+opens the wallets and writes their records, as in the deployment."""
 
 from __future__ import annotations
 
@@ -33,7 +35,15 @@ FEES = Fees(payment=FeePolicy(bps=200), withdrawal=FeePolicy(fixed_minor=2 * TL)
 
 @pytest.fixture
 async def pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
-    async with wallet_pool(wallet_db, max_size=6) as p:
+    """wallet-consumer's connection."""
+    async with wallet_pool(wallet_db, max_size=6, service="wallet_consumer") as p:
+        yield p
+
+
+@pytest.fixture
+async def api_pool(wallet_db: str) -> AsyncIterator[asyncpg.Pool]:
+    """wallet-api's connection: what opens wallets and writes their records."""
+    async with wallet_pool(wallet_db, max_size=4) as p:
         yield p
 
 
@@ -61,13 +71,20 @@ async def closed_wallet(ledger: Ledger, owner: asyncpg.Connection) -> str:
 
 
 @pytest.fixture
-def ledger(pool: asyncpg.Pool) -> Ledger:
+def ledger(api_pool: asyncpg.Pool) -> Ledger:
+    """The ledger as wallet-api uses it: the tests' set-up (wallets opened, funded) and reads."""
+    return Ledger(LedgerStore(api_pool), FEES)
+
+
+@pytest.fixture
+def consumer_ledger(pool: asyncpg.Pool) -> Ledger:
+    """The ledger as wallet-consumer uses it (its handlers')."""
     return Ledger(LedgerStore(pool), FEES)
 
 
 @pytest.fixture
-def handler(ledger: Ledger) -> TopupHandler:
-    return TopupHandler(ledger)
+def handler(consumer_ledger: Ledger) -> TopupHandler:
+    return TopupHandler(consumer_ledger)
 
 
 def topup_body(

@@ -176,7 +176,12 @@ async def test_a_redelivery_after_the_consumer_died_before_its_ack_changes_nothi
 
 
 async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replayed_once_fixed(
-    wallet_db: str, pool: asyncpg.Pool, ledger: Ledger, broker: Broker, settings: WalletConsumerSettings
+    wallet_db: str,
+    pool: asyncpg.Pool,
+    api_pool: asyncpg.Pool,
+    ledger: Ledger,
+    broker: Broker,
+    settings: WalletConsumerSettings,
 ) -> None:
     """The poison message of the issue: a provider the ledger has no clearing account for. It is
     dead-lettered with its reason (not lost, not retried forever); once the accounts exist,
@@ -194,7 +199,7 @@ async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replay
         assert "no ledger account 0008:sys:clearing:papara:TRY" in letter.reason
         assert await cash(ledger, wallet) == 0 and await processed(pool) == 0
 
-        await LedgerStore(pool, providers=["stripe", "bank", "papara"]).ensure_system_accounts("TRY", [8])
+        await LedgerStore(api_pool, providers=["stripe", "bank", "papara"]).ensure_system_accounts("TRY", [8])
         replayed = await replay_dead_letters(broker, settings.dead_letter_queue)
         assert [r.replayed for r in replayed] == [True]
         await until(lambda: _equals(processed(pool), 1))

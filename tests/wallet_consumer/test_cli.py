@@ -78,7 +78,7 @@ async def test_an_unattributed_topup_is_listed_then_attributed_once(
 
 
 async def test_two_operators_at_once_credit_once(
-    pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
+    pool: asyncpg.Pool, ledger: Ledger, consumer_ledger: Ledger, handler: TopupHandler
 ) -> None:
     target = (await ledger.open_wallet("ayla", bucket=42)).wallet_id
     other = (await ledger.open_wallet("bob", bucket=43)).wallet_id
@@ -86,8 +86,8 @@ async def test_two_operators_at_once_credit_once(
     await consume(pool, handler, message(body))
     # (the function under the command: two CliRunners at once would share sys.stdout)
     results = await asyncio.gather(
-        attribute(ledger, body["payment_id"], target, operator="a"),
-        attribute(ledger, body["payment_id"], other, operator="b"),
+        attribute(consumer_ledger, body["payment_id"], target, operator="a"),
+        attribute(consumer_ledger, body["payment_id"], other, operator="b"),
         return_exceptions=True,
     )
     assert sorted(type(r).__name__ for r in results) == ["AlreadyAttributed", "Attribution"], results

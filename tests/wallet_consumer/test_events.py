@@ -122,7 +122,7 @@ async def test_the_batched_path_announces_the_wires_of_a_batch_in_order(
 
 
 async def test_an_operators_attribution_of_a_wire_announces_it(
-    pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
+    pool: asyncpg.Pool, ledger: Ledger, consumer_ledger: Ledger, handler: TopupHandler
 ) -> None:
     target = (await ledger.open_wallet("ayla", bucket=441)).wallet_id
     lost_wire = wire(None, 40 * TL, "wire_d1", reference="havale")
@@ -132,9 +132,9 @@ async def test_an_operators_attribution_of_a_wire_announces_it(
         assert done is not None and done["result"] == "unattributed"
     assert await events(pool) == []
 
-    await attribute(ledger, lost_card["payment_id"], target, operator="ayla")
+    await attribute(consumer_ledger, lost_card["payment_id"], target, operator="ayla")
     assert await events(pool) == []
-    attributed = await attribute(ledger, lost_wire["payment_id"], target, operator="ayla")
+    attributed = await attribute(consumer_ledger, lost_wire["payment_id"], target, operator="ayla")
     [row] = await events(pool)
     event = TopupCredited.model_validate(row["body"])
     assert (event.payment_id, event.wallet, event.amount_minor, event.provider_payment_id) == (

@@ -212,13 +212,13 @@ async def test_a_message_of_another_type_is_unprocessable(
 
 
 async def test_no_clearing_account_in_that_currency_is_unprocessable_until_it_exists(
-    pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
+    pool: asyncpg.Pool, api_pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
 ) -> None:
     """A USD wallet in a bucket without USD system accounts (opened account by account, as no
     service does): the ledger refuses the clearing account, not the wallet's. Dead-lettered;
     once the system accounts exist, the same message credits."""
     wallet = "0777:w:0190aaaa-bbbb-7ccc-8ddd-eeeeffff0777"
-    async with pool.acquire() as conn:
+    async with api_pool.acquire() as conn:
         for account, purse in ((cash_account(wallet), "cash"), (promo_account(wallet), "promo")):
             await conn.execute(
                 "SELECT ledger.open_account(777::smallint, $1, $2, 'USD', 'x')", account, purse
@@ -236,13 +236,15 @@ async def test_no_clearing_account_in_that_currency_is_unprocessable_until_it_ex
 
 
 async def test_a_provider_without_clearing_accounts_is_unprocessable_until_they_exist(
-    pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
+    pool: asyncpg.Pool, api_pool: asyncpg.Pool, ledger: Ledger, handler: TopupHandler
 ) -> None:
     wallet = (await ledger.open_wallet("ayla", bucket=3)).wallet_id
     msg = message(topup_body(wallet, 30 * TL, provider="papara"))
     with pytest.raises(Unprocessable, match="clearing:papara:TRY"):
         await consume(pool, handler, msg)
-    await LedgerStore(pool, providers=["stripe", "bank", "papara"]).ensure_system_accounts("TRY", buckets=[3])
+    await LedgerStore(api_pool, providers=["stripe", "bank", "papara"]).ensure_system_accounts(
+        "TRY", buckets=[3]
+    )
     done = await consume(pool, handler, msg)
     assert done is not None and done["result"] == "credited"
     assert await cash(ledger, wallet) == 30 * TL

@@ -46,8 +46,8 @@ from tests.wallet_consumer.withdrawals import (
 
 
 @pytest.fixture
-def handler(ledger: Ledger) -> WithdrawalHandler:
-    return WithdrawalHandler(ledger, exchange=WITHDRAWALS_EXCHANGE, limits=LIMITS)
+def handler(consumer_ledger: Ledger) -> WithdrawalHandler:
+    return WithdrawalHandler(consumer_ledger, exchange=WITHDRAWALS_EXCHANGE, limits=LIMITS)
 
 
 async def stored(pool: asyncpg.Pool, command_id: str) -> asyncpg.Record | None:
@@ -67,7 +67,7 @@ async def debited(pool: asyncpg.Pool, handler: WithdrawalHandler, body: dict[str
 async def test_a_debit_moves_amount_and_fee_and_answers_withdrawal_debited(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=421, funded=500 * TL)
+    ayla = await holder(ledger, bucket=421, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
 
     done = await consume(pool, handler, command("DebitForWithdrawal", body))
@@ -119,7 +119,7 @@ async def test_a_command_that_comes_again_is_answered_from_its_stored_response(
     """The stuck saga scan publishes the command again: the same command id, another message
     id. No second posting, no second count; the stored response is published again (a new
     message id, the same body). A redelivery of the same message is a repeat: nothing."""
-    ayla = await holder(pool, ledger, bucket=7, funded=500 * TL)
+    ayla = await holder(ledger, bucket=7, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
     first_message = command("DebitForWithdrawal", body)
     first = await consume(pool, handler, first_message)
@@ -148,7 +148,7 @@ async def test_the_same_command_twice_at_once_is_debited_once(
     """Two deliveries of one command under two message ids, handled at the same moment (the
     scan re-published it while the first was in hand): the command's lock makes the second
     wait, then find the first's response."""
-    ayla = await holder(pool, ledger, bucket=8, funded=500 * TL)
+    ayla = await holder(ledger, bucket=8, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
     results = await asyncio.gather(
         *(consume(pool, handler, command("DebitForWithdrawal", body)) for _ in range(2))
@@ -201,7 +201,7 @@ async def test_every_rejection_reason_moves_nothing(
     funded = 300 * TL
     tier = {"unknown-tier": "unknown", "unverified-tier": "unverified"}.get(case, "verified")
     subject = "ayla\x07" if case == "invalid" else None  # a subject the ledger refuses as an actor
-    who = await holder(pool, ledger, bucket=33, funded=funded, tier=tier, subject=subject)
+    who = await holder(ledger, bucket=33, funded=funded, tier=tier, subject=subject)
     body = debit_body(who, 100 * TL)
     reason = {
         "stranger": "membership",
@@ -247,10 +247,12 @@ async def test_every_rejection_reason_moves_nothing(
     await verified(ledger)
 
 
-async def test_the_monthly_limit_counts_the_months_withdrawals(pool: asyncpg.Pool, ledger: Ledger) -> None:
+async def test_the_monthly_limit_counts_the_months_withdrawals(
+    pool: asyncpg.Pool, ledger: Ledger, consumer_ledger: Ledger
+) -> None:
     month = date(2026, 12, 1)
-    handler = WithdrawalHandler(ledger, exchange="x", limits=LIMITS, this_month=lambda: month)
-    ayla = await holder(pool, ledger, bucket=12, funded=3_000 * TL)
+    handler = WithdrawalHandler(consumer_ledger, exchange="x", limits=LIMITS, this_month=lambda: month)
+    ayla = await holder(ledger, bucket=12, funded=3_000 * TL)
     await debited(pool, handler, debit_body(ayla, 600 * TL))
     await debited(pool, handler, debit_body(ayla, 400 * TL))  # exactly at the limit: allowed
     over = await consume(pool, handler, command("DebitForWithdrawal", debit_body(ayla, 1)))
@@ -266,9 +268,9 @@ async def test_a_contracted_account_has_its_own_limit_and_a_business_none(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
     big = LIMITS.verified_minor * 2
-    contracted = await holder(pool, ledger, bucket=14, funded=3 * big, tier="contracted")
+    contracted = await holder(ledger, bucket=14, funded=3 * big, tier="contracted")
     await debited(pool, handler, debit_body(contracted, big))
-    business = await holder(pool, ledger, bucket=15, funded=3 * LIMITS.contracted_minor, kind="business")
+    business = await holder(ledger, bucket=15, funded=3 * LIMITS.contracted_minor, kind="business")
     await debited(pool, handler, debit_body(business, 2 * LIMITS.contracted_minor))
     assert await withdrawal_used(pool, business) == 0
     assert await withdrawal_used(pool, contracted) == big
@@ -278,7 +280,7 @@ async def test_a_contracted_account_has_its_own_limit_and_a_business_none(
 async def test_settle_clears_the_wallets_bucket_into_nostro(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=421, funded=500 * TL)
+    ayla = await holder(ledger, bucket=421, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
     debit_id = await debited(pool, handler, body)
     before = await nostro(ledger)
@@ -313,7 +315,7 @@ async def test_settle_clears_the_wallets_bucket_into_nostro(
 async def test_refund_negates_all_three_legs_and_gives_the_limit_back(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=77, funded=500 * TL)
+    ayla = await holder(ledger, bucket=77, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
     debit_id = await debited(pool, handler, body)
     assert await withdrawal_used(pool, ayla) == 100 * TL
@@ -356,7 +358,7 @@ async def test_refund_negates_all_three_legs_and_gives_the_limit_back(
 async def test_a_settlement_that_is_not_the_sagas_debit_is_unprocessable(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler, change: dict[str, Any]
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=5, funded=500 * TL)
+    ayla = await holder(ledger, bucket=5, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)
     debit_id = await debited(pool, handler, body)
     with pytest.raises(Unprocessable):
@@ -368,7 +370,7 @@ async def test_a_settlement_that_is_not_the_sagas_debit_is_unprocessable(
 async def test_settle_or_refund_of_a_saga_without_a_debit_is_unprocessable(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=5, funded=500 * TL)
+    ayla = await holder(ledger, bucket=5, funded=500 * TL)
     body = debit_body(ayla, 100 * TL)  # never debited
     with pytest.raises(Unprocessable, match="no debit"):
         await consume(pool, handler, command("SettleWithdrawal", settle_body(body, "0005:withdrawal:x")))
@@ -399,7 +401,7 @@ async def test_a_malformed_command_is_unprocessable_and_changes_nothing(
 async def test_the_application_role_cannot_rewrite_a_response_or_drop_an_unsent_message(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=6, funded=500 * TL)
+    ayla = await holder(ledger, bucket=6, funded=500 * TL)
     await debited(pool, handler, debit_body(ayla, 100 * TL))
     for statement in (
         "DELETE FROM wallet.outbox",  # unsent: the trigger refuses (the grant allows sent rows)
@@ -413,11 +415,13 @@ async def test_the_application_role_cannot_rewrite_a_response_or_drop_an_unsent_
     assert await withdrawal_used(pool, ayla) == 100 * TL
 
 
-async def test_two_debits_at_the_limit_at_once_do_not_both_pass(pool: asyncpg.Pool, ledger: Ledger) -> None:
+async def test_two_debits_at_the_limit_at_once_do_not_both_pass(
+    pool: asyncpg.Pool, ledger: Ledger, consumer_ledger: Ledger
+) -> None:
     """Two sagas of one account at the same moment, each within the limit, together over it:
     the limit's lock decides them one after the other; one is debited, one refused."""
-    handler = WithdrawalHandler(ledger, exchange="x", limits=LIMITS)
-    ayla = await holder(pool, ledger, bucket=19, funded=3_000 * TL)
+    handler = WithdrawalHandler(consumer_ledger, exchange="x", limits=LIMITS)
+    ayla = await holder(ledger, bucket=19, funded=3_000 * TL)
     results = await asyncio.gather(
         *(consume(pool, handler, command("DebitForWithdrawal", debit_body(ayla, 600 * TL))) for _ in range(2))
     )
@@ -431,11 +435,11 @@ async def test_two_debits_at_the_limit_at_once_do_not_both_pass(pool: asyncpg.Po
 
 
 async def test_a_refund_gives_the_limit_back_to_the_month_of_its_debit(
-    pool: asyncpg.Pool, ledger: Ledger
+    pool: asyncpg.Pool, ledger: Ledger, consumer_ledger: Ledger
 ) -> None:
     month = date(2026, 12, 1)
-    handler = WithdrawalHandler(ledger, exchange="x", limits=LIMITS, this_month=lambda: month)
-    ayla = await holder(pool, ledger, bucket=23, funded=3_000 * TL)
+    handler = WithdrawalHandler(consumer_ledger, exchange="x", limits=LIMITS, this_month=lambda: month)
+    ayla = await holder(ledger, bucket=23, funded=3_000 * TL)
     body = debit_body(ayla, 700 * TL)
     debit_id = await debited(pool, handler, body)
     month = date(2027, 1, 1)
@@ -458,8 +462,8 @@ async def test_a_batch_of_commands_is_handled_as_one_after_the_other(
     """core.consumer's batch path (WithdrawalHandler.batch, one transaction): two debits, a
     refusal, and the first debit's command again (another message id), which sees the first's
     stored response and posts nothing."""
-    ayla = await holder(pool, ledger, bucket=11, funded=500 * TL)
-    bora = await holder(pool, ledger, bucket=12, funded=50 * TL)
+    ayla = await holder(ledger, bucket=11, funded=500 * TL)
+    bora = await holder(ledger, bucket=12, funded=50 * TL)
     first = debit_body(ayla, 100 * TL)
     batch = [
         command("DebitForWithdrawal", first),

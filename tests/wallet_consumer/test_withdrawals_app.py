@@ -42,7 +42,7 @@ async def test_commands_are_answered_to_the_orchestrator_through_the_outbox(
     # the outbox's purge job: every sent row is old enough at once, a round twice a second
     settings = settings.model_copy(update={"outbox_retention_s": 0.0, "outbox_purge_interval_s": 0.5})
     results = settings.withdrawals_queue_prefix + ORCHESTRATOR_QUEUE
-    ayla = await holder(pool, ledger, bucket=421, funded=500 * TL)
+    ayla = await holder(ledger, bucket=421, funded=500 * TL)
     debit = debit_body(ayla, 100 * TL)
     async with running(settings, wallet_db) as client:
         ready = await client.get("/ready")
@@ -108,7 +108,7 @@ async def test_an_answer_leaves_at_once_though_the_relays_poll_is_a_minute(
     relay of its own process directly."""
     settings = settings.model_copy(update={"relay_poll_s": 60.0})
     results = settings.withdrawals_queue_prefix + ORCHESTRATOR_QUEUE
-    ayla = await holder(pool, ledger, bucket=422, funded=500 * TL)
+    ayla = await holder(ledger, bucket=422, funded=500 * TL)
     async with running(settings, wallet_db) as client:
         assert (await client.get("/ready")).status_code == 200
         await until(lambda: pool.fetchval("SELECT count(*) = 0 FROM wallet.outbox WHERE sent_at IS NULL"))

@@ -35,8 +35,8 @@ from tests.wallet_consumer.withdrawals import (
 
 
 @pytest.fixture
-def handler(ledger: Ledger) -> WithdrawalHandler:
-    return WithdrawalHandler(ledger, exchange=WITHDRAWALS_EXCHANGE, limits=LIMITS)
+def handler(consumer_ledger: Ledger) -> WithdrawalHandler:
+    return WithdrawalHandler(consumer_ledger, exchange=WITHDRAWALS_EXCHANGE, limits=LIMITS)
 
 
 async def in_batch(
@@ -94,9 +94,9 @@ def _shape(outcomes: Sequence[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
 async def test_a_batch_of_new_debits_and_settlements_does_what_one_at_a_time_does_in_few_statements(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    batched = [await holder(pool, ledger, bucket=b, funded=500 * TL) for b in (3, 4, 5, 5)]
-    alone = [await holder(pool, ledger, bucket=b, funded=500 * TL) for b in (3, 4, 5, 5)]
-    business = await holder(pool, ledger, bucket=6, funded=500 * TL, kind="business")
+    batched = [await holder(ledger, bucket=b, funded=500 * TL) for b in (3, 4, 5, 5)]
+    alone = [await holder(ledger, bucket=b, funded=500 * TL) for b in (3, 4, 5, 5)]
+    business = await holder(ledger, bucket=6, funded=500 * TL, kind="business")
     amounts = [100 * TL, 7 * TL, 250 * TL, 1 * TL]
 
     def debits(people: Sequence[Holder]) -> list[dict[str, Any]]:
@@ -163,8 +163,8 @@ async def test_a_refusal_in_a_batch_sends_the_batch_one_command_at_a_time(
 ) -> None:
     """Too little money, found by the ledger after the set-based path counted the limits and
     stored the responses: all of that rolled back (its savepoint), then one at a time."""
-    ayla = await holder(pool, ledger, bucket=7, funded=500 * TL)
-    bora = await holder(pool, ledger, bucket=8, funded=20 * TL)
+    ayla = await holder(ledger, bucket=7, funded=500 * TL)
+    bora = await holder(ledger, bucket=8, funded=20 * TL)
     batch = [
         command("DebitForWithdrawal", debit_body(ayla, 100 * TL)),
         command("DebitForWithdrawal", debit_body(bora, 50 * TL)),  # more than bora has
@@ -186,7 +186,7 @@ async def test_two_debits_of_one_account_past_its_limit_in_one_batch(
 ) -> None:
     """Each under the limit, together over it: the set-based count sees the first when it
     counts the second; the one-at-a-time path then debits the first and refuses the second."""
-    ayla = await holder(pool, ledger, bucket=9, funded=3_000 * TL)
+    ayla = await holder(ledger, bucket=9, funded=3_000 * TL)
     batch = [
         command("DebitForWithdrawal", debit_body(ayla, 600 * TL)),
         command("DebitForWithdrawal", debit_body(ayla, 600 * TL)),
@@ -201,8 +201,8 @@ async def test_two_debits_of_one_account_past_its_limit_in_one_batch(
 async def test_a_batch_with_a_refund_or_a_repeat_goes_one_at_a_time(
     pool: asyncpg.Pool, ledger: Ledger, handler: WithdrawalHandler
 ) -> None:
-    ayla = await holder(pool, ledger, bucket=10, funded=500 * TL)
-    bora = await holder(pool, ledger, bucket=10, funded=500 * TL)
+    ayla = await holder(ledger, bucket=10, funded=500 * TL)
+    bora = await holder(ledger, bucket=10, funded=500 * TL)
     first, second = debit_body(ayla, 100 * TL), debit_body(bora, 100 * TL)
     outcomes, _ = await in_batch(
         pool, handler, [command("DebitForWithdrawal", first), command("DebitForWithdrawal", second)]

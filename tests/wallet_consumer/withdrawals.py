@@ -33,7 +33,6 @@ class Holder:
 
 
 async def holder(
-    pool: asyncpg.Pool,
     ledger: Ledger,
     *,
     bucket: int,
@@ -44,11 +43,12 @@ async def holder(
     subject: str | None = None,
 ) -> Holder:
     """A wallet opened by the ledger, with wallet-api's records of its account (kind, tier),
-    one member (``subject``) and the wallet; ``funded`` topped up."""
+    one member (``subject``) and the wallet; ``funded`` topped up. ``ledger`` is wallet-api's
+    (the conftest's ``ledger``): its role opens wallets and writes their records."""
     subject = subject or f"user-{secrets.token_hex(4)}"
     wallet = (await ledger.open_wallet("holder", currency, bucket=bucket)).wallet_id
     account = f"{bucket:04d}:a:{new_id()}"
-    async with pool.acquire() as conn, conn.transaction():
+    async with ledger.unit_of_work() as conn:
         await conn.execute(
             "INSERT INTO wallet.accounts (bucket, id, kind, tier, name, opened_by, created_at, updated_at)"
             " VALUES ($1, $2, $3, $4, $5, 'test', now(), now())",

@@ -57,11 +57,22 @@ class DatabaseMisconfigured(Exception):
     The message says what to change."""
 
 
-def app_role(key: str) -> str:
-    """The application role of database ``key``: what its service connects as. One per database
+# Services that share a database with its first service, each with a role of its own: the
+# key's application role is the first service's (wallet-api's on "wallet"), these connect as
+# app_role(key, service) and grants.sql names them :"<service>_role".
+SERVICE_ROLES: dict[str, tuple[str, ...]] = {"wallet": ("wallet_consumer",)}
+
+
+def app_role(key: str, service: str | None = None) -> str:
+    """The application role of database ``key``: what its service connects as; with
+    ``service``, the role of another service of that database (SERVICE_ROLES). One per database
     key, not per database name: roles are cluster-wide, and the tests' and the bench's databases
     of a key share its roles (their grants are per database, made by migrate)."""
-    return f"hiwallet_{key}_app"
+    if service is None:
+        return f"hiwallet_{key}_app"
+    if service not in SERVICE_ROLES.get(key, ()):
+        raise DatabaseMisconfigured(f"{service!r} has no role of its own on {key!r} (db.SERVICE_ROLES)")
+    return f"hiwallet_{service}_app"
 
 
 def readonly_role(key: str) -> str:
@@ -479,8 +490,11 @@ async def ensure_role(conn: asyncpg.Connection, name: str) -> None:
 
 def render_grants(sql: str, key: str) -> str:
     """grants.sql with its role names filled in, as psql's variables would be:
-    ``:"app_role"`` becomes the quoted identifier, ``:'app_role'`` the quoted literal."""
-    for variable, role in (("app_role", app_role(key)), ("readonly_role", readonly_role(key))):
+    ``:"app_role"`` becomes the quoted identifier, ``:'app_role'`` the quoted literal (and
+    ``:"<service>_role"`` for each of the key's SERVICE_ROLES)."""
+    roles = [("app_role", app_role(key)), ("readonly_role", readonly_role(key))]
+    roles += [(f"{service}_role", app_role(key, service)) for service in SERVICE_ROLES.get(key, ())]
+    for variable, role in roles:
         sql = sql.replace(f':"{variable}"', f'"{role}"').replace(f":'{variable}'", f"'{role}'")
     return sql
 
@@ -519,6 +533,8 @@ async def migrate(
                 "migrate)"
             )
         await ensure_role(conn, app_role(key))
+        for service in SERVICE_ROLES.get(key, ()):
+            await ensure_role(conn, app_role(key, service))
         await ensure_role(conn, readonly_role(key))
         return await apply_migrations(conn, migrations, grants)
     finally:

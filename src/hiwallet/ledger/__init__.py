@@ -10,7 +10,7 @@ fault injection, the verifier's queries.
 - :class:`Ledger`: the use cases (topup, transfer, payment, promos, refunds, holds, sweeps ...),
   each one posting, also in a caller's unit of work (``conn``); the building of a transfer's,
   a promo grant's and a refund's posting; the batched path for a caller whose own SQL posts
-  through ``ledger.post_batch`` (:meth:`Ledger.batch_arguments`, :meth:`Ledger.answer`,
+  through ``ledger_api.post_batch`` (:meth:`Ledger.batch_arguments`, :meth:`Ledger.answer`,
   :meth:`Ledger.error_of`); reads.
 - :class:`LedgerStore` and :func:`init_connection`: built once per process over a pool.
 - :class:`Fees` and :class:`FeePolicy`: the fee policy a :class:`Ledger` applies;
@@ -20,6 +20,10 @@ fault injection, the verifier's queries.
 - the model: what goes in and comes out.
 - account ids and limits: what a caller needs to name accounts and check input as the ledger
   will.
+
+In SQL, its declared API is the schema ``ledger_api`` (migrations/wallet/0015: views of its
+accounts and transactions, ``post_batch``): all that a service's own statements may name of the
+ledger (tests/test_ledger_boundary.py; docs/ledger.md, "The SQL interface").
 """
 
 from hiwallet.ledger.accounts import (

@@ -4,10 +4,11 @@ withdrawal orchestrator next - through the package's declared API (``hiwallet.le
 
 Each use case builds a posting with a rule and posts it through the store in one database
 transaction, or, given ``conn``, in the caller's unit of work (its idempotency record commits
-with the posting). A caller whose own SQL posts many through ``ledger.post_batch`` in one
-statement (wallet-api's ``wallet.transfer_batch``) builds the postings here
-(:meth:`Ledger.transfer_posting`), passes :meth:`Ledger.batch_arguments` to its statement and
-reads each answer with :meth:`Ledger.answer`, a failure with :meth:`Ledger.error_of`.
+with the posting). A caller whose own SQL posts many in its own transaction, through
+``ledger_api.post_batch`` (wallet-consumer; wallet-api's ``wallet.transfer_batch``, older,
+through ``ledger.post_batch``) builds the postings here (:meth:`Ledger.transfer_posting`, …),
+passes :meth:`Ledger.batch_arguments` to its statement and reads each answer with
+:meth:`Ledger.answer`, a failure with :meth:`Ledger.error_of`.
 No HTTP and no broker here.
 """
 
@@ -192,15 +193,15 @@ class Ledger:
         return rules.refund(original, actor=actor, ref=ref)
 
     def batch_arguments(self, postings: Sequence[Posting]) -> Any:
-        """``ledger.post_batch``'s one argument for ``postings`` (an array of
-        ``ledger.posting_in``), for a caller whose own SQL function posts them through
-        ``ledger.post_batch`` in the same statement as its own writes. Its encoding is the
-        ledger's: pass it on as it is, as one argument after the caller's own."""
+        """``ledger_api.post_batch``'s one argument for ``postings`` (an array of the ledger's
+        posting type), for a caller whose own SQL posts them through ``ledger_api.post_batch``
+        in its own transaction (or, as wallet-api's ``wallet.transfer_batch``, in the same
+        statement as its own writes). Its encoding is the ledger's: pass it on as it is."""
         return self.store.batch_arguments(postings)
 
     @staticmethod
     def answer(raw: dict[str, Any]) -> PostResult:
-        """One posting's answer from ``ledger.post_batch`` (or ``ledger.post``) as a result; a
+        """One posting's answer from ``ledger_api.post_batch`` (or ``ledger.post``) as a result; a
         refusal raises the ledger's error, an unknown one :class:`LedgerInternalError`."""
         return LedgerStore.post_answer(raw)
 

@@ -4,7 +4,8 @@ Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal 
 commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of ``wallet.outbox`` that
 publishes their responses, and that outbox's purge job.
 
-At start it connects to PostgreSQL as the wallet database's application role and to RabbitMQ,
+At start it connects to PostgreSQL as its own role on the wallet database (its records and the
+ledger's posting functions, nothing of wallet-api's: migrations/wallet/grants.sql) and to RabbitMQ,
 declares the top-up topology itself (idempotent: whoever starts first declares it), and
 consumes every partition with a prefetch of ``prefetch`` (200), handling what each queue has
 delivered in batches of up to ``max_batch`` (100) in delivery order, one transaction a batch
@@ -125,7 +126,7 @@ def create_wallet_consumer_app(
         name = database or settings.database or DATABASES["wallet"]
         pool = await db.create_pool(
             name,
-            role=db.app_role("wallet"),
+            role=db.app_role("wallet", "wallet_consumer"),
             settings=core,
             max_size=settings.db_pool_max_size,
             init=init_connection,
@@ -192,7 +193,7 @@ def create_wallet_consumer_app(
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
             tasks.append(commands)
             await consumer_started(withdrawals, commands, settings.start_timeout_s)
-            connect = db.dedicated_connection(name, db.app_role("wallet"), core)
+            connect = db.dedicated_connection(name, db.app_role("wallet", "wallet_consumer"), core)
             relay = Relay(
                 connect=connect,
                 broker=broker,

@@ -33,11 +33,15 @@ T = TypeVar("T")
 
 @asynccontextmanager
 async def _ledger() -> AsyncIterator[tuple[asyncpg.Pool, Ledger]]:
-    """The wallet database as its application role, as wallet-consumer connects."""
+    """The wallet database as wallet-consumer's role, as wallet-consumer connects."""
     settings = get_settings()
     database = get_wallet_consumer_settings().database or DATABASES["wallet"]
     pool = await db.create_pool(
-        database, role=db.app_role("wallet"), settings=settings, max_size=2, init=init_connection
+        database,
+        role=db.app_role("wallet", "wallet_consumer"),
+        settings=settings,
+        max_size=2,
+        init=init_connection,
     )
     try:
         # one posting at a time, in the command's own transaction: no coalescing

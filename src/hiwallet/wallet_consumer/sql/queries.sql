@@ -1,13 +1,15 @@
 -- wallet-consumer's named queries. wallet.unattributed_topups is not distributed (no wallet,
 -- no bucket: src/hiwallet/ledger/citus_tables.json); every read of a distributed table names
--- its bucket.
+-- its bucket. Of the ledger they name only its SQL interface, ledger_api (migrations/wallet/
+-- 0015; tests/test_ledger_boundary.py): views the planner inlines, so each read is planned as
+-- the read of the ledger's table was.
 
 -- name: wallet_state
 -- What a top-up needs to know of a wallet: that the ledger has its cash account, its currency,
 -- and whether wallet-api's record of it says closed (a wallet opened by the ledger alone has no
 -- record: open). Read only; the ledger's own check runs again when the top-up posts.
 SELECT a.currency, w.closed_at
-  FROM ledger.accounts a
+  FROM ledger_api.accounts a
   LEFT JOIN wallet.wallets w ON w.bucket = $1 AND w.id = $2
  WHERE a.bucket = $1 AND a.id = $3
 
@@ -64,7 +66,7 @@ SELECT count(*) FROM wallet.unattributed_topups WHERE attributed_wallet IS NULL
 -- already. One index probe per bucket.
 SELECT t.id, t.type, t.ref, t.metadata
   FROM generate_series(0, $2::int - 1) AS b
-  JOIN ledger.transactions t
+  JOIN ledger_api.transactions t
     ON t.bucket = b AND t.id = lpad(b::text, 4, '0') || ':' || $1
  ORDER BY t.posted_at
  LIMIT 1
@@ -78,12 +80,13 @@ SELECT t.id, t.type, t.ref, t.metadata
 SELECT i.n, a.currency, w.closed_at, (u.payment_id IS NOT NULL) AS unattributed
   FROM unnest($1::text[], $2::smallint[], $3::text[], $4::text[])
        WITH ORDINALITY AS i (payment_id, bucket, wallet, account, n)
-  LEFT JOIN ledger.accounts a ON a.bucket = i.bucket AND a.id = i.account
+  LEFT JOIN ledger_api.accounts a ON a.bucket = i.bucket AND a.id = i.account
   LEFT JOIN wallet.wallets w ON w.bucket = i.bucket AND w.id = i.wallet
   LEFT JOIN wallet.unattributed_topups u ON u.payment_id = i.payment_id
  ORDER BY i.n
 
 -- name: post_topups
--- The ledger's batched posting path (migrations/wallet/0008): an answer per posting, a refusal
--- leaving nothing and not stopping the others. In the consumer's transaction.
-SELECT ledger.post_batch($1)
+-- The ledger's batched posting path (ledger_api.post_batch, migrations/wallet/0015): an answer
+-- per posting, a refusal leaving nothing and not stopping the others. In the consumer's
+-- transaction.
+SELECT ledger_api.post_batch($1)

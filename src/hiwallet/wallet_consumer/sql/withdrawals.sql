@@ -103,6 +103,7 @@ SELECT wallet.count_withdrawal(r.bucket, r.command_id, r.account_id, $4::date, r
          ORDER BY u.ord OFFSET 0) AS r
 
 -- name: post_batch
--- The ledger's batch posting (its declared API: Ledger.batch_arguments, Ledger.answer) in this
--- transaction: refusals are answered, not raised, and a refused posting writes nothing.
-SELECT ledger.post_batch($1)
+-- The ledger's batch posting (its declared API: ledger_api.post_batch, Ledger.batch_arguments,
+-- Ledger.answer) in this transaction: refusals are answered, not raised, and a refused posting
+-- writes nothing.
+SELECT ledger_api.post_batch($1)
