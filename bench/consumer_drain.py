@@ -35,6 +35,7 @@ import orjson
 import uvloop
 
 from cpu import pids_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
 from hiwallet.core.broker import Broker, OutgoingMessage
@@ -67,7 +68,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     wallet_db, vhost = f"hiwallet_bench_drain_{pid}", f"hiwallet-drain-{pid}"
     amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     await drop(wallet_db)
-    await db.migrate("wallet", database=wallet_db)
+    await databases.migrate("wallet", database=wallet_db)
     await rabbitmqctl("add_vhost", vhost)
     await rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     consumer = None

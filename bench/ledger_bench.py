@@ -40,6 +40,7 @@ import uvloop
 
 import benchlog
 from cpu import machine_busy_s, process_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import get_ledger_settings, rules
@@ -241,7 +242,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
     await admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
     await admin.close()
-    await db.migrate("wallet", database=database, settings=settings)
+    await databases.migrate("wallet", database=database, settings=settings)
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "duration_s": args.duration,

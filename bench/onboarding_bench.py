@@ -47,7 +47,7 @@ import httpx
 import uvloop
 
 import benchlog
-from hiwallet.core import db
+from hiwallet.contracts import databases
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 from withdrawal_bench import Cpu
 
@@ -207,7 +207,7 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
     amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     await drop(*dbs.values())
     for key, name in dbs.items():
-        await db.migrate(key, database=name)
+        await databases.migrate(key, database=name)
     await rabbitmqctl("add_vhost", vhost)
     await rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     ports = {name: free_port() for name in ("identity", "wallet-api", "onboarding", "mail-catcher", "smtp")}

@@ -42,6 +42,7 @@ import uvloop
 import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
@@ -203,8 +204,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     settings = get_settings()
     tag = uuid.uuid4().hex[:8]
     identity_db, staff_db = f"hwb_staff_identity_{tag}", f"hwb_staff_admin_{tag}"
-    await db.migrate("staff_identity", database=identity_db, settings=settings)
-    await db.migrate("staff_admin", database=staff_db, settings=settings)
+    await databases.migrate("staff_identity", database=identity_db, settings=settings)
+    await databases.migrate("staff_admin", database=staff_db, settings=settings)
     children: list[Child] = []
     try:
         idp_port = free_port()

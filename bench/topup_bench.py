@@ -55,6 +55,7 @@ import uvloop
 import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 
@@ -524,8 +525,8 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
     vhost = f"hiwallet-bench-{pid}"
     amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     await drop(topup_db, wallet_db)
-    await db.migrate("topup", database=topup_db)
-    await db.migrate("wallet", database=wallet_db)
+    await databases.migrate("topup", database=topup_db)
+    await databases.migrate("wallet", database=wallet_db)
     await rabbitmqctl("add_vhost", vhost)
     await rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     base = {**os.environ, "HIWALLET_AMQP_URL": amqp}

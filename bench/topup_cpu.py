@@ -29,6 +29,7 @@ import uvloop
 
 import topup_bench as tb
 from cpu import pids_cpu_s, process_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.core import db
 
 
@@ -142,8 +143,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     vhost = f"hiwallet-bench-{pid}"
     amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     await tb.drop(topup_db, wallet_db)
-    await db.migrate("topup", database=topup_db)
-    await db.migrate("wallet", database=wallet_db)
+    await databases.migrate("topup", database=topup_db)
+    await databases.migrate("wallet", database=wallet_db)
     await tb.rabbitmqctl("add_vhost", vhost)
     await tb.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     base = {**os.environ, "HIWALLET_AMQP_URL": amqp}

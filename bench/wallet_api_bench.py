@@ -36,6 +36,7 @@ import uvloop
 import benchlog
 import httpload
 from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.service import Fees, Ledger
@@ -254,8 +255,8 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
         raise ValueError("concurrency must be 1..256 and duration 0..300 s")
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_wapi_{tag}", f"hiwallet_bench_wapi_idp_{tag}"
-    await db.migrate("wallet", database=wallet_db)
-    await db.migrate("identity", database=identity_db)
+    await databases.migrate("wallet", database=wallet_db)
+    await databases.migrate("identity", database=identity_db)
     idp_port, api_port = free_port(), free_port()
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
     procs = [_start(_IDENTITY, str(idp_port), identity_db)]

@@ -66,6 +66,7 @@ import uvloop
 import benchlog
 import httpload
 from cpu import pids_cpu_s
+from hiwallet.contracts import databases
 from hiwallet.contracts.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
 from hiwallet.core import db
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
@@ -724,7 +725,7 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
     amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
     await drop(*dbs.values())
     for key, name in dbs.items():
-        await db.migrate(key, database=name)
+        await databases.migrate(key, database=name)
     await rabbitmqctl("add_vhost", vhost)
     await rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
     ports = {

@@ -64,7 +64,9 @@ def schema_dump() -> None:
     tests/core/test_schema.py checks the files). Needs pg_dump and the owner's server URL."""
     from hiwallet.core import schema
 
-    for path in asyncio.run(schema.write_all(databases.folder_keys(), get_settings())):
+    for path in asyncio.run(
+        schema.write_all(databases.folder_keys(), get_settings(), services=databases.SERVICE_ROLES)
+    ):
         console.print(f"wrote [bold]{path}[/bold]")
 
 

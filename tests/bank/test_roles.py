@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from tests.core.test_roles import expected, privileges, refusals, table_names
 
@@ -106,6 +107,6 @@ async def test_migrate_puts_the_bank_grants_back(bank_db: str, owner: asyncpg.Co
     await owner.execute(f"GRANT INSERT ON bank.outbox TO {APP}")
     await owner.execute("ALTER FUNCTION bank.record_transfer SECURITY INVOKER RESET search_path")
     assert await privileges(owner, APP) != before
-    assert await db.migrate("bank", database=bank_db) == []
+    assert await databases.migrate("bank", database=bank_db) == []
     assert await privileges(owner, APP) == before
     assert await owner.fetchval("SELECT prosecdef FROM pg_proc WHERE oid = 'bank.record_transfer'::regproc")

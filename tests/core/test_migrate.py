@@ -26,8 +26,8 @@ def database() -> str:
 async def test_concurrent_migrate_processes_apply_each_file_once(database: str) -> None:
     env = {**os.environ}
     code = (
-        "import asyncio, sys; from hiwallet.core import db; "
-        f"print(asyncio.run(db.migrate('wallet', database='{database}')))"
+        "import asyncio, sys; from hiwallet.contracts import databases; "
+        f"print(asyncio.run(databases.migrate('wallet', database='{database}')))"
     )
     try:
         procs = [
@@ -48,7 +48,7 @@ async def test_concurrent_migrate_processes_apply_each_file_once(database: str) 
         finally:
             await conn.close()
         assert [r["version"] for r in rows] == files
-        assert await db.migrate("wallet", database=database) == []  # idempotent
+        assert await databases.migrate("wallet", database=database) == []  # idempotent
     finally:
         await pgtemplate.drop_database(database)
 
@@ -59,14 +59,14 @@ async def test_a_changed_migration_is_refused(database: str, tmp_path: Path) -> 
     (folder / "0001_first.sql").write_text("CREATE TABLE t (id int PRIMARY KEY);")
     settings = Settings(migrations_dir=tmp_path)
     try:
-        assert await db.migrate("wallet", database=database, settings=settings) == [1]
+        assert await databases.migrate("wallet", database=database, settings=settings) == [1]
         (folder / "0001_first.sql").write_text("CREATE TABLE t (id bigint PRIMARY KEY);")
         with pytest.raises(db.MigrationChanged):
-            await db.migrate("wallet", database=database, settings=settings)
+            await databases.migrate("wallet", database=database, settings=settings)
         (folder / "0001_first.sql").write_text("CREATE TABLE t (id int PRIMARY KEY);")
         (folder / "0002_broken.sql").write_text("CREATE TABLE u (id int PRIMARY KEY); SELECT 1/0;")
         with pytest.raises(asyncpg.DivisionByZeroError):
-            await db.migrate("wallet", database=database, settings=settings)
+            await databases.migrate("wallet", database=database, settings=settings)
         # the failed file left nothing: its table is not there and it is not recorded
         conn = await asyncpg.connect(db.owner_dsn(database))
         try:

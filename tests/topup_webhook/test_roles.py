@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from hiwallet.contracts import databases
 from hiwallet.core import db
 from tests.core.test_roles import expected, privileges, refusals, table_names
 from tests.topup_webhook.conftest import wallet_id
@@ -96,6 +97,6 @@ async def test_migrate_puts_the_topup_grants_back(topup_db: str, owner: asyncpg.
     await owner.execute(f"GRANT INSERT ON topup.outbox TO {APP}")
     await owner.execute("ALTER FUNCTION topup.ingest SECURITY INVOKER RESET search_path")
     assert await privileges(owner, APP) != before
-    assert await db.migrate("topup", database=topup_db) == []
+    assert await databases.migrate("topup", database=topup_db) == []
     assert await privileges(owner, APP) == before
     assert await owner.fetchval("SELECT prosecdef FROM pg_proc WHERE oid = 'topup.ingest'::regproc")

@@ -9,6 +9,7 @@ import uuid
 
 import asyncpg
 
+from hiwallet.contracts import databases
 from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
@@ -139,7 +140,7 @@ async def test_migrate_puts_the_withdrawal_grants_back(withdrawal_db: str, owner
     await owner.execute(f"GRANT INSERT ON withdrawal.transitions TO {APP}")
     await owner.execute("ALTER FUNCTION withdrawal.sagas_history() SECURITY INVOKER RESET search_path")
     assert await privileges(owner, APP) != before
-    assert await db.migrate("withdrawal", database=withdrawal_db) == []
+    assert await databases.migrate("withdrawal", database=withdrawal_db) == []
     assert await privileges(owner, APP) == before
     assert await owner.fetchval(
         "SELECT prosecdef FROM pg_proc WHERE oid = 'withdrawal.sagas_history'::regproc"

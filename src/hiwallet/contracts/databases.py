@@ -11,7 +11,15 @@ from hiwallet.core import db
 from hiwallet.core.db import database_name
 from hiwallet.core.settings import Settings
 
-__all__ = ["DATABASES", "MIGRATION_FOLDERS", "folder_keys", "migrate", "migration_folder"]
+__all__ = [
+    "DATABASES",
+    "MIGRATION_FOLDERS",
+    "SERVICE_ROLES",
+    "folder_keys",
+    "migrate",
+    "migration_folder",
+    "service_role",
+]
 
 # The key is the migrations folder's name (and the roles': hiwallet_<key>_app, ..._readonly).
 # A mapping, not a function, so a test can point one key at its own database.
@@ -28,6 +36,11 @@ DATABASES: dict[str, str] = {
         "staff_admin",
     )
 }
+
+# Services that share a database with its first service, each with a role of its own: the
+# key's application role is the first service's (wallet-api's on "wallet"), these connect as
+# service_role(key, service) and grants.sql names them :"<service>_role".
+SERVICE_ROLES: dict[str, tuple[str, ...]] = {"wallet": ("wallet_consumer",)}
 
 # Databases that share one schema share one migrations folder: the staff realm's identity
 # database is the customer realm's schema on its own server.
@@ -46,4 +59,17 @@ def folder_keys() -> list[str]:
 async def migrate(key: str, database: str | None = None, settings: Settings | None = None) -> list[int]:
     """``core.db.migrate`` of ``key`` from its own migrations folder; ``database`` defaults to the
     registry's (tests and the bench pass their own)."""
-    return await db.migrate(key, database or DATABASES[key], settings, folder=migration_folder(key))
+    return await db.migrate(
+        key,
+        database or DATABASES[key],
+        settings,
+        folder=migration_folder(key),
+        services=SERVICE_ROLES.get(key, ()),
+    )
+
+
+def service_role(key: str, service: str) -> str:
+    """The role of ``service``, which shares database ``key`` with its first service."""
+    if service not in SERVICE_ROLES.get(key, ()):
+        raise db.DatabaseMisconfigured(f"{service!r} has no role of its own on {key!r} (SERVICE_ROLES)")
+    return db.app_role(key, service)

@@ -57,21 +57,15 @@ class DatabaseMisconfigured(Exception):
     The message says what to change."""
 
 
-# Services that share a database with its first service, each with a role of its own: the
-# key's application role is the first service's (wallet-api's on "wallet"), these connect as
-# app_role(key, service) and grants.sql names them :"<service>_role".
-SERVICE_ROLES: dict[str, tuple[str, ...]] = {"wallet": ("wallet_consumer",)}
-
-
 def app_role(key: str, service: str | None = None) -> str:
     """The application role of database ``key``: what its service connects as; with
-    ``service``, the role of another service of that database (SERVICE_ROLES). One per database
-    key, not per database name: roles are cluster-wide, and the tests' and the bench's databases
-    of a key share its roles (their grants are per database, made by migrate)."""
+    ``service``, the role of another service of that database (one that shares it with the
+    first, with a role of its own: the deployment's registry says which, and migrate makes
+    them). One per database key, not per database name: roles are cluster-wide, and the tests'
+    and the bench's databases of a key share its roles (their grants are per database, made by
+    migrate)."""
     if service is None:
         return f"hiwallet_{key}_app"
-    if service not in SERVICE_ROLES.get(key, ()):
-        raise DatabaseMisconfigured(f"{service!r} has no role of its own on {key!r} (db.SERVICE_ROLES)")
     return f"hiwallet_{service}_app"
 
 
@@ -488,12 +482,12 @@ async def ensure_role(conn: asyncpg.Connection, name: str) -> None:
         )
 
 
-def render_grants(sql: str, key: str) -> str:
+def render_grants(sql: str, key: str, services: Sequence[str] = ()) -> str:
     """grants.sql with its role names filled in, as psql's variables would be:
     ``:"app_role"`` becomes the quoted identifier, ``:'app_role'`` the quoted literal (and
-    ``:"<service>_role"`` for each of the key's SERVICE_ROLES)."""
+    ``:"<service>_role"`` for each of the database's other ``services``)."""
     roles = [("app_role", app_role(key)), ("readonly_role", readonly_role(key))]
-    roles += [(f"{service}_role", app_role(key, service)) for service in SERVICE_ROLES.get(key, ())]
+    roles += [(f"{service}_role", app_role(key, service)) for service in services]
     for variable, role in roles:
         sql = sql.replace(f':"{variable}"', f'"{role}"').replace(f":'{variable}'", f"'{role}'")
     return sql
@@ -505,6 +499,7 @@ async def migrate(
     settings: Settings | None = None,
     *,
     folder: str | None = None,
+    services: Sequence[str] = (),
 ) -> list[int]:
     """Create the database of ``key`` (``database``, default :func:`database_name`) if needed,
     its roles if needed, apply the migrations of ``migrations/<folder>`` (default: the key's
@@ -518,7 +513,7 @@ async def migrate(
         raise DatabaseMisconfigured(f"no migrations folder {folder_path} for database key {key!r}")
     migrations = load_migrations(folder_path)
     grants_file = folder_path / GRANTS_FILE
-    grants = render_grants(grants_file.read_text(), key) if grants_file.exists() else None
+    grants = render_grants(grants_file.read_text(), key, services) if grants_file.exists() else None
     conn = await asyncpg.connect(owner_dsn(database, settings))
     try:
         owner = await conn.fetchrow(
@@ -533,7 +528,7 @@ async def migrate(
                 "migrate)"
             )
         await ensure_role(conn, app_role(key))
-        for service in SERVICE_ROLES.get(key, ()):
+        for service in services:
             await ensure_role(conn, app_role(key, service))
         await ensure_role(conn, readonly_role(key))
         return await apply_migrations(conn, migrations, grants)

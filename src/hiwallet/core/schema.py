@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import asyncpg
@@ -91,12 +91,13 @@ async def dump(
     return normalize(out.decode(), key, folder or key)
 
 
-async def generate(key: str, settings: Settings | None = None) -> str:
-    """Migrate a fresh database of ``key`` from its own folder, dump it, drop it."""
+async def generate(key: str, settings: Settings | None = None, *, services: Sequence[str] = ()) -> str:
+    """Migrate a fresh database of ``key`` from its own folder (with the roles of its other
+    ``services``), dump it, drop it."""
     settings = settings or get_settings()
     database = f"hiwallet_schema_{key}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
-        await db.migrate(key, database=database, settings=settings)
+        await db.migrate(key, database=database, settings=settings, services=services)
         return await dump(key, database, settings)
     finally:
         admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
@@ -106,11 +107,17 @@ async def generate(key: str, settings: Settings | None = None) -> str:
             await admin.close()
 
 
-async def write_all(keys: Sequence[str], settings: Settings | None = None) -> list[Path]:
-    """Regenerate the schema.sql of each key's own folder; returns the files written."""
+async def write_all(
+    keys: Sequence[str],
+    settings: Settings | None = None,
+    *,
+    services: Mapping[str, Sequence[str]] | None = None,
+) -> list[Path]:
+    """Regenerate the schema.sql of each key's own folder (``services``: each key's other
+    services, whose roles its grants name); returns the files written."""
     written: list[Path] = []
     for key in keys:
         path = schema_path(key, settings)
-        path.write_text(await generate(key, settings))
+        path.write_text(await generate(key, settings, services=(services or {}).get(key, ())))
         written.append(path)
     return written

@@ -26,7 +26,7 @@ from dataclasses import replace
 import structlog
 from fastapi import FastAPI
 
-from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.contracts.events import events_topology
 from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.core import db
@@ -126,7 +126,7 @@ def create_wallet_consumer_app(
         name = database or settings.database or DATABASES["wallet"]
         pool = await db.create_pool(
             name,
-            role=db.app_role("wallet", "wallet_consumer"),
+            role=service_role("wallet", "wallet_consumer"),
             settings=core,
             max_size=settings.db_pool_max_size,
             init=init_connection,
@@ -193,7 +193,7 @@ def create_wallet_consumer_app(
             commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
             tasks.append(commands)
             await consumer_started(withdrawals, commands, settings.start_timeout_s)
-            connect = db.dedicated_connection(name, db.app_role("wallet", "wallet_consumer"), core)
+            connect = db.dedicated_connection(name, service_role("wallet", "wallet_consumer"), core)
             relay = Relay(
                 connect=connect,
                 broker=broker,

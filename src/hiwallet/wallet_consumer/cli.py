@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
@@ -38,7 +38,7 @@ async def _ledger() -> AsyncIterator[tuple[asyncpg.Pool, Ledger]]:
     database = get_wallet_consumer_settings().database or DATABASES["wallet"]
     pool = await db.create_pool(
         database,
-        role=db.app_role("wallet", "wallet_consumer"),
+        role=service_role("wallet", "wallet_consumer"),
         settings=settings,
         max_size=2,
         init=init_connection,
