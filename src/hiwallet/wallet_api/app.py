@@ -22,7 +22,7 @@ from hiwallet.core.http import (
     serve,
     settle_heap_once_started,
 )
-from hiwallet.core.logging import configure_logging
+from hiwallet.core.logging import configure_logging, error_fields
 from hiwallet.core.settings import Settings, get_settings
 from hiwallet.core.staff import StaffDirectory
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
@@ -76,7 +76,7 @@ async def _purge_forever(service: WalletService, interval_s: float) -> None:
             if purged:
                 log.info("idempotency records purged", count=purged)
         except Exception as exc:  # the next round tries again
-            log.warning("idempotency purge failed", error=repr(exc))
+            log.warning("idempotency purge failed", **error_fields(exc))
 
 
 def create_wallet_api_app(
