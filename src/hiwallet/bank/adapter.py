@@ -37,7 +37,7 @@ from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_s
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.core.withdrawals import withdrawals_topology
 
 log = structlog.get_logger(__name__)
@@ -240,6 +240,7 @@ def run_bank_adapter(port: int | None, host: str) -> None:
     reconciliation round at a time among them (advisory locks)."""
     configure_logging(SERVICE)
     settings = get_bank_settings()
+    refuse_insecure_start(settings)
     serve(
         settle_heap_once_started(create_bank_adapter_app(settings)),
         host=host,

@@ -23,7 +23,7 @@ from hiwallet.core.http import (
     settle_heap_once_started,
 )
 from hiwallet.core.logging import configure_logging, error_fields
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.core.staff import StaffDirectory
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
@@ -148,6 +148,7 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
     processes (settings: ``HIWALLET_WALLET_API_WORKERS``), each entering at :func:`worker_app`."""
     configure_logging("wallet-api")
     settings = get_wallet_api_settings()
+    refuse_insecure_start(settings)  # the workers read the same environment
     workers = settings.workers if workers is None else workers
     port = port or settings.port
     if workers <= 1:

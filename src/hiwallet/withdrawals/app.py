@@ -31,7 +31,7 @@ from hiwallet.core.http import (
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.core.staff import StaffDirectory
 from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State
@@ -273,4 +273,5 @@ def run_withdrawal_orchestrator(port: int | None, host: str) -> None:
     relay and the jobs in it."""
     configure_logging(SERVICE)
     settings = get_withdrawal_settings()
+    refuse_insecure_start(settings)
     serve(settle_heap_once_started(create_withdrawal_app(settings)), host=host, port=port or settings.port)
