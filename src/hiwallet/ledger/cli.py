@@ -15,6 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hiwallet.core import db
+from hiwallet.core.actors import operator_actor
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.errors import LedgerError
@@ -35,8 +36,6 @@ def _table(*columns: str) -> Table:
 
 
 T = TypeVar("T")
-
-ACTOR = "cli:operator"
 
 
 @asynccontextmanager
@@ -105,7 +104,7 @@ def topup(
                 amount,
                 currency,
                 provider=provider,
-                actor=ACTOR,
+                actor=operator_actor(),
                 ref=f"cli-topup:{provider}",
             )
         )
@@ -124,7 +123,13 @@ def transfer(
     _show(
         _run(
             lambda ledger: ledger.transfer(
-                key or new_id(), sender, receiver, amount, currency, actor=ACTOR, ref="cli-transfer"
+                key or new_id(),
+                sender,
+                receiver,
+                amount,
+                currency,
+                actor=operator_actor(),
+                ref="cli-transfer",
             )
         )
     )
