@@ -228,3 +228,16 @@ def test_every_secret_setting_is_a_secret_str(cls: type[BaseSettings]) -> None:
         if looks_secret.search(name) and field.annotation in (str, list[str], str | None)
     ]
     assert plain == []
+
+
+def test_hiwallet_up_refuses_to_run_in_production(production: dict[str, str]) -> None:
+    """The local stand seeds demo users whose passwords ship in the repository."""
+    from hiwallet.core.settings import get_settings
+    from hiwallet.up import up
+
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(InsecureSettings, match="hiwallet up"):
+            up()
+    finally:
+        get_settings.cache_clear()
