@@ -215,6 +215,7 @@ def test_development_values_are_found_whole_or_inside_a_longer_value() -> None:
     assert is_development_value("k2:bmV3,dev1:ZGV2LW9uYm9hcmRpbmc=", {"dev1:ZGV2LW9uYm9hcmRpbmc="})
     assert not is_development_value("a-real-key", {"bank_dev_key", ""})
     assert not is_development_value("xabcx", {"abc"})  # a short value only as the whole
+    assert is_development_value("dev-personal-web-bff-secret", set())  # any client's, anywhere
 
 
 @pytest.mark.parametrize("cls", sorted(ALL_SETTINGS, key=lambda c: c.__name__), ids=lambda c: c.__name__)

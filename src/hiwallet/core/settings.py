@@ -10,6 +10,7 @@ naming the settings, on a development secret, on an empty list that must restric
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -85,6 +86,9 @@ NON_EMPTY_IN_PRODUCTION = _NonEmptyInProduction()
 # A shipped secret that is part of a longer value (a key ring "new:…,dev1:…" still holding the
 # development key) is refused too; shorter ones only when they are the whole value.
 _MIN_CONTAINED_CHARS = 8
+# The shape of every client secret in this repository (identity's realm files, the services'
+# defaults): refused wherever it is set, whichever client's it is.
+_DEV_CLIENT_SECRET = re.compile(r"\bdev-[a-z0-9-]+-secret\b")
 # RabbitMQ's default user, which the default HIWALLET_AMQP_URL names.
 _BROKER_DEV_CREDENTIALS = ("guest", "guest")
 
@@ -120,7 +124,10 @@ def _shipped(default: Any) -> set[str]:
 
 
 def is_development_value(secret: str, development_values: Iterable[str]) -> bool:
-    """Whether ``secret`` is (or holds) one of ``development_values``."""
+    """Whether ``secret`` is (or holds) one of ``development_values``, or is shaped as the
+    repository's development client secrets are (dev-<client>-secret)."""
+    if _DEV_CLIENT_SECRET.search(secret):
+        return True
     return any(
         known and (secret == known or (len(known) >= _MIN_CONTAINED_CHARS and known in secret))
         for known in development_values
