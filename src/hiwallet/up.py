@@ -46,7 +46,7 @@ from rich.console import Console
 from hiwallet.contracts.databases import DATABASES, migrate
 from hiwallet.contracts.deployables import DEPLOYABLES
 from hiwallet.core import db
-from hiwallet.core.settings import get_settings
+from hiwallet.core.settings import InsecureSettings, get_settings
 from hiwallet.wallet_api.domain import Caller, Tier
 
 console = Console(emoji=False, soft_wrap=True)  # ids hold ":a:", which rich would make an emoji
@@ -581,6 +581,11 @@ def _databases() -> dict[str, str]:
 
 def up() -> None:
     settings = get_settings()
+    if settings.production:
+        # The local stand: it seeds demo users whose passwords and codes ship in the repository.
+        raise InsecureSettings(
+            "HIWALLET_PRODUCTION=true: hiwallet up (the local stand, demo users) refuses to run"
+        )
     console.print("[bold]migrating[/bold]")
     databases = _databases()
 

@@ -26,7 +26,7 @@ from hiwallet.core.http import (
     json_body,
     json_body_openapi,
 )
-from hiwallet.core.logging import _render, configure_logging
+from hiwallet.core.logging import _render, configure_logging, error_fields
 from hiwallet.core.settings import get_settings
 from tests import logscan
 
@@ -300,6 +300,24 @@ def test_a_process_that_configured_nothing_logs_json_without_locals() -> None:
     [line] = [json.loads(x) for x in run.stderr.splitlines()]
     assert line["exception"][0]["type"] == "builtins.ValueError"
     assert "hunter2" not in run.stderr + run.stdout
+
+
+async def test_error_fields_carry_sqlstate_and_constraint_never_the_message() -> None:
+    """The fields a log line holds of an error (core.logging.error_fields): a database error's
+    type, SQLSTATE and constraint, found through a wrapper too; never PostgreSQL's text, whose
+    DETAIL quotes the row ("Key (id)=(1) already exists")."""
+    with pytest.raises(asyncpg.UniqueViolationError) as caught:
+        await duplicate_key()
+    assert "(id)=(1)" in str(caught.value)  # what a repr()/str() field would have logged
+    fields = error_fields(caught.value)
+    assert fields == {"error": "UniqueViolationError", "sqlstate": "23505", "constraint": "t_id_unique"}
+    try:
+        raise RuntimeError("wrapped: Key (id)=(1)") from caught.value
+    except RuntimeError as wrapper:
+        assert error_fields(wrapper) == {**fields, "error": "RuntimeError"}
+    assert error_fields(ValueError("ayse@example.com")) == {"error": "ValueError"}
+    line = _render({"event": "failed", **error_fields(caught.value)}).decode()
+    assert "(id)=(1)" not in line and "duplicate key" not in line
 
 
 @pytest.fixture

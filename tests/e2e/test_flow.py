@@ -180,16 +180,12 @@ async def test_an_unattributable_payment_is_listed_then_credited_once_by_an_oper
     assert payment_id in out.replace("\n", "").replace(" ", "") or card["id"] in out, out
     assert await system.topup_lines(wallet) == []
 
-    status, out = await system.cli(
-        "topups", "attribute", payment_id, "--wallet", wallet, "--operator", "e2e-ops"
-    )
+    status, out = await system.cli("topups", "attribute", payment_id, "--wallet", wallet)
     assert status == 0, out
     await system.credited(wallet, [5_500])
     # A second attribution (to this wallet or another) credits nothing.
     other = await system.open_wallet()
-    status, out = await system.cli(
-        "topups", "attribute", payment_id, "--wallet", other, "--operator", "e2e-ops"
-    )
+    status, out = await system.cli("topups", "attribute", payment_id, "--wallet", other)
     assert status != 0, out
     await system.credited(wallet, [5_500])
     assert await system.topup_lines(other) == []

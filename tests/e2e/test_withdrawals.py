@@ -13,6 +13,7 @@ import uuid
 import httpx
 import orjson
 
+from hiwallet.core.actors import operator_actor
 from hiwallet.withdrawals.domain import masked_iban
 from tests.e2e import harness
 from tests.e2e.withdrawals import (
@@ -28,6 +29,8 @@ from tests.e2e.withdrawals import (
 TL = 100
 # Above HIWALLET_WITHDRAWAL_REVIEW_ABOVE_MINOR (10,000.00 TRY by default): waits for staff.
 REVIEWED = 15_000 * TL
+# Who a review's decision is recorded as: the operating-system user running the command.
+OPERATOR = operator_actor()
 DONE = ["withdrawal", "settlement_withdrawal"]
 
 
@@ -267,7 +270,7 @@ async def test_review_released(withdrawals: WithdrawalSystem) -> None:
 
     status, out = await system.cli("withdrawals", "review")
     assert status == 0 and saga_id in out, out
-    status, out = await system.cli("withdrawals", "release", saga_id, "--actor", "staff:ayse")
+    status, out = await system.cli("withdrawals", "release", saga_id)
     assert status == 0, out
     saga = await system.ended(
         saga_id,
@@ -276,7 +279,7 @@ async def test_review_released(withdrawals: WithdrawalSystem) -> None:
         20_000 * TL - REVIEWED - FEE_MINOR,
         ["withdrawal", "settlement_withdrawal"],
     )
-    assert saga["reviewed_by"] == "staff:ayse"
+    assert saga["reviewed_by"] == OPERATOR
     assert await system.path(saga_id) == [
         "initiated",
         "debited",
@@ -286,7 +289,7 @@ async def test_review_released(withdrawals: WithdrawalSystem) -> None:
         "completed",
     ]
     # Released twice by mistake: refused, nothing more.
-    status, out = await system.cli("withdrawals", "release", saga_id, "--actor", "staff:ayse")
+    status, out = await system.cli("withdrawals", "release", saga_id)
     assert status != 0, out
 
 
@@ -296,19 +299,19 @@ async def test_review_cancelled(withdrawals: WithdrawalSystem) -> None:
     saga_id = await system.withdraw(customer, REVIEWED, system.iban())
     await system.reaches(saga_id, "under_review")
 
-    status, out = await system.cli("withdrawals", "cancel", saga_id, "--actor", "staff:mehmet")
+    status, out = await system.cli("withdrawals", "cancel", saga_id)
     assert status == 0, out
     saga = await system.ended(saga_id, "cancelled", customer.wallet_id, 20_000 * TL, ["withdrawal", "refund"])
-    assert saga["reviewed_by"] == "staff:mehmet"
+    assert saga["reviewed_by"] == OPERATOR
     assert await system.path(saga_id) == ["initiated", "debited", "under_review", "cancelling", "cancelled"]
     assert await system.transfers(saga_id) == []
-    # The reversal's actor is the member of staff who cancelled.
+    # The reversal's actor is who cancelled: the operator running the command.
     refunds = await system.fetch(
         system.wallet_db,
         "SELECT DISTINCT actor FROM ledger.transactions WHERE ref = $1 AND type = 'refund'",
         f"withdrawal:{saga_id}",
     )
-    assert [r["actor"] for r in refunds] == ["staff:mehmet"]
+    assert [r["actor"] for r in refunds] == [OPERATOR]
     legs = await system.legs(saga_id)
     assert len(legs) >= 3 and all(amount == 0 for amount in legs.values()), legs
     assert await system.withdrawal_limit_used(customer.account_id) == 0

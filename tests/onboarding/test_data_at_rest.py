@@ -13,12 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from hiwallet.cli import app as cli
-from hiwallet.core.settings import get_settings
+from hiwallet.core.settings import InsecureSettings, Settings, get_settings
 from hiwallet.onboarding.crypto import Hasher, KeyRing, Undecryptable, kid_of, place
 from hiwallet.onboarding.rekey import rekey
 from hiwallet.onboarding.settings import (
     DEV_DATA_KEYS,
-    InsecureSettings,
     OnboardingSettings,
     check_production,
     get_onboarding_settings,
@@ -68,7 +67,7 @@ async def test_the_columns_hold_no_personal_data_and_do_not_open_without_the_key
     ):
         assert plain.encode() not in stored, plain
     row = (await onb.sql("SELECT * FROM onboarding.customers"))[0]
-    ring = KeyRing.parse(onb.settings.data_keys)
+    ring = KeyRing.parse(onb.settings.data_keys.get_secret_value())
     # with the key, each opens in its own place only
     assert ring.open(row["tckn_enc"], place("customers", "tckn_enc", customer_id)) == AYSE["tckn"]
     assert ring.open(row["phone_enc"], place("customers", "phone_enc", customer_id)) == PHONE
@@ -88,7 +87,7 @@ async def test_the_columns_hold_no_personal_data_and_do_not_open_without_the_key
     import hashlib
 
     assert hashlib.sha256(AYSE["tckn"].encode()).digest() not in stored
-    assert row["tckn_hash"] == Hasher.parse(onb.settings.hash_key).tckn(AYSE["tckn"])
+    assert row["tckn_hash"] == Hasher.parse(onb.settings.hash_key.get_secret_value()).tckn(AYSE["tckn"])
 
 
 async def test_rekey_reseals_everything_under_the_new_key(
@@ -120,16 +119,21 @@ async def test_rekey_reseals_everything_under_the_new_key(
 
 
 def test_production_refuses_the_development_keys() -> None:
-    check_production(OnboardingSettings())  # on a laptop: fine
+    check_production(OnboardingSettings(), core=Settings())  # on a laptop: fine
+    production = Settings(production=True, amqp_url="amqp://onboarding:a-real-password@rabbitmq:5672/")
     with pytest.raises(InsecureSettings, match=r"DATA_KEYS.*HASH_KEY.*CLIENT_SECRET"):
-        check_production(OnboardingSettings(production=True))
-    real = OnboardingSettings(
-        production=True,
-        data_keys=NEW_KEY,
-        hash_key=base64.b64encode(os.urandom(32)).decode(),
-        client_secret="a-real-secret",
-    )
-    check_production(real)
+        check_production(OnboardingSettings(), core=production)
+    real = {
+        "data_keys": NEW_KEY,
+        "hash_key": base64.b64encode(os.urandom(32)).decode(),
+        "client_secret": "a-real-secret",
+        "sms_api_key": "a-real-sms-key",
+    }
+    check_production(OnboardingSettings(**real), core=production)
+    # a key ring that still holds the development key (a rotation's overlap) is refused too
+    overlap = OnboardingSettings(**{**real, "data_keys": f"{NEW_KEY},{DEV_DATA_KEYS}"})
+    with pytest.raises(InsecureSettings, match=r"DATA_KEYS"):
+        check_production(overlap, core=production)
 
 
 async def test_no_log_line_of_the_run_holds_the_email_phone_or_tckn(onb: Onboarding) -> None:

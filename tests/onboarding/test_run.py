@@ -55,7 +55,7 @@ async def test_production_on_the_development_keys_does_not_start(onboarding_db: 
     env = {
         **os.environ,
         "HIWALLET_ONBOARDING_DATABASE": onboarding_db,
-        "HIWALLET_ONBOARDING_PRODUCTION": "true",
+        "HIWALLET_PRODUCTION": "true",
     }
     proc = await asyncio.create_subprocess_exec(
         HIWALLET,

@@ -141,7 +141,7 @@ def handler_for(onb: Onboarding, http: httpx.AsyncClient, bank_url: str, **walle
     return WireHandler(
         BankWires(http, WiresSettings(bank_url=bank_url, bank_api_key=BANK_KEY)),
         WalletApi(ServiceToken(http, settings), settings),
-        Hasher.parse(onb.settings.hash_key),
+        Hasher.parse(onb.settings.hash_key.get_secret_value()),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import signal
 import sys
 import uuid
@@ -74,18 +75,26 @@ async def test_an_operator_reviews_releases_cancels_and_scans(
     assert "TR** **** **** 1326" in listed and IBAN not in listed
     assert "2 withdrawal(s) under review" in listed
 
-    released = await _in_thread(runner, "withdrawals", "release", sagas[0], "--actor", "ayse.ops")
+    # nobody can be named on the command line: the decision is the OS user's, operator:<login>
+    named = await _in_thread(runner, "withdrawals", "release", sagas[0], "--actor", "staff:ayse", code=2)
+    assert "No such option" in named
+    released = await _in_thread(runner, "withdrawals", "release", sagas[0])
     assert "bank_transfer_pending" in released
-    cancelled = await _in_thread(runner, "withdrawals", "cancel", sagas[1], "--actor", "mehmet.ops")
+    cancelled = await _in_thread(runner, "withdrawals", "cancel", sagas[1])
     assert "cancelling" in cancelled
-    refused = await _in_thread(runner, "withdrawals", "release", sagas[1], "--actor", "ayse.ops", code=1)
+    refused = await _in_thread(runner, "withdrawals", "release", sagas[1], code=1)
     assert "refused" in refused and "cancelling" in refused
-    missing = await _in_thread(runner, "withdrawals", "release", str(uuid.uuid4()), "--actor", "x", code=1)
+    missing = await _in_thread(runner, "withdrawals", "release", str(uuid.uuid4()), code=1)
     assert "refused" in missing
 
+    me = f"operator:{pwd.getpwuid(os.getuid()).pw_name}"
     shown = await _in_thread(runner, "withdrawals", "show", sagas[1])
-    assert "under_review -> cancelling  by mehmet.ops" in shown
-    assert "reviewed by: mehmet.ops" in shown
+    assert f"under_review -> cancelling  by {me}" in shown
+    assert f"reviewed by: {me}" in shown
+    actors = await owner.fetch(
+        "SELECT DISTINCT actor FROM withdrawal.transitions WHERE actor LIKE 'operator:%'"
+    )
+    assert [r["actor"] for r in actors] == [me]
     states = dict(await owner.fetch("SELECT id, state FROM withdrawal.sagas"))
     assert states == {sagas[0]: "bank_transfer_pending", sagas[1]: "cancelling"}
 

@@ -37,7 +37,7 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
-from hiwallet.core.settings import Settings
+from hiwallet.core.settings import Settings, refuse_insecure_start
 
 log = structlog.get_logger(__name__)
 
@@ -221,6 +221,7 @@ def run_bank_adapter(port: int | None, host: str) -> None:
     reconciliation round at a time among them (advisory locks)."""
     configure_logging(SERVICE)
     settings = get_bank_settings()
+    refuse_insecure_start(settings)
     serve(
         settle_heap_once_started(create_bank_adapter_app(settings)),
         host=host,

@@ -100,7 +100,7 @@ class BankClient:
     ) -> BankClient:
         client = httpx.AsyncClient(
             base_url=settings.bank_url,
-            headers={"authorization": f"Bearer {settings.bank_api_key}"},
+            headers={"authorization": f"Bearer {settings.bank_api_key.get_secret_value()}"},
             timeout=httpx.Timeout(settings.bank_timeout_s),
             # aiohttp's pool under httpx's API: a call in every withdrawal, at a fraction of
             # httpx's own pool's CPU (core/http/client.py says how much)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import field_validator, model_validator
+from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
@@ -40,7 +40,7 @@ class BankSettings(BaseSettings):
 
     # The bank's API (bank-fake locally): transfers, and their status for the reconciliation.
     bank_url: str = "http://127.0.0.1:8094"
-    bank_api_key: str = "bank_dev_key"
+    bank_api_key: SecretStr = SecretStr("bank_dev_key")
     # One request's timeout, and how many attempts one StartBankTransfer makes in a row before
     # the consumer pauses (the message stays unacked, nothing is dead-lettered) and tries again.
     bank_timeout_s: float = 10.0
@@ -52,7 +52,7 @@ class BankSettings(BaseSettings):
 
     # The bank's signing secrets for its callbacks (Standard Webhooks: whsec_<base64>), a JSON
     # list in the environment; the same secret scheme as topup-webhook's bank_secrets.
-    webhook_secrets: list[str] = ["whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="]
+    webhook_secrets: list[SecretStr] = [SecretStr("whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ==")]
     # How far a callback's timestamp may be from now, either way.
     tolerance_s: int = 300
     max_body_bytes: int = 65_536
@@ -103,8 +103,8 @@ class BankSettings(BaseSettings):
 
     @field_validator("webhook_secrets")
     @classmethod
-    def _one_or_two_secrets(cls, secrets: list[str]) -> list[str]:
-        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.strip() for s in secrets):
+    def _one_or_two_secrets(cls, secrets: list[SecretStr]) -> list[SecretStr]:
+        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.get_secret_value().strip() for s in secrets):
             raise ValueError(f"between 1 and {MAX_SECRETS} non-empty signing secrets")
         return secrets
 

@@ -32,7 +32,7 @@ from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore, Received, StoreUnavai
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.relay_hint import RelayHint
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.core.text import has_control_characters
 from hiwallet.core.webhooks import StandardWebhookSignature, VerificationFailed
 
@@ -159,7 +159,9 @@ def create_bank_webhook_app(
     core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
     # a bad secret stops the start, not the first request
-    verifier = StandardWebhookSignature(settings.webhook_secrets, settings.tolerance_s)
+    verifier = StandardWebhookSignature(
+        [s.get_secret_value() for s in settings.webhook_secrets], settings.tolerance_s
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -191,6 +193,7 @@ def run_bank_webhook(port: int | None, host: str) -> None:
     """Serve bank-webhook (the process entry point)."""
     configure_logging(SERVICE)
     settings = get_bank_settings()
+    refuse_insecure_start(settings)
     serve(
         settle_heap_once_started(create_bank_webhook_app(settings)),
         host=host,

@@ -35,6 +35,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import RSAKey
 
 from hiwallet.core.http import Forbidden, ServiceUnavailable, Unauthorized
+from hiwallet.core.logging import error_fields
 
 log = structlog.get_logger(__name__)
 
@@ -196,8 +197,8 @@ class _JwksCache:
             log.warning(
                 "jwks fetch failed; keeping the last good keys",
                 issuer=self.issuer.issuer_url,
-                error=repr(exc),
                 kids=sorted(self.keys),
+                **error_fields(exc),
             )
             return
         # Replace, not merge: a key the issuer dropped must stop verifying.
@@ -227,7 +228,7 @@ def _signing_keys(document: Any) -> dict[str, RSAKey]:
         try:
             keys[entry["kid"]] = RSAKey.import_key(entry)
         except (JoseError, ValueError, TypeError) as exc:
-            log.warning("jwks entry skipped", kid=entry["kid"], error=repr(exc))
+            log.warning("jwks entry skipped", kid=entry["kid"], **error_fields(exc))
     if not keys:
         raise ValueError("the JWKS holds no RSA signing key")
     return keys

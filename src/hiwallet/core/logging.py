@@ -153,6 +153,20 @@ def database_error_fields(exc: BaseException) -> dict[str, Any]:
     return fields
 
 
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """What a log line says of ``exc``: ``error`` (its type's name) and, when it or its cause is
+    a database error, ``sqlstate`` and ``constraint``. Never its message or repr: a database
+    error's quotes the values of a row (asyncpg's str() adds PostgreSQL's DETAIL, "Key
+    (email)=(...)"), an HTTP client's its URL. Use as ``log.warning("...", **error_fields(exc))``."""
+    fields: dict[str, Any] = {"error": type(exc).__name__}
+    database = database_error_fields(exc)
+    if database["sqlstate"] is not None:
+        fields["sqlstate"] = database["sqlstate"]
+    if database["constraint"] is not None:
+        fields["constraint"] = database["constraint"]
+    return fields
+
+
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
 
 

@@ -1,10 +1,24 @@
-"""Configuration: environment variables prefixed ``HIWALLET_``, with working local defaults."""
+"""Configuration: environment variables prefixed ``HIWALLET_``, with working local defaults.
+
+The defaults work on a laptop, and the secrets among them ship in this repository. A deployment
+sets ``HIWALLET_PRODUCTION=true``: every process then checks its settings at start
+(:func:`refuse_insecure_start`, from each service's ``run_*`` entry point) and refuses to start,
+naming the settings, on a development secret, on an empty list that must restrict something
+(:data:`NON_EMPTY_IN_PRODUCTION`), or with a test fault hook set.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
+import structlog
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The repository root when installed editable (src layout): src/hiwallet/core/settings.py -> ../../..
@@ -39,7 +53,138 @@ class Settings(BaseSettings):
     log_level: str = "info"
     log_file: Path | None = None
 
+    # A deployment: every process refuses to start on a development value (refuse_insecure_start).
+    production: bool = False
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+class _NonEmptyInProduction:
+    """The marker of :data:`NON_EMPTY_IN_PRODUCTION`."""
+
+    def __repr__(self) -> str:
+        return "NON_EMPTY_IN_PRODUCTION"
+
+
+# ``Annotated[list[str], NON_EMPTY_IN_PRODUCTION]``: a setting whose empty value means "no
+# restriction" (an allow-list). Fine on a laptop, refused with production on.
+NON_EMPTY_IN_PRODUCTION = _NonEmptyInProduction()
+# A shipped secret that is part of a longer value (a key ring "new:…,dev1:…" still holding the
+# development key) is refused too; shorter ones only when they are the whole value.
+_MIN_CONTAINED_CHARS = 8
+# The shape of every client secret in this repository (identity's realm files, the services'
+# defaults): refused wherever it is set, whichever client's it is.
+_DEV_CLIENT_SECRET = re.compile(r"\bdev-[a-z0-9-]+-secret\b")
+# RabbitMQ's default user, which the default HIWALLET_AMQP_URL names.
+_BROKER_DEV_CREDENTIALS = ("guest", "guest")
+
+
+class InsecureSettings(SystemExit):
+    """A production start refused: the message names every setting at fault (never its value).
+    A SystemExit: the process ends with the message and status 1, whoever called."""
+
+
+def env_name(settings: BaseSettings, field: str) -> str:
+    """The environment variable of ``field`` of ``settings``."""
+    return (str(settings.model_config.get("env_prefix") or "") + field).upper()
+
+
+def _texts(value: Any) -> list[str] | None:
+    """The text of a secret (or of each secret of a list); None when ``value`` is no secret."""
+    if isinstance(value, SecretStr):
+        return [value.get_secret_value()]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, SecretStr) for v in value):
+        return [v.get_secret_value() for v in value]
+    return None
+
+
+def _shipped(default: Any) -> set[str]:
+    """The development values a field's default holds (a secret or a list of them)."""
+    if isinstance(default, SecretStr):
+        return {default.get_secret_value()}
+    if isinstance(default, str):
+        return {default}
+    if isinstance(default, list | tuple):
+        return set().union(*(_shipped(d) for d in default)) if default else set()
+    return set()
+
+
+def is_development_value(secret: str, development_values: Iterable[str]) -> bool:
+    """Whether ``secret`` is (or holds) one of ``development_values``, or is shaped as the
+    repository's development client secrets are (dev-<client>-secret)."""
+    if _DEV_CLIENT_SECRET.search(secret):
+        return True
+    return any(
+        known and (secret == known or (len(known) >= _MIN_CONTAINED_CHARS and known in secret))
+        for known in development_values
+    )
+
+
+def insecure_settings(settings: BaseSettings, development_values: Collection[str] = ()) -> list[str]:
+    """What production refuses in ``settings``, one sentence per setting, naming its
+    environment variable: a secret (a ``SecretStr`` or a list of them) that is empty, is its own
+    default or is one of ``development_values`` (another service's shipped default for the same
+    thing); an empty :data:`NON_EMPTY_IN_PRODUCTION` setting; a set ``*fault*`` setting."""
+    problems: list[str] = []
+    for name, field in type(settings).model_fields.items():
+        value = getattr(settings, name)
+        env = env_name(settings, name)
+        if any(m is NON_EMPTY_IN_PRODUCTION for m in field.metadata) and not value:
+            problems.append(f"{env} is empty (no restriction)")
+        if "fault" in name and value:
+            problems.append(f"{env} is a test fault hook")
+        texts = _texts(value)
+        if texts is None:
+            continue
+        known = _shipped(field.default) | set(development_values)
+        if any(not t.strip() for t in texts):
+            problems.append(f"{env} is empty")
+        elif any(is_development_value(t, known) for t in texts):
+            problems.append(f"{env} holds a development secret that ships in this repository")
+    return problems
+
+
+def fault_hooks(environ: Mapping[str, str]) -> list[str]:
+    """The test fault hooks set in ``environ``: ``HIWALLET_*FAULT*`` variables (e.g. onboarding's
+    HIWALLET_ONBOARDING_FAULT_AFTER_USER_CREATED), read by a process at any time."""
+    return sorted(
+        name for name, value in environ.items() if name.startswith("HIWALLET_") and "FAULT" in name and value
+    )
+
+
+def refuse_insecure_start(
+    *service_settings: BaseSettings,
+    development_values: Collection[str] = (),
+    named_secrets: Mapping[str, str] | None = None,
+    core: Settings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """With ``HIWALLET_PRODUCTION=true``: raise :class:`InsecureSettings` (after an error line)
+    if the core settings, any of ``service_settings`` (:func:`insecure_settings`) or any of
+    ``named_secrets`` (environment variable -> the secret in use, for secrets outside pydantic
+    settings) holds a development value, or a test fault hook is set. Without the flag: nothing.
+    Each deployable calls it from its process entry point, before anything starts."""
+    core = core or get_settings()
+    if not core.production:
+        return
+    environ = os.environ if environ is None else environ
+    problems = insecure_settings(core, development_values)
+    broker = urlsplit(core.amqp_url)
+    if (broker.username, broker.password) == _BROKER_DEV_CREDENTIALS:
+        problems.append(f"{env_name(core, 'amqp_url')} uses RabbitMQ's development user guest")
+    for settings in service_settings:
+        problems += insecure_settings(settings, development_values)
+    for env, secret in (named_secrets or {}).items():
+        if not secret.strip():
+            problems.append(f"{env} is empty")
+        elif is_development_value(secret, development_values):
+            problems.append(f"{env} holds a development secret that ships in this repository")
+    problems += [f"{name} is a test fault hook" for name in fault_hooks(environ)]
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        # The names only, never a value: the line may go to a shared log.
+        structlog.get_logger(__name__).error("production start refused", problems=unique)
+        raise InsecureSettings(f"HIWALLET_PRODUCTION=true, refusing to start: {'; '.join(unique)}")

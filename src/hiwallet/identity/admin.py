@@ -19,6 +19,7 @@ import structlog
 
 from hiwallet.core.auth import SERVICE_ACCOUNT_PREFIX
 from hiwallet.core.ids import new_id
+from hiwallet.core.logging import error_fields
 from hiwallet.identity.context import Realm, User, fetch_user, new_secret, token_hash, verify_own_token
 from hiwallet.identity.errors import (
     AdminForbidden,
@@ -253,6 +254,6 @@ async def deliver_mail(realm: Realm, mail_id: str, to: str, subject: str, body: 
     try:
         await asyncio.to_thread(send)
     except (OSError, smtplib.SMTPException) as exc:
-        log.warning("mail not delivered", mail_id=mail_id, error=repr(exc))
+        log.warning("mail not delivered", mail_id=mail_id, **error_fields(exc))
         return
     await realm.pool.execute(Q["mark_mail_sent"], mail_id)

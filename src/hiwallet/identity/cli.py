@@ -9,9 +9,16 @@ import typer
 from rich.console import Console
 
 from hiwallet.core.db import app_role, create_pool
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.identity.keys import ensure_keys, rotate_keys
-from hiwallet.identity.realm import REALM_DATABASES, RealmConfigError
-from hiwallet.identity.settings import get_identity_settings
+from hiwallet.identity.realm import (
+    REALM_DATABASES,
+    RealmConfigError,
+    client_secrets,
+    load_realm,
+    shipped_secrets,
+)
+from hiwallet.identity.settings import REALMS_DIR, IdentitySettings, get_identity_settings
 
 identity_app = typer.Typer(no_args_is_help=True, help="The identity service (OpenID provider).")
 console = Console()
@@ -47,6 +54,21 @@ def retire_after(realm: str) -> int:
     return get_identity_settings().access_token_lifetime_s + 60
 
 
+def check_production(realm: str, settings: IdentitySettings, *, core: Settings | None = None) -> None:
+    """With HIWALLET_PRODUCTION=true: refuse (core.settings.InsecureSettings) a client secret of
+    ``realm`` that is written in a realm file (they ship in this repository: a deployment sets
+    HIWALLET_IDENTITY_SECRET_<CLIENT>), an empty staff allow-list, a test fault hook."""
+    config = load_realm(realm, settings.realms_dir)
+    refuse_insecure_start(
+        settings,
+        development_values=shipped_secrets(
+            REALMS_DIR
+        ),  # those in this repository, wherever realms_dir points
+        named_secrets=client_secrets(config),
+        core=core,
+    )
+
+
 def run_identity(realm: str, port: int | None, host: str) -> None:
     """Serve one realm (the process entry point)."""
     from hiwallet.core.http import serve, settle_heap_once_started
@@ -56,6 +78,7 @@ def run_identity(realm: str, port: int | None, host: str) -> None:
     configure_logging(f"identity-{realm}")
     settings = get_identity_settings()
     try:
+        check_production(realm, settings)
         app = create_identity_app(realm, settings)
     except RealmConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--realm") from exc

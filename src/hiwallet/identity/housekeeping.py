@@ -8,6 +8,7 @@ import asyncio
 import asyncpg
 import structlog
 
+from hiwallet.core.logging import error_fields
 from hiwallet.identity.sql import Q
 
 log = structlog.get_logger(__name__)
@@ -25,7 +26,7 @@ async def purge_forever(pool: asyncpg.Pool, interval_s: float) -> None:
             purged = await purge_once(pool)
         except (asyncpg.PostgresError, OSError) as exc:
             # A missed round is harmless; the next one catches up.
-            log.warning("identity purge failed", error=repr(exc))
+            log.warning("identity purge failed", **error_fields(exc))
             continue
         if purged:
             log.info("identity purge", purged=purged)

@@ -59,6 +59,22 @@ class RealmConfig:
         return REALM_DATABASES[self.realm]
 
 
+def shipped_secrets(realms_dir: Path) -> set[str]:
+    """The client secrets written in the realm files (development values: they ship in this
+    repository; a deployment sets HIWALLET_IDENTITY_SECRET_<CLIENT> for each)."""
+    secrets: set[str] = set()
+    for path in sorted(realms_dir.glob("*.json")):
+        for client in json.loads(path.read_text()).get("clients", []):
+            if isinstance(client.get("secret"), str):
+                secrets.add(client["secret"])
+    return secrets
+
+
+def client_secrets(config: RealmConfig) -> dict[str, str]:
+    """The secret in use of each confidential client of ``config``, by its environment variable."""
+    return {_secret_env_name(c.client_id): c.secret for c in config.clients.values() if c.secret is not None}
+
+
 def _secret_env_name(client_id: str) -> str:
     return "HIWALLET_IDENTITY_SECRET_" + client_id.upper().replace("-", "_")
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.databases import DATABASES
+from hiwallet.core.settings import NON_EMPTY_IN_PRODUCTION
 
 REALMS_DIR = Path(__file__).resolve().parent / "realms"
 
@@ -61,8 +63,9 @@ class IdentitySettings(BaseSettings):
 
     # The staff realm answers only these client networks (it is reachable only from the internal
     # network: docs/architecture.md). Behind a proxy the proxy's address is what is seen, so
-    # the proxy must enforce it too. Empty list: no restriction.
-    staff_allowed_networks: list[str] = [
+    # the proxy must enforce it too. Empty list: no restriction (refused with
+    # HIWALLET_PRODUCTION=true).
+    staff_allowed_networks: Annotated[list[str], NON_EMPTY_IN_PRODUCTION] = [
         "127.0.0.0/8",
         "::1/128",
         "10.0.0.0/8",

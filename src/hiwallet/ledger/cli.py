@@ -16,6 +16,7 @@ from rich.table import Table
 
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
+from hiwallet.core.actors import operator_actor
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.errors import LedgerError
@@ -36,8 +37,6 @@ def _table(*columns: str) -> Table:
 
 
 T = TypeVar("T")
-
-ACTOR = "cli:operator"
 
 
 @asynccontextmanager
@@ -110,7 +109,7 @@ def topup(
                 amount,
                 currency,
                 provider=provider,
-                actor=ACTOR,
+                actor=operator_actor(),
                 ref=f"cli-topup:{provider}",
             )
         )
@@ -129,7 +128,13 @@ def transfer(
     _show(
         _run(
             lambda ledger: ledger.transfer(
-                key or new_id(), sender, receiver, amount, currency, actor=ACTOR, ref="cli-transfer"
+                key or new_id(),
+                sender,
+                receiver,
+                amount,
+                currency,
+                actor=operator_actor(),
+                ref="cli-transfer",
             )
         )
     )

@@ -109,10 +109,14 @@ def translate(exc: BaseException) -> errors.LedgerError | errors.LedgerInternalE
             return _SQLSTATE_ERRORS[state](message, **_detail(getattr(exc, "detail", None)))
         if constraint in _CONSTRAINT_ERRORS:
             return _CONSTRAINT_ERRORS[constraint](message, constraint=constraint)
+    # The type and SQLSTATE, not the driver's text: str() of an asyncpg error carries
+    # PostgreSQL's DETAIL, which quotes a row's values, and these messages reach logs.
     if is_transient(exc):
-        return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__}: {exc}")
+        return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__} (sqlstate {state})")
     return errors.LedgerInternalError(
-        f"database error: {type(exc).__name__}: {exc}", sqlstate=state, constraint=constraint
+        f"database error: {type(exc).__name__} (sqlstate {state}, constraint {constraint})",
+        sqlstate=state,
+        constraint=constraint,
     )
 
 

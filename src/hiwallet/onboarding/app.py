@@ -72,8 +72,8 @@ def build_service(
     return OnboardingService(
         pool,
         settings,
-        ring=KeyRing.parse(settings.data_keys),
-        hasher=Hasher.parse(settings.hash_key),
+        ring=KeyRing.parse(settings.data_keys.get_secret_value()),
+        hasher=Hasher.parse(settings.hash_key.get_secret_value()),
         identity=IdentityAdmin(token, settings),
         wallet_api=WalletApi(token, settings),
         mailer=Mailer(settings),
@@ -94,10 +94,9 @@ def create_onboarding_app(
     sweep by hand; no broker)."""
     settings = settings or get_onboarding_settings()
     core = core_settings or get_settings()
-    check_production(settings)
     # The keys are read now: a bad key refuses the start, not the first registration.
-    KeyRing.parse(settings.data_keys)
-    Hasher.parse(settings.hash_key)
+    KeyRing.parse(settings.data_keys.get_secret_value())
+    Hasher.parse(settings.hash_key.get_secret_value())
     checks: dict[str, ReadyCheck] = {}
 
     @asynccontextmanager
@@ -158,4 +157,10 @@ def run_onboarding(port: int | None, host: str) -> None:
     """Serve onboarding (the process entry point)."""
     configure_logging(SERVICE)
     settings = get_onboarding_settings()
-    serve(settle_heap_once_started(create_onboarding_app(settings)), host=host, port=port or settings.port)
+    wires_settings = WiresSettings()
+    check_production(settings, wires_settings)
+    serve(
+        settle_heap_once_started(create_onboarding_app(settings, wires_settings=wires_settings)),
+        host=host,
+        port=port or settings.port,
+    )

@@ -28,7 +28,7 @@ onboarding_app = typer.Typer(no_args_is_help=True, help="Onboarding: operator co
 def rekey_command(batch: Annotated[int, typer.Option(min=1, max=10_000)] = 500) -> None:
     """Re-seal every encrypted field under the first key of HIWALLET_ONBOARDING_DATA_KEYS."""
     settings = get_onboarding_settings()
-    ring = KeyRing.parse(settings.data_keys)
+    ring = KeyRing.parse(settings.data_keys.get_secret_value())
 
     async def main() -> tuple[int, int]:
         pool = await create_onboarding_pool(settings, get_settings(), max_size=2)

@@ -74,7 +74,7 @@ class ServiceToken:
                 response = await self._client.post(
                     s.token_url,
                     data={"grant_type": "client_credentials"},
-                    auth=(s.client_id, s.client_secret),
+                    auth=(s.client_id, s.client_secret.get_secret_value()),
                     timeout=s.identity_timeout_s,
                 )
             except httpx.HTTPError as exc:
@@ -267,7 +267,10 @@ class Sms:
             response = await self._client.post(
                 f"{s.sms_url.rstrip('/')}/v1/sms",
                 json={"to": to, "body": body, "from": s.sms_sender},
-                headers={"Authorization": f"Bearer {s.sms_api_key}", "Idempotency-Key": idempotency_key},
+                headers={
+                    "Authorization": f"Bearer {s.sms_api_key.get_secret_value()}",
+                    "Idempotency-Key": idempotency_key,
+                },
                 timeout=s.sms_timeout_s,
             )
         except httpx.HTTPError as exc:

@@ -31,6 +31,7 @@ from stdnum.tr import tckimlik
 from hiwallet.core.http import ProblemError
 from hiwallet.core.ids import new_id
 from hiwallet.core.jobs import in_batches
+from hiwallet.core.settings import get_settings
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.clients import (
     DependencyUnavailable,
@@ -330,7 +331,7 @@ class OnboardingService:
         """Tests' fault hook: the process dies (or the request fails) right after the identity
         service created the user, before this service recorded it. Never in production."""
         fault = os.environ.get(FAULT_ENV)
-        if not fault or self.settings.production:
+        if not fault or get_settings().production:
             return
         if fault == "exit":
             os._exit(70)

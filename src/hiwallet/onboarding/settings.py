@@ -1,14 +1,17 @@
 """onboarding settings: ``HIWALLET_ONBOARDING_*`` environment variables with local defaults.
 
-The data keys and the hash key below are development defaults, published in this repository:
-with ``production`` set the service refuses to start on any of them (``check_production``)."""
+The data keys, the hash key and the secrets below are development defaults, published in this
+repository: with ``HIWALLET_PRODUCTION=true`` the service refuses to start on any of them
+(``check_production``, core.settings.refuse_insecure_start)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hiwallet.core.settings import Settings, refuse_insecure_start
 
 # Published in the repository: fine on a laptop, refused with production=true.
 DEV_DATA_KEYS = "dev1:ZGV2LW9uYm9hcmRpbmctZGF0YS1rZXktMDEyMzQ1Njc="
@@ -24,16 +27,14 @@ class OnboardingSettings(BaseSettings):
     database: str | None = None
     db_pool_max_size: int = 10
     max_body_bytes: int = 16_384
-    # True in a deployment: the development keys and secret above are refused at start.
-    production: bool = False
 
     # Field encryption (AES-GCM): "kid:base64key,kid:base64key"; the first encrypts, all
     # decrypt (rotation: put the new key first, run `hiwallet onboarding rekey`, then drop
     # the old one). Keys are 16, 24 or 32 bytes.
-    data_keys: str = DEV_DATA_KEYS
+    data_keys: SecretStr = SecretStr(DEV_DATA_KEYS)
     # The keyed hash (HMAC-SHA256) of the e-mail, the TCKN and the phone: base64, >= 32 bytes.
     # Changing it orphans every lookup; it is not rotated like the data keys.
-    hash_key: str = DEV_HASH_KEY
+    hash_key: SecretStr = SecretStr(DEV_HASH_KEY)
 
     # The customers' realm: its admin API (users) and token endpoint, and the issuer of the
     # customers' tokens this service accepts.
@@ -47,7 +48,7 @@ class OnboardingSettings(BaseSettings):
     audience: str = "hiwallet-api"
     # onboarding's own client (client credentials): identity's admin API and wallet-api.
     client_id: str = "onboarding"
-    client_secret: str = DEV_CLIENT_SECRET
+    client_secret: SecretStr = SecretStr(DEV_CLIENT_SECRET)
     identity_timeout_s: float = 5.0
 
     wallet_api_url: str = "http://127.0.0.1:8010"
@@ -60,7 +61,7 @@ class OnboardingSettings(BaseSettings):
     mail_from: str = "no-reply@hiwallet.dev"
 
     sms_url: str = "http://127.0.0.1:8095"
-    sms_api_key: str = "sms_dev_key"
+    sms_api_key: SecretStr = SecretStr("sms_dev_key")
     sms_sender: str = "HIWALLET"
     sms_timeout_s: float = 5.0
 
@@ -119,24 +120,13 @@ class OnboardingSettings(BaseSettings):
         return frozenset(p.strip() for p in self.trusted_proxies.split(",") if p.strip())
 
 
-class InsecureSettings(Exception):
-    """A production start on the development keys or secret; the message says which."""
-
-
-def check_production(settings: OnboardingSettings) -> None:
-    if not settings.production:
-        return
-    weak = [
-        name
-        for name, value, dev in (
-            ("HIWALLET_ONBOARDING_DATA_KEYS", settings.data_keys, DEV_DATA_KEYS),
-            ("HIWALLET_ONBOARDING_HASH_KEY", settings.hash_key, DEV_HASH_KEY),
-            ("HIWALLET_ONBOARDING_CLIENT_SECRET", settings.client_secret, DEV_CLIENT_SECRET),
-        )
-        if dev in value
-    ]
-    if weak:
-        raise InsecureSettings(f"production with the development value of {', '.join(weak)}: set real ones")
+def check_production(
+    settings: OnboardingSettings, *others: BaseSettings, core: Settings | None = None
+) -> None:
+    """With ``HIWALLET_PRODUCTION=true``: refuse (core.settings.InsecureSettings) the
+    development keys and secrets of ``settings`` and ``others`` (the wires consumer's
+    settings), and a test fault hook (HIWALLET_ONBOARDING_FAULT_AFTER_USER_CREATED)."""
+    refuse_insecure_start(settings, *others, core=core)
 
 
 @lru_cache(maxsize=1)

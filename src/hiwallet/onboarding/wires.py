@@ -55,7 +55,7 @@ import asyncpg
 import httpx
 import structlog
 from prometheus_client import CollectorRegistry, Counter
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from stdnum.exceptions import ValidationError as NumberInvalid
 from stdnum.tr import tckimlik
@@ -113,7 +113,7 @@ class WiresSettings(BaseSettings):
     wires_enabled: bool = True
     # The bank's API (bank-fake locally), with onboarding's own key.
     bank_url: str = "http://127.0.0.1:8094"
-    bank_api_key: str = "bank_dev_key"
+    bank_api_key: SecretStr = SecretStr("bank_dev_key")
     bank_timeout_s: float = 5.0
     # contracts.events' topology; the prefix renames its queues (tests and processes started by
     # them: never the real names).
@@ -149,7 +149,7 @@ class BankWires:
         try:
             response = await self._client.get(
                 url,
-                headers={"authorization": f"Bearer {self._settings.bank_api_key}"},
+                headers={"authorization": f"Bearer {self._settings.bank_api_key.get_secret_value()}"},
                 timeout=self._settings.bank_timeout_s,
             )
         except httpx.HTTPError as exc:

@@ -19,7 +19,7 @@ from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.background import supervised
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.staff_admin.identity import StaffRealm
 from hiwallet.staff_admin.routes import lean_router, router
 from hiwallet.staff_admin.service import StaffAdmin
@@ -129,4 +129,5 @@ def run_staff_admin(port: int | None, host: str) -> None:
     """Serve staff-admin (the process entry point)."""
     configure_logging(SERVICE)
     settings = get_staff_admin_settings()
+    refuse_insecure_start(settings)
     serve(settle_heap_once_started(create_staff_admin_app(settings)), host=host, port=port or settings.port)

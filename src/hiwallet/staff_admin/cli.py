@@ -11,7 +11,6 @@ application role (the same guards as the service: the audit log takes rows, neve
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
+from hiwallet.core.actors import operator_actor
 from hiwallet.core.http import ProblemError
 from hiwallet.core.settings import get_settings
 from hiwallet.staff_admin.app import create_staff_admin_pool
@@ -38,7 +38,8 @@ T = TypeVar("T")
 
 
 def operator() -> str:
-    return f"operator:{getpass.getuser()}"
+    """The actor of these commands: ``operator:<os login>`` (core.actors)."""
+    return operator_actor()
 
 
 @asynccontextmanager

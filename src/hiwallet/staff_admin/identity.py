@@ -57,7 +57,7 @@ class StaffRealm:
                 response = await self._call(
                     "POST",
                     self.token_url,
-                    auth=(self.settings.client_id, self.settings.client_secret),
+                    auth=(self.settings.client_id, self.settings.client_secret.get_secret_value()),
                     data={"grant_type": "client_credentials"},
                 )
                 body = response.json()

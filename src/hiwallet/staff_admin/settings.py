@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,7 +28,7 @@ class StaffAdminSettings(BaseSettings):
     # staff-admin's own service account in the staff realm (manage-users): it creates the
     # invited employee's user and has the identity service mail the link.
     client_id: str = "staff-admin"
-    client_secret: str = "dev-staff-admin-secret"
+    client_secret: SecretStr = SecretStr("dev-staff-admin-secret")
     identity_timeout_s: float = 5.0
     # Where the invitation link's flow ends (the staff panel's login); a redirect URI of the
     # client, as Keycloak checks.

@@ -22,7 +22,7 @@ from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
 from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE, Retention
@@ -199,4 +199,5 @@ def run_topup_webhook(port: int | None, host: str) -> None:
     """Serve topup-webhook (the process entry point): one process, the relay and the jobs in it."""
     configure_logging(SERVICE)
     settings = get_topup_webhook_settings()
+    refuse_insecure_start(settings)
     serve(settle_heap_once_started(create_topup_webhook_app(settings)), host=host, port=port or settings.port)

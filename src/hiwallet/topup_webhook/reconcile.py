@@ -118,12 +118,12 @@ def provider_clients(settings: TopupWebhookSettings) -> dict[str, httpx.AsyncCli
     return {
         "stripe": httpx.AsyncClient(
             base_url=settings.stripe_url,
-            headers={"authorization": f"Bearer {settings.stripe_api_key}"},
+            headers={"authorization": f"Bearer {settings.stripe_api_key.get_secret_value()}"},
             timeout=timeout,
         ),
         "bank": httpx.AsyncClient(
             base_url=settings.bank_url,
-            headers={"authorization": f"Bearer {settings.bank_api_key}"},
+            headers={"authorization": f"Bearer {settings.bank_api_key.get_secret_value()}"},
             timeout=timeout,
         ),
     }

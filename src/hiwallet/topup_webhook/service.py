@@ -24,8 +24,8 @@ log = structlog.get_logger(__name__)
 
 def verifiers_for(settings: TopupWebhookSettings) -> dict[str, Verifier]:
     return {
-        "stripe": StripeSignature(settings.stripe_secrets, settings.tolerance_s),
-        "bank": StandardWebhookSignature(settings.bank_secrets, settings.tolerance_s),
+        "stripe": StripeSignature(settings.secrets_of("stripe"), settings.tolerance_s),
+        "bank": StandardWebhookSignature(settings.secrets_of("bank"), settings.tolerance_s),
     }
 
 

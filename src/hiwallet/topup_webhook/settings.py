@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import field_validator
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.topups import TOPUPS_EXCHANGE
@@ -25,8 +25,8 @@ class TopupWebhookSettings(BaseSettings):
 
     # Signing secrets per provider, as the provider shows them (Stripe's whsec_<text>, used as
     # its bytes; Standard Webhooks' whsec_<base64>, used decoded). A JSON list in the environment.
-    stripe_secrets: list[str] = ["whsec_dev_stripe_fake_0123456789abcdef"]
-    bank_secrets: list[str] = ["whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ=="]
+    stripe_secrets: list[SecretStr] = [SecretStr("whsec_dev_stripe_fake_0123456789abcdef")]
+    bank_secrets: list[SecretStr] = [SecretStr("whsec_ZGV2LWJhbmstZmFrZS1zZWNyZXQtMDEyMzQ1Njc4OQ==")]
     # How far a signature's timestamp may be from now: older for both schemes, newer too for
     # Standard Webhooks (Stripe's own library accepts a timestamp from the future; so do we).
     tolerance_s: int = 300
@@ -72,19 +72,21 @@ class TopupWebhookSettings(BaseSettings):
     # The providers' APIs (their listings, for the reconciliation).
     stripe_url: str = "http://127.0.0.1:8096"
     bank_url: str = "http://127.0.0.1:8094"
-    stripe_api_key: str = "sk_test_hiwallet_dev"
-    bank_api_key: str = "bank_dev_key"
+    stripe_api_key: SecretStr = SecretStr("sk_test_hiwallet_dev")
+    bank_api_key: SecretStr = SecretStr("bank_dev_key")
     provider_timeout_s: float = 10.0
 
     @field_validator("stripe_secrets", "bank_secrets")
     @classmethod
-    def _one_or_two_secrets(cls, secrets: list[str]) -> list[str]:
-        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.strip() for s in secrets):
+    def _one_or_two_secrets(cls, secrets: list[SecretStr]) -> list[SecretStr]:
+        if not 1 <= len(secrets) <= MAX_SECRETS or any(not s.get_secret_value().strip() for s in secrets):
             raise ValueError(f"between 1 and {MAX_SECRETS} non-empty signing secrets")
         return secrets
 
     def secrets_of(self, provider: str) -> list[str]:
-        return self.stripe_secrets if provider == "stripe" else self.bank_secrets
+        """The signing secrets of ``provider``, revealed (for its verifier)."""
+        secrets = self.stripe_secrets if provider == "stripe" else self.bank_secrets
+        return [s.get_secret_value() for s in secrets]
 
 
 @lru_cache(maxsize=1)

@@ -24,8 +24,8 @@ from hiwallet.core.http import (
     serve,
     settle_heap_once_started,
 )
-from hiwallet.core.logging import configure_logging
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.logging import configure_logging, error_fields
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.identities import CustomerIdentities
@@ -77,7 +77,7 @@ async def _purge_forever(service: WalletService, interval_s: float) -> None:
             if purged:
                 log.info("idempotency records purged", count=purged)
         except Exception as exc:  # the next round tries again
-            log.warning("idempotency purge failed", error=repr(exc))
+            log.warning("idempotency purge failed", **error_fields(exc))
 
 
 def create_wallet_api_app(
@@ -149,6 +149,7 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
     processes (settings: ``HIWALLET_WALLET_API_WORKERS``), each entering at :func:`worker_app`."""
     configure_logging("wallet-api")
     settings = get_wallet_api_settings()
+    refuse_insecure_start(settings)  # the workers read the same environment
     workers = settings.workers if workers is None else workers
     port = port or settings.port
     if workers <= 1:

@@ -6,7 +6,6 @@ Commands only translate; the work is in :mod:`hiwallet.wallet_api.service`."""
 from __future__ import annotations
 
 import asyncio
-import getpass
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
@@ -16,6 +15,7 @@ from rich.console import Console
 
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
+from hiwallet.core.actors import operator_actor
 from hiwallet.core.http import ProblemError
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, LedgerStore, init_connection
@@ -29,7 +29,8 @@ T = TypeVar("T")
 
 
 def operator() -> str:
-    return f"operator:{getpass.getuser()}"
+    """The actor of these commands: ``operator:<os login>`` (core.actors)."""
+    return operator_actor()
 
 
 @asynccontextmanager

@@ -19,6 +19,7 @@ import structlog
 from hiwallet import ledger
 from hiwallet.core.db import is_transient
 from hiwallet.core.http import ProblemError
+from hiwallet.core.logging import error_fields
 from hiwallet.wallet_api import errors
 
 log = structlog.get_logger(__name__)
@@ -73,7 +74,7 @@ def problem_for(exc: BaseException) -> ProblemError | None:
     if isinstance(exc, ledger.LedgerError):
         return errors.from_ledger(exc)
     if not isinstance(exc, ledger.LedgerInternalError) and is_transient(exc):
-        log.warning("database unavailable", error=repr(exc))
+        log.warning("database unavailable", **error_fields(exc))
         return errors.Unavailable("the database is not available; retry")
     return None
 

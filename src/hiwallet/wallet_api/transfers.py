@@ -16,6 +16,7 @@ from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
+from hiwallet.core.logging import error_fields
 from hiwallet.ledger import Posting
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, visible_transaction
@@ -284,7 +285,7 @@ class Transfers:
         try:
             return list(await retried(call, again=is_busy))
         except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
-            log.info("transfer batch busy after retries", error=repr(exc))
+            log.info("transfer batch busy after retries", **error_fields(exc))
             return [errors.Unavailable("the database is busy; retry")] * len(items)
         except asyncpg.PostgresError as exc:
             if is_connection_error(exc):

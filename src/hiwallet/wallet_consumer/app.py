@@ -37,7 +37,7 @@ from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_s
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
 from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
@@ -290,6 +290,7 @@ def run_wallet_consumer(port: int | None, host: str) -> None:
     standbys (single active consumer per partition)."""
     configure_logging("wallet-consumer")
     settings = get_wallet_consumer_settings()
+    refuse_insecure_start(settings)
     serve(
         settle_heap_once_started(create_wallet_consumer_app(settings)), host=host, port=port or settings.port
     )

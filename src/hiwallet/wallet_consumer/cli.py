@@ -21,6 +21,7 @@ from rich.table import Table
 
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core import db
+from hiwallet.core.actors import operator_login
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_consumer.attribution import AlreadyAttributed, AttributionRefused, attribute
@@ -112,10 +113,10 @@ def unattributed(
 def attribute_command(
     payment_id: Annotated[str, typer.Argument(help="The payment's id (the first column of the list).")],
     wallet: Annotated[str, typer.Option("--wallet", help="The wallet to credit.")],
-    operator: Annotated[str, typer.Option("--operator", help="Who attributes it (recorded).")],
 ) -> None:
-    """Credit an unattributed top-up to a wallet, once, and mark it attributed."""
-    done = _run(lambda _, ledger: attribute(ledger, payment_id, wallet, operator=operator))
+    """Credit an unattributed top-up to a wallet, once, and mark it attributed by
+    operator:<your login> (the operating-system user running the command)."""
+    done = _run(lambda _, ledger: attribute(ledger, payment_id, wallet, operator=operator_login()))
     console.print(
         f"attributed [bold]{done.topup.payment_id}[/bold]: {done.topup.amount_minor} "
         f"{done.topup.currency} credited to {done.wallet} (transaction {done.transaction_id})"

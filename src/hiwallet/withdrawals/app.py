@@ -33,7 +33,7 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
-from hiwallet.core.settings import Settings
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
@@ -239,4 +239,5 @@ def run_withdrawal_orchestrator(port: int | None, host: str) -> None:
     relay and the jobs in it."""
     configure_logging(SERVICE)
     settings = get_withdrawal_settings()
+    refuse_insecure_start(settings)
     serve(settle_heap_once_started(create_withdrawal_app(settings)), host=host, port=port or settings.port)

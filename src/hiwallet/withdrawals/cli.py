@@ -3,7 +3,8 @@ as the withdrawal database's application role. What they enqueue wakes the servi
 by a pg_notify (no relay runs here).
 
 - ``review``: the withdrawals waiting for a member of staff;
-- ``release ID --actor NAME`` / ``cancel ID --actor NAME``: the review's decision;
+- ``release ID`` / ``cancel ID``: the review's decision, recorded as made by
+  ``operator:<login>`` (the operating-system user running the command);
 - ``show ID``: a withdrawal and its history;
 - ``scan``: one stuck saga round, under the same lock as the service's rounds."""
 
@@ -17,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from hiwallet.core.actors import operator_actor
 from hiwallet.core.http import ProblemError
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import RelayHint
@@ -30,7 +32,6 @@ __all__ = ["scan_once", "withdrawals_app", "withdrawals_service"]
 
 console = Console(emoji=False, soft_wrap=True)
 T = TypeVar("T")
-ActorOption = Annotated[str, typer.Option("--actor", help="Who decides: the member of staff's name.")]
 
 
 @asynccontextmanager
@@ -97,14 +98,17 @@ def review(limit: Annotated[int, typer.Option(min=1, max=1000)] = 100) -> None:
 
 
 @withdrawals_app.command("release")
-def release(saga_id: str, actor: ActorOption) -> None:
-    """Send a reviewed withdrawal to the bank."""
+def release(saga_id: str) -> None:
+    """Send a reviewed withdrawal to the bank, as operator:<your login>."""
+    actor = operator_actor()
     _print(_run(lambda s: s.release(saga_id, actor)))
 
 
 @withdrawals_app.command("cancel")
-def cancel(saga_id: str, actor: ActorOption) -> None:
-    """Refuse a reviewed withdrawal: the debit is reversed (fee included), the actor recorded."""
+def cancel(saga_id: str) -> None:
+    """Refuse a reviewed withdrawal: the debit is reversed (fee included), operator:<your
+    login> recorded as who decided."""
+    actor = operator_actor()
     _print(_run(lambda s: s.cancel(saga_id, actor)))
 
 
