@@ -30,6 +30,7 @@ KERNEL_MODULES = [
     "hiwallet.core.deadletters",
     "hiwallet.core.background",
     "hiwallet.core.service",
+    "hiwallet.core.cli",
     "hiwallet.core.webhooks",
 ]
 # Every module of the contracts: each is a contract some service imports.

@@ -4,8 +4,8 @@ its queues), mounted by the command line: not part of the platform."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
 
 import typer
@@ -14,6 +14,7 @@ from rich.table import Table
 
 from hiwallet.contracts.topups import TOPUPS_DEAD_LETTER_QUEUE
 from hiwallet.core.broker import Broker, BrokerError
+from hiwallet.core.cli import run_command
 from hiwallet.core.deadletters import DeadLetter, list_dead_letters, replay_dead_letters
 from hiwallet.core.settings import get_settings
 
@@ -27,20 +28,20 @@ QueueOption = Annotated[str, typer.Option("--queue", help="The dead-letter queue
 LimitOption = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")]
 
 
-def _run(work: Callable[[Broker], Awaitable[T]]) -> T:
-    async def main() -> T:
-        broker = Broker(get_settings().amqp_url, client_name="hiwallet-cli dead-letters")
-        try:
-            await broker.start()
-            return await work(broker)
-        finally:
-            await broker.close()
-
+@asynccontextmanager
+async def _broker() -> AsyncIterator[Broker]:
+    broker = Broker(get_settings().amqp_url, client_name="hiwallet-cli dead-letters")
     try:
-        return asyncio.run(main())
-    except BrokerError as exc:
-        console.print(f"[red]broker[/red]: {exc}")
-        raise typer.Exit(1) from exc
+        await broker.start()
+        yield broker
+    finally:
+        await broker.close()
+
+
+def _run(work: Callable[[Broker], Awaitable[T]]) -> T:
+    return run_command(
+        _broker, work, console=console, refusals={BrokerError: lambda exc: f"[red]broker[/red]: {exc}"}
+    )
 
 
 def _table(letters: list[DeadLetter], *, replay: bool = False) -> Table:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -17,6 +16,7 @@ from rich.table import Table
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.actors import operator_actor
+from hiwallet.core.cli import run_command
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger.errors import LedgerError
@@ -58,18 +58,16 @@ async def _ledger(role: str | None = None) -> AsyncIterator[Ledger]:
         await pool.close()
 
 
-def _run(work: Callable[[Ledger], Awaitable[T]], role: str | None = None) -> T:
-    async def main() -> T:
-        async with _ledger(role) as ledger:
-            return await work(ledger)
+def _refused(exc: Exception) -> str:
+    """A ledger refusal with what the operator needs to correct the command (its fields)."""
+    if not isinstance(exc, LedgerError):
+        return f"[red]refused[/red]: {type(exc).__name__}"
+    fields = "".join(f"\n  {name}: {value}" for name, value in exc.fields.items())
+    return f"[red]refused[/red] ({exc.code}): {exc}{fields}"
 
-    try:
-        return asyncio.run(main())
-    except LedgerError as exc:
-        console.print(f"[red]refused[/red] ({exc.code}): {exc}")
-        for name, value in exc.fields.items():
-            console.print(f"  {name}: {value}")
-        raise typer.Exit(1) from exc
+
+def _run(work: Callable[[Ledger], Awaitable[T]], role: str | None = None) -> T:
+    return run_command(lambda: _ledger(role), work, console=console, refusals={LedgerError: _refused})
 
 
 def _show(result: PostResult) -> None:

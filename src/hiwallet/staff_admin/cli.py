@@ -10,7 +10,6 @@ application role (the same guards as the service: the audit log takes rows, neve
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,7 +19,8 @@ import typer
 from rich.console import Console
 
 from hiwallet.core.actors import operator_actor
-from hiwallet.core.http import ProblemError
+from hiwallet.core.cli import run_command
+from hiwallet.core.http import PROBLEM_REFUSALS
 from hiwallet.core.settings import get_settings
 from hiwallet.staff_admin.app import create_staff_admin_pool
 from hiwallet.staff_admin.identity import StaffRealm
@@ -54,15 +54,9 @@ async def staff_service(settings: StaffAdminSettings) -> AsyncIterator[StaffAdmi
 
 
 def _run(work: Callable[[StaffAdmin], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with staff_service(get_staff_admin_settings()) as service:
-            return await work(service)
-
-    try:
-        return asyncio.run(main())
-    except ProblemError as exc:
-        console.print(f"[red]refused[/red]: {exc.detail or exc.title}")
-        raise typer.Exit(1) from exc
+    return run_command(
+        lambda: staff_service(get_staff_admin_settings()), work, console=console, refusals=PROBLEM_REFUSALS
+    )
 
 
 @staff_app.command("employees")

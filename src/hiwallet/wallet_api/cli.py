@@ -5,7 +5,6 @@ Commands only translate; the work is in :mod:`hiwallet.wallet_api.service`."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
@@ -16,7 +15,8 @@ from rich.console import Console
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.actors import operator_actor
-from hiwallet.core.http import ProblemError
+from hiwallet.core.cli import run_command
+from hiwallet.core.http import PROBLEM_REFUSALS
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, LedgerStore, init_connection
 from hiwallet.wallet_api.domain import service_account_subject
@@ -53,15 +53,7 @@ async def wallet_service(
 
 
 def _run(work: Callable[[WalletService], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with wallet_service() as service:
-            return await work(service)
-
-    try:
-        return asyncio.run(main())
-    except ProblemError as exc:
-        console.print(f"[red]refused[/red] ({exc.slug}): {exc}")
-        raise typer.Exit(1) from exc
+    return run_command(wallet_service, work, console=console, refusals=PROBLEM_REFUSALS)
 
 
 def _show(account: dict[str, Any]) -> None:

@@ -9,7 +9,6 @@ sub-app holding them all).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, TypeVar
@@ -22,6 +21,7 @@ from rich.table import Table
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core import db
 from hiwallet.core.actors import operator_login
+from hiwallet.core.cli import Refusals, run_command
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_consumer.attribution import AlreadyAttributed, AttributionRefused, attribute
@@ -51,22 +51,20 @@ async def _ledger() -> AsyncIterator[tuple[asyncpg.Pool, Ledger]]:
         await pool.close()
 
 
-def _run(work: Callable[[asyncpg.Pool, Ledger], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with _ledger() as (pool, ledger):
-            return await work(pool, ledger)
+def _coded(exc: Exception) -> str:
+    return f"({getattr(exc, 'code', type(exc).__name__)}): {exc}"
 
-    try:
-        return asyncio.run(main())
-    except AlreadyAttributed as exc:
-        console.print(f"[yellow]already attributed[/yellow]: {exc}")
-        raise typer.Exit(1) from exc
-    except AttributionRefused as exc:
-        console.print(f"[red]refused[/red] ({exc.code}): {exc}")
-        raise typer.Exit(1) from exc
-    except LedgerError as exc:
-        console.print(f"[red]refused by the ledger[/red] ({exc.code}): {exc}")
-        raise typer.Exit(1) from exc
+
+# In this order: AlreadyAttributed may be an AttributionRefused.
+REFUSALS: Refusals = {
+    AlreadyAttributed: lambda exc: f"[yellow]already attributed[/yellow]: {exc}",
+    AttributionRefused: lambda exc: f"[red]refused[/red] {_coded(exc)}",
+    LedgerError: lambda exc: f"[red]refused by the ledger[/red] {_coded(exc)}",
+}
+
+
+def _run(work: Callable[[asyncpg.Pool, Ledger], Awaitable[T]]) -> T:
+    return run_command(_ledger, lambda opened: work(*opened), console=console, refusals=REFUSALS)
 
 
 def _table(topups: list[UnattributedTopup], *, attributed: bool) -> Table:

@@ -19,7 +19,8 @@ import typer
 from rich.console import Console
 
 from hiwallet.core.actors import operator_actor
-from hiwallet.core.http import ProblemError
+from hiwallet.core.cli import run_command
+from hiwallet.core.http import PROBLEM_REFUSALS
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import RelayHint
 from hiwallet.core.settings import get_settings
@@ -47,15 +48,12 @@ async def withdrawals_service(settings: WithdrawalSettings) -> AsyncIterator[Wit
 
 
 def _run(work: Callable[[WithdrawalService], Awaitable[T]]) -> T:
-    async def main() -> T:
-        async with withdrawals_service(get_withdrawal_settings()) as service:
-            return await work(service)
-
-    try:
-        return asyncio.run(main())
-    except ProblemError as exc:
-        console.print(f"[red]refused[/red]: {exc.detail or exc.title}")
-        raise typer.Exit(1) from exc
+    return run_command(
+        lambda: withdrawals_service(get_withdrawal_settings()),
+        work,
+        console=console,
+        refusals=PROBLEM_REFUSALS,
+    )
 
 
 async def scan_once(settings: WithdrawalSettings) -> int | None:

@@ -31,6 +31,7 @@ from hiwallet.core.http.metrics import MULTIPROC_ENV, multiprocess_metrics
 from hiwallet.core.http.problems import (
     PROBLEM_BASE,
     PROBLEM_CONTENT_TYPE,
+    PROBLEM_REFUSALS,
     Forbidden,
     NotFound,
     PayloadTooLarge,
@@ -38,6 +39,7 @@ from hiwallet.core.http.problems import (
     ServiceUnavailable,
     Unauthorized,
     internal_error_response,
+    problem_refusal,
     problem_response,
     problem_type,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "MULTIPROC_ENV",
     "PROBLEM_BASE",
     "PROBLEM_CONTENT_TYPE",
+    "PROBLEM_REFUSALS",
     "REQUEST_ID_HEADER",
     "AiohttpTransport",
     "FastJSONResponse",
@@ -69,6 +72,7 @@ __all__ = [
     "json_body",
     "json_body_openapi",
     "multiprocess_metrics",
+    "problem_refusal",
     "problem_response",
     "problem_type",
     "serve",

@@ -9,7 +9,7 @@ id (the request id, found in the log line of the incident), never "retry".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from fastapi import Request
@@ -181,3 +181,15 @@ def _allowed_methods(request: Request, headers: Mapping[str, str] | None) -> str
     if not methods:  # not one of ours (a mounted app): keep what Starlette said
         return (headers or {}).get("Allow", "")
     return ", ".join(sorted(methods))
+
+
+def problem_refusal(exc: Exception) -> str:
+    """An operator command's line for a refusal (core.cli.run_command): the problem's type and
+    what it says, never a stack."""
+    if not isinstance(exc, ProblemError):
+        return f"[red]refused[/red]: {type(exc).__name__}"
+    return f"[red]refused[/red] ({exc.slug}): {exc.detail or exc.title}"
+
+
+# What an operator command of a service refuses with: any of its problems.
+PROBLEM_REFUSALS: dict[type[Exception], Callable[[Exception], str]] = {ProblemError: problem_refusal}
