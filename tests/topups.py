@@ -4,10 +4,8 @@ wallet-consumer's settings over names of the test's own, and waiting for a condi
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,8 +14,7 @@ import asyncpg
 from hiwallet.core import db
 from hiwallet.ledger import init_connection
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
-
-POLL_S = 0.05
+from tests.waiting import until as until  # the top-up tests import it from here
 
 
 @asynccontextmanager
@@ -56,12 +53,3 @@ def consumer_settings(**overrides: Any) -> WalletConsumerSettings:
         **overrides,
     }
     return WalletConsumerSettings(**values)
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    """Poll ``check`` until it is true; AssertionError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(POLL_S)
