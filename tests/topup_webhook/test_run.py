@@ -14,6 +14,7 @@ import httpx
 
 from tests.servers import free_port
 from tests.topup_webhook.conftest import post_stripe, stored, stripe_events, wallet_id
+from tests.waiting import until
 
 
 async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: asyncpg.Connection) -> None:
@@ -29,13 +30,14 @@ async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: async
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            for _ in range(200):
+
+            async def healthy() -> bool:
                 try:
-                    if (await client.get("/health")).status_code == 200:
-                        break
+                    return (await client.get("/health")).status_code == 200
                 except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+                    return False
+
+            await until(healthy, 10, "topup-webhook serving", interval_s=0.05)
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (503, {"broker": "unavailable"})
             assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202
