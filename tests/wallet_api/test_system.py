@@ -13,6 +13,7 @@ import httpx
 
 from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
 from tests.servers import free_port
+from tests.waiting import until
 from tests.wallet_api.conftest import WalletApi
 
 
@@ -92,12 +93,14 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
-            for _ in range(150):
+
+            async def healthy() -> bool:
                 try:
-                    if (await http.get("/health")).status_code == 200:
-                        break
+                    return (await http.get("/health")).status_code == 200
                 except httpx.HTTPError:
-                    await asyncio.sleep(0.1)
+                    return False
+
+            await until(healthy, 15, "wallet-api serving", interval_s=0.1)
             assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
             # Two worker processes; /metrics counts what both answered, on a new connection each
             # (so both answer some), through the stack and through the hot routes alike.
