@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
-from tests.waiting import until_sync
+from tests.waiting import until, until_sync
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -85,3 +86,15 @@ def wait_started(
 def stop(server: uvicorn.Server, thread: threading.Thread) -> None:
     server.should_exit = True
     thread.join(timeout=STOP_TIMEOUT_S)
+
+
+async def until_serving(client: httpx.AsyncClient, what: str, timeout_s: float = 30.0) -> None:
+    """Until the process behind ``client`` answers /health with 200 (started, listening)."""
+
+    async def healthy() -> bool:
+        try:
+            return (await client.get("/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await until(healthy, timeout_s, f"{what} serving", interval_s=0.05)

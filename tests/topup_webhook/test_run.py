@@ -12,9 +12,8 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from tests.servers import free_port
+from tests.servers import free_port, until_serving
 from tests.topup_webhook.conftest import post_stripe, stored, stripe_events, wallet_id
-from tests.waiting import until
 
 
 async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: asyncpg.Connection) -> None:
@@ -30,14 +29,7 @@ async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: async
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-
-            async def healthy() -> bool:
-                try:
-                    return (await client.get("/health")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await until(healthy, 10, "topup-webhook serving", interval_s=0.05)
+            await until_serving(client, "topup-webhook")
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (503, {"broker": "unavailable"})
             assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202
