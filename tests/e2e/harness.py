@@ -37,7 +37,8 @@ import aio_pika
 import httpx
 
 from tests.faultproxy import FaultProxy
-from tests.waiting import until as until  # the e2e tests import it from here
+from tests.waiting import stays as stays  # the e2e tests import them from here
+from tests.waiting import until as until
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
