@@ -4,6 +4,7 @@ wallet-consumer's settings over names of the test's own, and waiting for a condi
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,10 @@ import asyncpg
 from hiwallet.core import db
 from hiwallet.ledger import init_connection
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
-from tests.waiting import until as until  # the top-up tests import it from here
+from tests import waiting
+
+# The top-up tests wait through this (tests/waiting.py's), polling SQL at most every 0.05 s.
+until = functools.partial(waiting.until, interval_s=0.05)
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -36,14 +37,18 @@ from urllib.parse import quote
 import aio_pika
 import httpx
 
+from tests import waiting
 from tests.faultproxy import FaultProxy
-from tests.waiting import stays as stays  # the e2e tests import them from here
-from tests.waiting import until as until
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 RABBITMQCTL_TIMEOUT_S = 60.0
 AMQP_HOST, AMQP_PORT = "127.0.0.1", 5672
+# The e2e tests wait through these (tests/waiting.py's), polling what they watch (SQL, HTTP, the
+# management API) at most every POLL_S.
+POLL_S = 0.05
+until = functools.partial(waiting.until, interval_s=POLL_S)
+stays = functools.partial(waiting.stays, interval_s=POLL_S)
 
 # The fixed names (CONTRACT-10, "Names").
 TOPUPS_EXCHANGE = "hiwallet.topups"
