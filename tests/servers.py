@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
+
+from tests.waiting import until, until_sync
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -64,14 +66,35 @@ def serve(
     )
     thread = threading.Thread(target=server.run, name=f"{name}-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"{name} did not start")
-        time.sleep(0.02)
+    wait_started(server, thread, name)
     return f"http://127.0.0.1:{port}", server, thread
+
+
+def wait_started(
+    server: uvicorn.Server, thread: threading.Thread, name: str, timeout_s: float = START_TIMEOUT_S
+) -> None:
+    """Until ``server`` accepts connections; RuntimeError at once if its thread died."""
+
+    def started() -> bool:
+        if not thread.is_alive():
+            raise RuntimeError(f"{name} did not start")
+        return bool(server.started)
+
+    until_sync(started, timeout_s, f"{name} started")
 
 
 def stop(server: uvicorn.Server, thread: threading.Thread) -> None:
     server.should_exit = True
     thread.join(timeout=STOP_TIMEOUT_S)
+
+
+async def until_serving(client: httpx.AsyncClient, what: str, timeout_s: float = 30.0) -> None:
+    """Until the process behind ``client`` answers /health with 200 (started, listening)."""
+
+    async def healthy() -> bool:
+        try:
+            return (await client.get("/health")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    await until(healthy, timeout_s, f"{what} serving", interval_s=0.05)

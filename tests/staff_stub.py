@@ -9,14 +9,13 @@ import asyncio
 import base64
 import json
 import threading
-import time
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tests.servers import START_TIMEOUT_S, serve, stop
+from tests.servers import serve, stop, wait_started
 
 PROBLEM = "https://hiwallet.dev/problems/"
 
@@ -43,7 +42,7 @@ class StaffAdminStub:
         async def me(request: Request) -> JSONResponse:
             self.calls += 1
             if self.delay_s:
-                await asyncio.sleep(self.delay_s)
+                await asyncio.sleep(self.delay_s)  # a slow staff-admin: the behaviour under test
             if self.answer is not None:
                 return JSONResponse(self.answer[1], status_code=self.answer[0])
             sub = claims_of(request.headers.get("authorization", "").removeprefix("Bearer "))["sub"]
@@ -68,11 +67,7 @@ class StaffAdminStub:
             )
             thread = threading.Thread(target=server.run, name="staff-admin-stub", daemon=True)
             thread.start()
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not server.started:
-                if not thread.is_alive() or time.monotonic() > deadline:
-                    raise RuntimeError("the staff-admin stand-in did not start again")
-                time.sleep(0.02)
+            wait_started(server, thread, "the staff-admin stand-in")
         self.url, self._server = f"http://127.0.0.1:{self._port}", (server, thread)
         return self
 

@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -40,6 +40,7 @@ from hiwallet.up import (
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.servers import free_port
+from tests.waiting import until_sync as until
 
 POLL_S = 0.05
 CHILDREN = (
@@ -68,14 +69,6 @@ TIERS = {
     else 1
     for name in CHILDREN
 }
-
-
-def until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(POLL_S)  # the polling interval, not a synchronisation
 
 
 def ready(port: int) -> bool:
@@ -356,6 +349,9 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
             assert found.status_code == 200, found.text
             return int(found.json()["cash"])
 
+        async def cash_is(expected: int) -> bool:
+            return await cash() == expected
+
         before = await cash()
         paid = await api.post(
             f"http://127.0.0.1:{ports['stripe']}/v1/topups",
@@ -363,10 +359,9 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
             data={"wallet": wallet, "amount": "5000", "currency": "try"},
         )
         assert paid.status_code == 200, paid.text
-        deadline = time.monotonic() + 30
-        while await cash() != before + 5000:
-            assert time.monotonic() < deadline, "the card top-up did not reach the wallet"
-            await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
+        await harness.until(
+            lambda: cash_is(before + 5000), 30, "the card top-up in the wallet", interval_s=POLL_S
+        )
 
         # A withdrawal, as docs/tour.md shows: withdrawal-orchestrator, wallet-consumer,
         # bank-adapter, bank-fake's callback to bank-webhook, back to completed; the wallet
@@ -385,13 +380,19 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         assert asked.status_code == 202, asked.text
         assert asked.json()["state"] == "initiated" and asked.json()["destination_iban"].endswith("1326")
         location = asked.headers["Location"]
-        deadline = time.monotonic() + 30
-        while (saga := (await api.get(f"{orchestrator}{location}", headers=me)).json())[
-            "state"
-        ] != "completed":
-            assert saga["state"] in ("initiated", "debited", "bank_transfer_pending", "settling"), saga
-            assert time.monotonic() < deadline, f"the withdrawal did not complete: {saga}"
-            await asyncio.sleep(POLL_S)  # the polling interval, not a synchronisation
+
+        async def completed() -> dict[str, Any] | None:
+            saga = (await api.get(f"{orchestrator}{location}", headers=me)).json()
+            assert saga["state"] in (
+                "initiated",
+                "debited",
+                "bank_transfer_pending",
+                "settling",
+                "completed",
+            ), saga
+            return saga if saga["state"] == "completed" else None
+
+        saga = await harness.until(completed, 30, "the withdrawal completed", interval_s=POLL_S)
         assert await cash() == before + 5000 - 2500 - saga["fee_minor"]
         # Each of the saga's databases is used by its own application role only.
         owner = await asyncpg.connect(db.owner_dsn("postgres"))

@@ -4,10 +4,9 @@ wallet-consumer's settings over names of the test's own, and waiting for a condi
 
 from __future__ import annotations
 
-import asyncio
-import time
+import functools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,8 +15,10 @@ import asyncpg
 from hiwallet.core import db
 from hiwallet.ledger import init_connection
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
+from tests import waiting
 
-POLL_S = 0.05
+# The top-up tests wait through this (tests/waiting.py's), polling SQL at most every 0.05 s.
+until = functools.partial(waiting.until, interval_s=0.05)
 
 
 @asynccontextmanager
@@ -60,12 +61,3 @@ def consumer_settings(**overrides: Any) -> WalletConsumerSettings:
         **overrides,
     }
     return WalletConsumerSettings(**values)
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    """Poll ``check`` until it is true; AssertionError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(POLL_S)

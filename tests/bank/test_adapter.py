@@ -7,7 +7,7 @@ is tests.bank.conftest.StubBank."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import orjson
@@ -40,14 +40,7 @@ from tests.bank.conftest import (
     webhook_client,
 )
 from tests.core import spine
-
-
-async def until(check: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("not within the time")
-        await asyncio.sleep(0.05)
+from tests.waiting import until
 
 
 async def count(owner: asyncpg.Connection, sql: str, *args: object) -> int:
@@ -359,11 +352,8 @@ async def test_what_is_recorded_wakes_the_relay_at_once_not_at_its_poll(
     refused = start_command()
     accepted = start_command(iban="TR060006100519786457841327")
     async with adapter(settings, names, bank) as app, webhook_client(settings) as webhook:
-        for _ in range(100):  # the relay leads (its lock) and its first pass is behind it
-            if app.state.relay.leader:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)
+        # The relay leads (its lock) and its first pass is behind it (so it listens).
+        await until(lambda: app.state.relay._worked, 10, "the relay's first pass")
         started = asyncio.get_running_loop().time()
         await broker.publish([command_message(names, refused)])
         [failed] = await spine.collect(broker, [names.results_queue], 1, timeout_s=10)

@@ -31,7 +31,7 @@ from tests.bank.conftest import (
     transfers,
 )
 from tests.e2e import harness
-from tests.servers import free_port, serve, stop
+from tests.servers import free_port, serve, stop, until_serving
 
 
 async def test_the_webhook_process_serves_callbacks_and_stops(
@@ -50,13 +50,7 @@ async def test_the_webhook_process_serves_callbacks_and_stops(
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            for _ in range(200):
-                try:
-                    if (await client.get("/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+            await until_serving(client, "bank-webhook")
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (200, {"database": "ok"})
             body = callback_body("transfer.succeeded", "trf_process")

@@ -6,7 +6,6 @@ fake's rules match on it) and its own broker names."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from tests.bank.conftest import (
 from tests.core import spine
 from tests.fakes.conftest import FAST
 from tests.servers import serve, stop
+from tests.waiting import until
 
 FAKE_KEY = "bank_fake_test_key"
 
@@ -140,17 +140,15 @@ async def test_a_lost_callback_is_found_by_the_reconciliation(
         async with app.router.lifespan_context(app):
             await consuming(app)
             await broker.publish([command_message(names, command)])
-            for _ in range(100):  # recorded pending, then decided at the bank (no callback)
+
+            async def decided_at_the_bank() -> bool:  # recorded pending, then decided (no callback)
                 rows = await transfers(owner)
-                if (
-                    rows
-                    and control.get(f"/v1/transfers/{rows[0]['bank_reference']}", headers=_auth()).json()[
-                        "status"
-                    ]
-                    != "pending"
-                ):
-                    break
-                await asyncio.sleep(0.05)
+                if not rows:
+                    return False
+                found = control.get(f"/v1/transfers/{rows[0]['bank_reference']}", headers=_auth())
+                return bool(found.json()["status"] != "pending")
+
+            await until(decided_at_the_bank, 10, "the transfer decided at the bank", interval_s=0.05)
             assert (await transfers(owner))[0]["state"] == "pending"
             assert await app.state.reconciler.run() == 1
             [message] = await spine.collect(broker, [names.results_queue], 1, timeout_s=10)

@@ -50,11 +50,13 @@ async def test_a_failing_callback_neither_undoes_nor_stops_the_others() -> None:
 
 async def test_concurrent_tasks_keep_their_own_callbacks() -> None:
     ran: list[str] = []
+    all_inside = asyncio.Barrier(3)
 
     async def unit(name: str, fail: bool) -> None:
         async with committing():
             after_commit(lambda: ran.append(name))
-            await asyncio.sleep(0.01)
+            async with asyncio.timeout(5):
+                await all_inside.wait()  # the three units open at once
             if fail:
                 raise RuntimeError(name)
 

@@ -25,11 +25,14 @@ async def test_supervised_starts_work_again_after_an_error_and_ends_when_it_retu
 
 
 async def test_supervised_lets_a_cancellation_through() -> None:
+    working = asyncio.Event()
+
     async def work() -> None:
-        await asyncio.sleep(60)
+        working.set()
+        await asyncio.sleep(60)  # work that goes on until cancelled
 
     task = asyncio.create_task(supervised("test", work))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(working.wait(), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -64,7 +67,7 @@ class _Consumer:
 
 async def test_consumer_started_waits_raises_its_failure_and_times_out() -> None:
     consumer: Any = _Consumer()
-    running = asyncio.create_task(asyncio.sleep(60))
+    running = asyncio.create_task(asyncio.sleep(60))  # a consumer that runs on
     consumer.started.set()
     await consumer_started(consumer, running, 1)
     running.cancel()
@@ -76,7 +79,7 @@ async def test_consumer_started_waits_raises_its_failure_and_times_out() -> None
     with pytest.raises(ConnectionError):
         await consumer_started(_Consumer(), failing, 1)  # type: ignore[arg-type]
 
-    idle = asyncio.create_task(asyncio.sleep(60))
+    idle = asyncio.create_task(asyncio.sleep(60))  # a consumer that never starts
     with pytest.raises(TimeoutError):
         await consumer_started(_Consumer(), idle, 0.05)  # type: ignore[arg-type]
     idle.cancel()

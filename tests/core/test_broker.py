@@ -11,6 +11,7 @@ from hiwallet.core.ids import new_id
 from hiwallet.core.logging import REQUEST_ID
 from tests.core import spine
 from tests.servers import free_port  # no server is started on it: closed
+from tests.waiting import until
 
 
 def _message(names: spine.Names, key: str, **extra: str) -> OutgoingMessage:
@@ -103,13 +104,16 @@ async def test_a_missing_exchange_is_refused_and_the_broker_recovers(
 ) -> None:
     with pytest.raises(PublishRefused):
         await broker.publish([OutgoingMessage(new_id(), "hwtest.no-such-exchange", "k", "T", b"{}")])
+
     # RabbitMQ closed the publishing channel (404); the robust channel is reopened.
-    for _ in range(50):
+    async def published() -> bool:
         try:
             await broker.publish([_message(names, "after")])
-            break
         except BrokerUnavailable:
-            await asyncio.sleep(0.1)
+            return False
+        return True
+
+    await until(published, 5, "a publish after the channel reopened", interval_s=0.1)
     assert len(await spine.collect(broker, names.queues, 1)) == 1
 
 

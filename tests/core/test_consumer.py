@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from tests.core import spine
 from tests.faultproxy import FaultProxy
+from tests.waiting import until
 
 CONSUMER = "test-consumer"
 
@@ -111,11 +111,10 @@ async def _count(database: str, sql: str, *args: Any) -> int:
 
 
 async def _until_count(database: str, sql: str, expected: int, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (got := await _count(database, sql)) != expected:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{sql}: {got}, expected {expected}")
-        await asyncio.sleep(0.05)
+    async def reached() -> bool:
+        return await _count(database, sql) == expected
+
+    await until(reached, timeout_s, f"{sql} = {expected}")
 
 
 EFFECTS = "SELECT count(*) FROM spine.effects"
@@ -123,11 +122,14 @@ PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
 
 
 async def _until_depth(broker: Broker, queue: str, expected: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (depth := await spine.queue_depth(broker, queue)) != expected:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{queue}: {depth} messages, expected {expected}")
-        await asyncio.sleep(0.05)
+    async def reached() -> bool:
+        return await spine.queue_depth(broker, queue) == expected
+
+    await until(reached, timeout_s, f"{queue} holding {expected} messages", interval_s=0.05)
+
+
+async def _dead_lettered(broker: Broker, queue: str) -> bool:
+    return await spine.queue_depth(broker, queue) >= 1
 
 
 async def _cli(*args: str) -> str:
@@ -162,18 +164,19 @@ async def test_processed_once_in_one_transaction_and_a_repeat_is_acked(
             await _until_count(spine_db, PROCESSED, 3)
             # The relay's at-least-once: the same message again.
             await broker.publish([messages[0]])
-            deadline = time.monotonic() + 10
-            while (
-                _metric(
-                    consumer,
-                    "hiwallet_consumer_messages_total",
-                    queue=_queue_of(consumer),
-                    outcome="duplicate",
-                )
-                < 1
-            ):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(
+                lambda: (
+                    _metric(
+                        consumer,
+                        "hiwallet_consumer_messages_total",
+                        queue=_queue_of(consumer),
+                        outcome="duplicate",
+                    )
+                    >= 1
+                ),
+                10,
+                "the repeat counted as a duplicate",
+            )
         conn = await spine.owner_connect(spine_db)
         try:
             rows = await conn.fetch(
@@ -236,8 +239,7 @@ async def test_a_database_outage_pauses_without_dead_lettering(
                 await _until_count(spine_db, PROCESSED, 1)
                 async with proxy.down():  # PostgreSQL "restarts": connections cut, new ones refused
                     await broker.publish(messages[1:])
-                    await asyncio.sleep(2.0)
-                    assert consumer.paused
+                    await until(lambda: consumer.paused, 10, "the consumer paused")
                     assert await _count(spine_db, PROCESSED) == 1
                 await _until_count(spine_db, PROCESSED, 4, timeout_s=20)
                 assert not consumer.paused
@@ -311,10 +313,7 @@ async def test_unprocessable_is_dead_lettered_listed_and_replayed(
         consumer = _consumer(broker, pool, names, handler, max_attempts=3)
         async with _consuming(consumer):
             await broker.publish([poison])
-            deadline = time.monotonic() + 15
-            while await spine.queue_depth(broker, names.dlq) < 1:
-                assert time.monotonic() < deadline, "not dead-lettered"
-                await asyncio.sleep(0.05)
+            await until(lambda: _dead_lettered(broker, names.dlq), 15, "dead-lettered", interval_s=0.05)
             assert handler.calls == [poison.message_id] * 3  # bounded attempts
             assert await _count(spine_db, EFFECTS) == 0  # each attempt rolled back
             assert await _count(spine_db, PROCESSED) == 0
@@ -358,10 +357,7 @@ async def test_a_malformed_message_is_dead_lettered_at_once(
         async with _consuming(consumer):
             bad = OutgoingMessage(new_id(), names.exchange, "w1", "TopupRecorded", b"not json")
             await broker.publish([bad])
-            deadline = time.monotonic() + 10
-            while await spine.queue_depth(broker, names.dlq) < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(lambda: _dead_lettered(broker, names.dlq), 10, "dead-lettered", interval_s=0.05)
     (letter,) = await list_dead_letters(broker, names.dlq)
     assert letter.message_id == bad.message_id
     assert letter.reason.startswith("malformed")
@@ -375,6 +371,7 @@ async def test_stop_finishes_the_message_in_hand(spine_db: str, broker: Broker, 
 
     async def slow(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
         inside.set()
+        # A slow handler (the behaviour under test): the message is in hand when stop comes.
         await asyncio.sleep(0.5)
         return await original(conn, message)
 
@@ -440,7 +437,7 @@ async def test_the_consumer_waits_for_rabbitmq_at_start(
             consumer = _consumer(late, pool, names, handler)
             async with proxy.down():
                 task = asyncio.create_task(consumer.run())
-                await asyncio.sleep(1.0)
+                await until(lambda: proxy.connections_refused >= 3, 10, "three refused connections")
                 assert not consumer.started
             await asyncio.wait_for(consumer.wait_started(), 15)
             await broker.publish([_message(names)])

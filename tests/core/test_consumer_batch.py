@@ -5,7 +5,6 @@ outage mid-batch, order across batches, and a graceful stop."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,12 +21,14 @@ from tests.core.test_consumer import (
     Effects,
     _consuming,
     _count,
+    _dead_lettered,
     _message,
     _metric,
     _pool,
     _until_count,
 )
 from tests.faultproxy import FaultProxy
+from tests.waiting import until
 
 # One wallet's messages: one key, hence one partition (one queue, one worker).
 KEY = "0421:w:batch"
@@ -126,23 +127,36 @@ async def test_a_batch_with_repeats_inside_handles_each_message_once(
             # While the first batch is held, the next one gathers: new messages, one of them
             # twice, and the first one again (processed by then).
             await broker.publish([*rest[:3], rest[1], *rest[3:], first])
-            await asyncio.sleep(0.5)
+            await _until_buffered(consumer, 9)
             handler.hold.set()
             await _until_count(seen_db, PROCESSED, 8)
-            deadline = time.monotonic() + 10
-            while (
-                _metric(
-                    consumer, "hiwallet_consumer_messages_total", queue=_queue(consumer), outcome="duplicate"
-                )
-                < 2
-            ):
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(
+                lambda: (
+                    _metric(
+                        consumer,
+                        "hiwallet_consumer_messages_total",
+                        queue=_queue(consumer),
+                        outcome="duplicate",
+                    )
+                    >= 2
+                ),
+                10,
+                "two duplicates counted",
+            )
     assert handler.batches == [[0], [1, 2, 3, 4, 5, 6, 7]]  # the repeats never reach the handler
     assert sorted(handler.calls) == sorted(m.message_id for m in [first, *rest])
     assert await _count(seen_db, EFFECTS) == 8
     assert await _seen(seen_db) == list(range(8))
     assert await _queues_empty(broker, names) == 0
+
+
+async def _until_buffered(consumer: Consumer, count: int) -> None:
+    """Until ``count`` deliveries wait in the consumer's buffers (delivered, not yet taken)."""
+    await until(
+        lambda: sum(entry.buffer.qsize() for entry in consumer._consuming) == count,
+        10,
+        f"{count} deliveries buffered",
+    )
 
 
 def _queue(consumer: Consumer) -> str:
@@ -172,13 +186,10 @@ async def test_a_poison_message_is_dead_lettered_alone_and_its_neighbours_credit
             await broker.publish(messages[:1])
             await asyncio.wait_for(handler.inside.wait(), 10)
             await broker.publish(messages[1:])
-            await asyncio.sleep(0.5)
+            await _until_buffered(consumer, 9)
             handler.hold.set()
             await _until_count(seen_db, PROCESSED, 9)
-            deadline = time.monotonic() + 10
-            while await spine.queue_depth(broker, names.dlq) < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(lambda: _dead_lettered(broker, names.dlq), 10, "dead-lettered", interval_s=0.05)
             fallbacks = _metric(consumer, "hiwallet_consumer_batch_fallbacks_total", queue=_queue(consumer))
     assert handler.batches == [[0], list(range(1, 10))]
     assert fallbacks == 1
@@ -210,8 +221,7 @@ async def test_a_database_outage_mid_batch_dead_letters_nothing_and_credits_each
                 async with proxy.down():  # PostgreSQL "restarts" under it
                     handler.hold.set()
                     await broker.publish(messages[6:])
-                    await asyncio.sleep(2.0)
-                    assert consumer.paused
+                    await until(lambda: consumer.paused, 10, "the consumer paused")
                     assert await _count(seen_db, PROCESSED) == 0
                 await _until_count(seen_db, PROCESSED, 12, timeout_s=30)
                 assert not consumer.paused
@@ -235,7 +245,7 @@ async def test_order_holds_across_batch_boundaries(seen_db: str, broker: Broker,
             await asyncio.wait_for(handler.inside.wait(), 10)
             for i in range(1, 40, 5):  # in bursts, while the first batch is held
                 await broker.publish(messages[i : i + 5])
-            await asyncio.sleep(0.5)
+            await _until_buffered(consumer, 39)
             handler.hold.set()
             await _until_count(seen_db, PROCESSED, 40)
     sizes = [len(b) for b in handler.batches]
@@ -258,8 +268,8 @@ async def test_stop_finishes_the_batch_in_hand_and_gives_back_the_rest(
         await asyncio.wait_for(consumer.wait_started(), 10)
         await broker.publish(messages[:1])
         await asyncio.wait_for(handler.inside.wait(), 10)
-        await broker.publish(messages[1:])  # delivered into the buffer, not yet taken
-        await asyncio.sleep(0.5)
+        await broker.publish(messages[1:])
+        await _until_buffered(consumer, 5)  # delivered into the buffer, not yet taken
         await consumer.stop()
         handler.hold.set()
         await asyncio.wait_for(task, 20)
@@ -303,7 +313,7 @@ async def test_a_prefetch_above_one_without_a_batch_handler_keeps_the_order(
             await broker.publish(messages[:1])
             await asyncio.wait_for(inside.wait(), 10)
             await broker.publish(messages[1:])
-            await asyncio.sleep(0.3)
+            await _until_buffered(consumer, 19)
             release.set()
             await _until_count(seen_db, PROCESSED, 20)
     assert handler.batches == []

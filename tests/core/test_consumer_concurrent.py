@@ -4,7 +4,6 @@ RabbitMQ, on a quorum queue without a single active consumer (as the withdrawal 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -31,8 +30,9 @@ from hiwallet.core.consumer import (
 )
 from hiwallet.core.ids import new_id
 from tests.core import spine
-from tests.core.test_consumer import _consuming, _count, _metric, _pool, _until_count
+from tests.core.test_consumer import _consuming, _count, _dead_lettered, _metric, _pool, _until_count
 from tests.faultproxy import FaultProxy
+from tests.waiting import stays, until
 
 CONSUMER = "test-concurrent"
 PROCESSED = f"SELECT count(*) FROM {spine.PROCESSED}"
@@ -195,8 +195,10 @@ async def test_an_outage_pauses_every_handler_once_and_dead_letters_nothing(
                 await _until_count(spine_db, PROCESSED, 1)
                 async with proxy.down():
                     await broker.publish([_message(saga, i) for i in range(1, 9)])
-                    await asyncio.sleep(2.0)
-                    assert consumer.paused
+                    await until(lambda: consumer.paused, 10, "the consumer paused")
+                    # and stays so while the database is away: the other handlers' failures
+                    # (the same outage) neither end the pause nor pause again
+                    await stays(lambda: consumer.paused, 0.5, "paused")
                     assert await _count(spine_db, PROCESSED) == 1
                 await _until_count(spine_db, PROCESSED, 9, timeout_s=20)
                 assert not consumer.paused
@@ -226,10 +228,7 @@ async def test_a_bad_message_is_retried_and_dead_lettered_alone(
         async with _consuming(consumer):
             await broker.publish([_message(saga, i) for i in range(6)])
             await _until_count(spine_db, PROCESSED, 5)
-            deadline = time.monotonic() + 10
-            while await spine.queue_depth(broker, saga.dlq) < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await until(lambda: _dead_lettered(broker, saga.dlq), 10, "dead-lettered", interval_s=0.05)
     assert calls == {0: 1, 1: 1, 2: 3, 3: 1, 4: 1, 5: 1}
     assert await _count(spine_db, EFFECTS) == 5  # the bad one's attempts rolled back
     assert await spine.queue_depth(broker, saga.dlq) == 1
@@ -246,6 +245,7 @@ async def test_stop_waits_for_every_handler_in_hand(spine_db: str, broker: Broke
         inside += 1
         if inside == 3:
             all_inside.set()
+        # Slow handlers (the behaviour under test): three in hand when stop comes.
         await asyncio.sleep(0.5)
         return outcome
 
@@ -356,10 +356,12 @@ async def test_a_failure_of_an_outage_already_waited_out_does_not_pause_again(
                 await barrier.wait()
             if n == 1:
                 assert consumer is not None
-                deadline = time.monotonic() + 5
-                while _metric(consumer, "hiwallet_consumer_pauses_total") < 1 or consumer.paused:
-                    assert time.monotonic() < deadline, "the first handler's pause never ended"
-                    await asyncio.sleep(0.01)
+                await until(
+                    lambda: _metric(consumer, "hiwallet_consumer_pauses_total") >= 1 and not consumer.paused,
+                    5,
+                    "the first handler's pause ended",
+                    interval_s=0.01,
+                )
             raise ServiceUnavailable("unavailable")
         return await _effect(conn, message)
 

@@ -95,7 +95,7 @@ async def test_a_server_that_does_not_answer_is_a_read_timeout() -> None:
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen: dict[str, object]
     ) -> None:
         await read_request(reader)
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # a server that does not answer: the behaviour under test
 
     async with (
         server(silent) as (url, _),

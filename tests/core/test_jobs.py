@@ -79,7 +79,7 @@ async def test_a_round_is_bounded_and_releases_the_lock(spine_db: str) -> None:
     key = random.randrange(1, 2**62)
 
     async def stuck() -> None:
-        await asyncio.sleep(60)
+        await asyncio.sleep(60)  # a round that hangs: the behaviour under test
 
     job = PeriodicJob("test-job", 60, key, stuck, _connect(spine_db), timeout_s=0.2)
     try:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -31,6 +31,7 @@ from hiwallet.core.outbox import (
 from hiwallet.core.settings import get_settings
 from tests.core import spine
 from tests.faultproxy import FaultProxy
+from tests.waiting import stays, until
 
 
 def _message(names: spine.Names, key: str = "0421:w:1") -> OutgoingMessage:
@@ -81,12 +82,33 @@ async def _running(relay: Relay) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
+async def _older_than(database: str, age_s: float) -> tuple[int, float] | None:
+    lag = await _lag(database)
+    return lag if lag[1] > age_s else None
+
+
+async def _sessions(database: str, application_name: str, *, not_pid: int) -> int:
+    conn = await spine.owner_connect(database)
+    try:
+        found: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND pid <> $2",
+            application_name,
+            not_pid,
+        )
+        return found
+    finally:
+        await conn.close()
+
+
+async def _all_sent(database: str) -> bool:
+    return (await _lag(database))[0] == 0
+
+
+class _Passes(RelayFault):
+    """The relay's test hook, counting its batches (published or refused) without stopping it."""
+
+    async def after_publish(self, message_ids: Sequence[str]) -> None:
+        self.published.extend(message_ids)
 
 
 def _relay(database: str, broker: Broker, **kwargs: object) -> Relay:
@@ -109,8 +131,7 @@ async def test_a_committed_row_leaves_within_milliseconds(
     published: list[int] = []
     relay = _relay(spine_db, broker, on_published=published.append)
     async with _running(relay):
-        await _until(lambda: relay.leader)
-        await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+        await until(lambda: relay._worked, what="the relay's first pass (it listens)")
         message = _message(names)
         token = REQUEST_ID.set("req-outbox")
         try:
@@ -120,7 +141,7 @@ async def test_a_committed_row_leaves_within_milliseconds(
         committed = time.monotonic()
         (got,) = await spine.collect(broker, names.queues, 1, timeout_s=10)
         took_s = time.monotonic() - committed
-        await _until(lambda: sum(published) == 1)
+        await until(lambda: sum(published) == 1)
     # The notify, not the 5 s poll, woke the relay (a generous bound: a loaded machine).
     assert took_s < 1.5, took_s
     assert got.message_id == message.message_id
@@ -141,7 +162,7 @@ async def test_rows_committed_before_the_relay_starts_are_sent_in_order(
     relay = _relay(spine_db, broker, batch_size=10, on_published=marked.append)
     async with _running(relay):
         got = await spine.collect(broker, names.queues, 25)
-        await _until(lambda: sum(marked) == 25)
+        await until(lambda: sum(marked) == 25)
     assert marked == [10, 10, 5]
     # One key, one partition queue: the outbox's order.
     assert [m.message_id for m in got] == [m.message_id for m in messages]
@@ -180,7 +201,7 @@ async def test_enqueue_many_writes_each_as_enqueue_does_in_order(
     relay = _relay(spine_db, broker, on_published=marked.append)
     async with _running(relay):
         got = await spine.collect(broker, names.queues, 8)
-        await _until(lambda: sum(marked) == 8)
+        await until(lambda: sum(marked) == 8)
     assert [m.message_id for m in got] == [m.message_id for m in [alone, *many]]
     assert all(m.correlation_id == "pay-1" for m in got)
 
@@ -231,7 +252,7 @@ async def test_stopped_between_publish_and_mark_publishes_again(
     marked: list[int] = []
     async with _running(_relay(spine_db, broker, on_published=marked.append)):
         (second,) = await spine.collect(broker, names.queues, 1)
-        await _until(lambda: sum(marked) == 1)
+        await until(lambda: sum(marked) == 1)
     # At least once: the same message again, for the consumer to recognise.
     assert first.message_id == second.message_id == message.message_id
     assert (await _lag(spine_db))[0] == 0
@@ -252,20 +273,18 @@ async def test_broker_unreachable_rows_wait_then_catch_up(
     messages = [_message(names, key=f"w{i}") for i in range(5)]
     try:
         async with _running(relay):
-            await _until(lambda: relay.leader)
+            await until(lambda: relay.leader)
             async with proxy.down():
                 await _enqueue(spine_db, *messages)
-                await asyncio.sleep(1.5)
-                unsent, oldest_s = await _lag(spine_db)
-                assert unsent == 5 and oldest_s > 1.0  # kept, not lost
+                # The relay's passes fail meanwhile (its poll is 0.5 s): kept, not lost.
+                lag = await until(
+                    lambda: _older_than(spine_db, 1.0), what="the rows unsent for over a second"
+                )
+                assert lag[0] == 5
             got = await spine.collect(broker, names.queues, 5, timeout_s=20)
             assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in messages)
-            await _until(lambda: flaky.connected)
-            for _ in range(100):
-                if (await _lag(spine_db))[0] == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert (await _lag(spine_db))[0] == 0
+            await until(lambda: flaky.connected)
+            await until(lambda: _all_sent(spine_db), what="every row marked sent")
     finally:
         await flaky.close()
         await proxy.close()
@@ -278,36 +297,39 @@ async def test_two_relays_one_leads_the_other_takes_over(
     a = _relay(spine_db, broker, lock_key=key, connect=_connector(spine_db, "relay-a"), poll_interval_s=0.5)
     b = _relay(spine_db, broker, lock_key=key, connect=_connector(spine_db, "relay-b"), poll_interval_s=0.5)
     async with _running(a), _running(b):
-        await _until(lambda: a.leader or b.leader)
-        await asyncio.sleep(0.5)
-        assert a.leader != b.leader  # exactly one
+        await until(lambda: a.leader or b.leader)
+        # Exactly one: the other, polling for the lock every 0.1 s, never gets it.
+        await stays(lambda: a.leader != b.leader, 0.5, "exactly one leader")
         leader, leader_name = (a, "relay-a") if a.leader else (b, "relay-b")
         first = _message(names)
         await _enqueue(spine_db, first)
         assert [m.message_id for m in await spine.collect(broker, names.queues, 1)] == [first.message_id]
-        for _ in range(100):  # marked (the confirm comes before the mark's commit)
-            if (await _lag(spine_db))[0] == 0:
-                break
-            await asyncio.sleep(0.02)
+        # marked (the confirm comes before the mark's commit)
+        await until(lambda: _all_sent(spine_db), what="the first row marked sent")
 
         admin = await spine.owner_connect(spine_db)
         try:
-            killed = await admin.fetchval(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            killed = await admin.fetch(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
                 leader_name,
             )
         finally:
             await admin.close()
-        assert killed == 1
+        assert len(killed) == 1
         other = b if leader is a else a
-        await _until(lambda: other.leader and not leader.leader, timeout_s=10)
+        await until(lambda: other.leader and not leader.leader, timeout_s=10)
         second = _message(names)
         await _enqueue(spine_db, second)
         got = await spine.collect(broker, names.queues, 2, timeout_s=5)
         # The new leader sent the new row; nothing twice (the first was marked before the kill).
         assert [m.message_id for m in got] == [second.message_id]
-        await asyncio.sleep(0.5)
-        assert a.leader != b.leader  # the old leader came back as the standby
+        # The old leader comes back (a session again) as the standby.
+        await until(
+            lambda: _sessions(spine_db, leader_name, not_pid=killed[0]["pid"]),
+            what=f"{leader_name} connected again",
+        )
+        await stays(lambda: a.leader != b.leader, 0.3, "exactly one leader")
+        assert other.leader
 
 
 async def test_lag_and_purge(spine_db: str, broker: Broker, names: spine.Names) -> None:
@@ -317,7 +339,7 @@ async def test_lag_and_purge(spine_db: str, broker: Broker, names: spine.Names) 
     marked: list[int] = []
     async with _running(_relay(spine_db, broker, on_published=marked.append)):
         await spine.collect(broker, names.queues, 7)
-        await _until(lambda: sum(marked) == 7)
+        await until(lambda: sum(marked) == 7)
     conn = await spine.owner_connect(spine_db)
     try:
         assert (await outbox_lag(conn, spine.OUTBOX))[0] == 0
@@ -337,9 +359,12 @@ async def test_a_refused_row_stays_unsent_and_its_batch_is_not_repeated(
     bad = OutgoingMessage(new_id(), names.dlx, "no-such-key", "TopupRecorded", b"{}")
     await _enqueue(spine_db, good[0], bad, good[1])
     marked: list[int] = []
-    async with _running(_relay(spine_db, broker, on_published=marked.append, backoff_cap_s=0.2)):
-        await _until(lambda: sum(marked) == 2)
-        await asyncio.sleep(1.0)  # several refused passes
+    passes = _Passes()
+    relay = _relay(spine_db, broker, on_published=marked.append, backoff_cap_s=0.2, fault=passes)
+    async with _running(relay):
+        await until(lambda: sum(marked) == 2)
+        # several refused passes: the bad row alone, each time
+        await until(lambda: passes.published.count(bad.message_id) >= 4, what="four refused passes")
         got = await spine.collect(broker, names.queues, 10, timeout_s=1)
     assert sorted(m.message_id or "" for m in got) == sorted(m.message_id for m in good)  # once each
     assert (await _lag(spine_db))[0] == 1
@@ -348,10 +373,25 @@ async def test_a_refused_row_stays_unsent_and_its_batch_is_not_repeated(
 async def test_a_relay_without_its_table_keeps_trying(
     spine_db: str, broker: Broker, names: spine.Names
 ) -> None:
-    relay = _relay(spine_db, broker, table="spine.outbox_missing", backoff_cap_s=0.2, poll_interval_s=0.1)
+    sessions: list[int] = []
+    connect = _connector(spine_db)
+
+    async def counting() -> asyncpg.Connection:
+        sessions.append(1)
+        return await connect()
+
+    relay = _relay(
+        spine_db,
+        broker,
+        table="spine.outbox_missing",
+        backoff_cap_s=0.2,
+        poll_interval_s=0.1,
+        connect=counting,
+    )
     async with _running(relay) as task:
-        await asyncio.sleep(1.0)
-        assert not task.done()  # a defect is logged and retried, the task does not end
+        # a defect is logged and retried (a session again each time), the task does not end
+        await until(lambda: len(sessions) >= 4 or task.done(), what="four sessions")
+        assert not task.done()
 
 
 QUIET = "spine.quiet_outbox"
@@ -389,15 +429,14 @@ async def test_without_the_trigger_the_hint_after_commit_wakes_a_relay_elsewhere
     hint = RelayHint(pool, QUIET_CHANNEL)  # no relay of its own: the one above is "elsewhere"
     try:
         async with _running(relay):
-            await _until(lambda: relay.leader)
-            await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+            await until(lambda: relay._worked, what="the relay's first pass (it listens)")
             message = _message(names)
             await _enqueue_quiet(spine_db, message)
             committed = time.monotonic()
             hint.committed()
             (got,) = await spine.collect(broker, names.queues, 1, timeout_s=10)
             took_s = time.monotonic() - committed
-            await _until(lambda: sum(published) == 1)
+            await until(lambda: sum(published) == 1)
     finally:
         await hint.aclose()
         await pool.close()
@@ -422,12 +461,14 @@ async def test_the_hint_is_coalesced_and_never_loses_a_wake_up(spine_db: str) ->
         # have reached the relay before that commit).
         async with pool.acquire():  # the hint waits for the pool's one connection: in flight
             hint.committed()
-            await asyncio.sleep(0.05)
+            # One turn of the loop (a yield, not a wait): the hint's task starts its round trip
+            # (and blocks on the pool); the commits below come while it is in flight.
+            await asyncio.sleep(0)
             hint.committed()
             hint.committed()
         await hint.aclose()
         assert hint.sent == 3
-        await _until(lambda: len(heard) == 3)
+        await until(lambda: len(heard) == 3)
     finally:
         await listener.close()
         await pool.close()
@@ -443,7 +484,7 @@ async def test_the_hint_wakes_the_relay_of_its_own_process_directly(
     try:
         assert not relay.wake()  # not leading (not running): a NOTIFY would be sent instead
         async with _running(relay):
-            await _until(lambda: relay.leader)
+            await until(lambda: relay.leader)
             message = _message(names)
             await _enqueue_quiet(spine_db, message)
             committed = time.monotonic()
@@ -466,14 +507,16 @@ async def test_under_a_stream_of_wake_ups_passes_are_spaced_a_lone_row_is_not_he
         spine_db, broker, min_pass_interval_s=0.4, on_published=lambda n: at.append(time.monotonic())
     )
     async with _running(relay):
-        await _until(lambda: relay.leader)
-        await asyncio.sleep(0.5)  # quiet: the next wake-up passes at once
+        await until(lambda: relay._worked, what="the relay's first pass")
+        # Quiet for the pacing interval after that pass (the behaviour under test, not a
+        # synchronisation): the next wake-up passes at once.
+        await asyncio.sleep(0.4)
         committed = time.monotonic()
         await _enqueue(spine_db, _message(names))  # the trigger wakes the relay
-        await _until(lambda: len(at) == 1)
+        await until(lambda: len(at) == 1)
         assert at[0] - committed < 1.5  # not the 5 s poll, and not held
         await _enqueue(spine_db, _message(names))  # right behind it: the next pass waits
-        await _until(lambda: len(at) == 2)
+        await until(lambda: len(at) == 2)
         await spine.collect(broker, names.queues, 2, timeout_s=10)
     assert at[1] - at[0] >= 0.3, at
     with pytest.raises(ValueError, match="min_pass_interval_s"):

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import signal
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,18 @@ from urllib.parse import quote
 import aio_pika
 import httpx
 
+from tests import waiting
 from tests.faultproxy import FaultProxy
 
-POLL_S = 0.05
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 RABBITMQCTL_TIMEOUT_S = 60.0
 AMQP_HOST, AMQP_PORT = "127.0.0.1", 5672
+# The e2e tests wait through these (tests/waiting.py's), polling what they watch (SQL, HTTP, the
+# management API) at most every POLL_S.
+POLL_S = 0.05
+until = functools.partial(waiting.until, interval_s=POLL_S)
+stays = functools.partial(waiting.stays, interval_s=POLL_S)
 
 # The fixed names (CONTRACT-10, "Names").
 TOPUPS_EXCHANGE = "hiwallet.topups"
@@ -61,26 +66,6 @@ ROTATED_STRIPE_SECRET = "whsec_e2e_rotated_secret_0123456789abcdef"
 SENDER_NAME = "Ayşe Yılmaz"
 SENDER_IBAN = "TR330006100519786457841326"
 BANK_API_KEY = "bank_dev_key"
-
-
-# ---------------------------------------------------------------------------------------------
-# Waiting
-# ---------------------------------------------------------------------------------------------
-
-
-async def until(condition: Callable[[], Any], timeout_s: float, what: str, *, poll_s: float = POLL_S) -> Any:
-    """Poll ``condition`` (sync or async) until it returns something truthy; return that. Raise
-    AssertionError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what} (last: {value!r})")
-        await asyncio.sleep(poll_s)  # the polling interval, not a synchronisation
 
 
 # ---------------------------------------------------------------------------------------------

@@ -236,9 +236,13 @@ class System:
             return len(await self.topup_lines(wallet)) >= len(amounts)
 
         await harness.until(arrived, timeout_s, f"{len(amounts)} top-up(s) in {wallet}")
-        # A duplicate would be posted within the same moments as the first: give it the time
-        # the relay and the consumer need for one round (LISTEN/NOTIFY, prefetch 1).
-        await asyncio.sleep(0.5)
+
+        # A duplicate would be posted within the same moments as the first: watch for it over
+        # the time the relay and the consumer need for one round (LISTEN/NOTIFY, prefetch 1).
+        async def no_more() -> bool:
+            return len(await self.topup_lines(wallet)) == len(amounts)
+
+        await harness.stays(no_more, 0.5, f"{len(amounts)} top-up(s) in {wallet}, no more", interval_s=0.05)
         lines = await self.topup_lines(wallet)
         assert sorted(line["amount"] for line in lines) == sorted(amounts), lines
         assert await self.cash(wallet) == sum(amounts)

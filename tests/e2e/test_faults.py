@@ -11,7 +11,6 @@ mark wait; a proxy that holds what the consumer sends) rather than racing a kill
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
@@ -177,7 +176,9 @@ async def test_rabbitmq_unreachable_for_a_while_the_inbox_holds_and_the_relay_ca
         # Every notification answered 202 and kept: four payments recorded, four messages due.
         await harness.until(lambda: _unsent_is(system, 4), 20, "four messages waiting in the outbox")
         await harness.until(lambda: _not_ready(webhook), 20, "topup-webhook not ready without its broker")
-        await asyncio.sleep(1.0)  # a while: the relay's reconnection attempts fail meanwhile
+        # a while: the relay's reconnection attempts fail meanwhile
+        refused = amqp.connections_refused
+        await harness.until(lambda: amqp.connections_refused >= refused + 2, 20, "reconnections refused")
         assert await system.outbox_unsent() == 4
         assert len(await system.topup_lines(wallet)) == 1
 
@@ -195,6 +196,10 @@ async def test_rabbitmq_unreachable_for_a_while_the_inbox_holds_and_the_relay_ca
 
 async def _queues_empty(system: System) -> bool:
     return sum((await harness.queue_depths(system.vhost)).values()) == 0
+
+
+async def _nothing_dead(system: System) -> bool:
+    return (await harness.queue_depths(system.vhost))[harness.DEAD_LETTER_QUEUE] == 0
 
 
 async def _not_ready(process: harness.Process) -> bool:
@@ -218,8 +223,9 @@ async def test_postgresql_unreachable_under_the_consumer_dead_letters_no_good_me
             for amount in (51, 52):
                 await card(webhook, wallet, amount)
         await harness.until(lambda: _unsent_is(system, 0), 20, "the relay published all six")
-        # Longer than the consumer's attempts for a poison message would take.
-        await asyncio.sleep(3.0)
+        # Nothing dead-lettered over longer than the consumer's attempts for a poison message
+        # would take.
+        await harness.stays(lambda: _nothing_dead(system), 3.0, "no dead letter", interval_s=0.1)
 
     for wallet, amounts in zip(wallets, ([50, 51, 52], [51, 52], [51, 52]), strict=True):
         await system.credited(wallet, amounts, timeout_s=30)

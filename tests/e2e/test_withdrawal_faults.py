@@ -263,7 +263,13 @@ async def test_rabbitmq_restarted_mid_saga(withdrawals: WithdrawalSystem) -> Non
         await harness.until(
             lambda: _not_ready(system.orchestrator), 20, "the orchestrator not ready without RabbitMQ"
         )
-        await asyncio.sleep(1.0)  # a while: reconnection attempts fail meanwhile
+        # a while: reconnection attempts fail meanwhile
+        refused = sum(proxy.connections_refused for proxy in system.proxies.values())
+        await harness.until(
+            lambda: sum(proxy.connections_refused for proxy in system.proxies.values()) >= refused + 2,
+            20,
+            "reconnections refused",
+        )
         assert (await system.saga(first))["state"] == "bank_transfer_pending"
         assert (await system.saga(second))["state"] == "initiated"
 
@@ -326,9 +332,13 @@ async def test_the_stuck_saga_scan_racing_every_step_with_two_instances_of_each_
 
     # (Its debit may have been published again while it was initiated; under review, never.)
     waiting = await system.reaches(reviewed, "under_review")
-    await asyncio.sleep(1.0)  # rounds of the scan
+
+    async def untouched() -> bool:  # by the scan's rounds (every 0.3 s): under review, never republished
+        saga = await system.saga(reviewed)
+        return (saga["state"], saga["republished"]) == ("under_review", waiting["republished"])
+
+    await harness.stays(untouched, 1.0, "under review, not republished", interval_s=0.1)
     saga = await system.saga(reviewed)
-    assert (saga["state"], saga["republished"]) == ("under_review", waiting["republished"]), dict(saga)
     assert saga["last_published_at"] == waiting["last_published_at"]
     status, out = await system.cli("withdrawals", "cancel", reviewed)
     assert status == 0, out

@@ -259,13 +259,17 @@ async def test_a_command_redelivered_posts_nothing_twice(withdrawals: Withdrawal
         assert len(await system.bank.transfers(transfer["command_id"])) == 1
 
 
+async def _no_transfer(system: WithdrawalSystem, saga_id: str) -> bool:
+    return await system.transfers(saga_id) == []
+
+
 async def test_review_released(withdrawals: WithdrawalSystem) -> None:
     system = withdrawals
     customer = await system.customer(funds=20_000 * TL)
     saga_id = await system.withdraw(customer, REVIEWED, system.iban())
     await system.reaches(saga_id, "under_review")
-    await asyncio.sleep(0.5)  # it waits: nothing goes to the bank meanwhile
-    assert await system.transfers(saga_id) == []
+    # it waits: nothing goes to the bank meanwhile
+    await harness.stays(lambda: _no_transfer(system, saga_id), 0.5, "no transfer", interval_s=0.05)
     assert await system.cash(customer.wallet_id) == 20_000 * TL - REVIEWED - FEE_MINOR
 
     status, out = await system.cli("withdrawals", "review")

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request, Response
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
 from tests.servers import serve, stop
+from tests.waiting import stays_sync, until_sync
 
 STRIPE_SECRET = "whsec_test_stripe_fake_secret_one"
 STRIPE_SECRET_NEW = "whsec_test_stripe_fake_secret_two"
@@ -49,20 +50,18 @@ class Receiver:
     respond: Callable[[Received, list[Received]], int] = lambda _r, _all: 202
 
     def wait_for(self, count: int, timeout_s: float = 10.0) -> list[Received]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.requests) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{len(self.requests)} requests received, {count} expected")
-            time.sleep(0.01)
+        until_sync(lambda: len(self.requests) >= count, timeout_s, f"{count} requests received")
         return list(self.requests)
 
     def exactly(self, count: int, quiet_s: float, timeout_s: float = 10.0) -> list[Received]:
         """``count`` requests, and no more within ``quiet_s`` after them."""
         received = self.wait_for(count, timeout_s)
-        time.sleep(quiet_s)
-        if len(self.requests) != count:
-            raise AssertionError(f"{len(self.requests)} requests received, exactly {count} expected")
+        stays_sync(lambda: len(self.requests) == count, quiet_s, f"exactly {count} requests")
         return received
+
+    def none_within(self, quiet_s: float) -> None:
+        """No request within ``quiet_s``: what a refused or held-back one must not cause."""
+        stays_sync(lambda: not self.requests, quiet_s, "no request received")
 
 
 @pytest.fixture
@@ -96,6 +95,10 @@ class Fake:
         response = httpx.get(f"{self.base_url}/_control/deliveries", params=params, timeout=10)
         response.raise_for_status()
         return list(response.json()["data"])
+
+    def dropped(self) -> list[dict[str, Any]]:
+        """The deliveries a drop fault (or a lost callback) dropped."""
+        return [a for a in self.deliveries() if a["outcome"] == "dropped"]
 
     def attempts(self, event_id: str | None = None) -> list[tuple[int, int | None, str]]:
         """(attempt, status, outcome) of each delivery attempt, in order."""

@@ -26,6 +26,7 @@ from tests.fakes.conftest import (
     Receiver,
     fake_settings,
 )
+from tests.waiting import stays_sync, until_sync
 
 TRANSFER_FIELDS = {
     "reference", "client_reference", "status", "amount_minor", "currency", "destination_iban", "description",
@@ -93,11 +94,11 @@ def verify(received: Received) -> Any:
 
 
 def wait_status(client: httpx.Client, reference: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while (current := status(client, reference))["status"] == "pending":
-        assert time.monotonic() < deadline, "still pending"
-        time.sleep(0.02)
-    return current
+    def decided() -> dict[str, Any] | None:
+        current = status(client, reference)
+        return None if current["status"] == "pending" else current
+
+    return until_sync(decided, timeout_s, f"{reference} decided")
 
 
 def test_a_transfer_is_pending_then_succeeds_and_the_callback_verifies(
@@ -251,8 +252,8 @@ def test_the_request_is_checked(bank_fake: Fake, client: httpx.Client, receiver:
     assert (not_json.status_code, not_json.json()["code"]) == (400, "invalid_json")
     assert client.get("/v1/transfers/trf_nope").status_code == 404
     assert httpx.get(f"{bank_fake.base_url}/v1/transfers/trf_nope").status_code == 401
-    time.sleep(0.2)
-    assert bank_fake.app.state.fake.transfers == {} and receiver.requests == []
+    receiver.none_within(0.2)
+    assert bank_fake.app.state.fake.transfers == {}
 
 
 def test_a_rejected_transfer_fails_with_its_reason(
@@ -276,9 +277,12 @@ def test_a_delayed_transfer_stays_pending_until_its_time(
     rule(bank_fake, destination_iban=iban, delay_s=1.0)
     begun = time.monotonic()
     accepted = started(client, iban)
-    time.sleep(0.5)
-    assert status(client, accepted["reference"])["status"] == "pending"
-    assert receiver.requests == []
+    stays_sync(
+        lambda: status(client, accepted["reference"])["status"] == "pending" and not receiver.requests,
+        0.5,
+        "pending, nothing reported",
+        interval_s=0.05,
+    )
     (received,) = receiver.wait_for(1)
     assert received.at - begun >= 1.0
     assert verify(received)["data"]["status"] == "succeeded"
@@ -309,9 +313,8 @@ def test_a_lost_callback_still_decides_and_can_be_redelivered(
     accepted = started(client, iban)
     decided = wait_status(client, accepted["reference"])
     assert (decided["status"], decided["failure_reason"]) == ("failed", "AM04")
-    time.sleep(0.3)
+    (dropped,) = until_sync(bank_fake.dropped, 10, "the callback dropped")
     assert receiver.requests == []
-    (dropped,) = [a for a in bank_fake.deliveries() if a["outcome"] == "dropped"]
     assert dropped["type"] == "transfer.failed"
     assert httpx.post(f"{bank_fake.base_url}/_control/redeliver/{dropped['event_id']}").status_code == 202
     (redelivered,) = receiver.wait_for(1)
@@ -375,9 +378,12 @@ def test_a_held_transfer_waits_for_its_decision(
     iban = new_iban()
     rule(bank_fake, destination_iban=iban, outcome="hold")
     accepted = started(client, iban)
-    time.sleep(0.3)
-    assert status(client, accepted["reference"])["status"] == "pending"
-    assert receiver.requests == []
+    stays_sync(
+        lambda: status(client, accepted["reference"])["status"] == "pending" and not receiver.requests,
+        0.3,
+        "pending, nothing reported",
+        interval_s=0.05,
+    )
     url = f"{bank_fake.base_url}/_control/transfers/{accepted['reference']}/decide"
     decided = httpx.post(url, json={"outcome": "reject", "failure_reason": "RR04"})
     assert decided.status_code == 200

@@ -8,7 +8,6 @@ import signal
 import smtplib
 import subprocess
 import sys
-import time
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -16,8 +15,19 @@ import httpx
 import pytest
 
 from tests.servers import free_port
+from tests.waiting import until_sync
 
 HIWALLET = str(Path(sys.executable).parent / "hiwallet")
+
+
+def _health(process: subprocess.Popen[bytes], port: int) -> httpx.Response | None:
+    """Its /health's answer, None while it is not listening yet; raises if it exited."""
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+    except httpx.TransportError:
+        if process.poll() is not None:
+            raise
+        return None
 
 
 @pytest.mark.parametrize(
@@ -36,15 +46,7 @@ def test_runs_as_its_own_process_on_its_settings_port(name: str, prefix: str) ->
     env = {**os.environ, f"{prefix}PORT": str(port), "MAIL_CATCHER_SMTP_PORT": str(free_port())}
     process = subprocess.Popen([HIWALLET, "run", name], env=env, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        response = until_sync(lambda: _health(process, port), 30, f"{name} serving", interval_s=0.1)
         assert response.json() == {"status": "ok"}
     finally:
         process.send_signal(signal.SIGINT)
@@ -58,15 +60,9 @@ def test_the_mail_catcher_process_catches_smtp_and_logs_no_address_or_text() -> 
         [HIWALLET, "run", "mail-catcher"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{http_port}/health", timeout=1).raise_for_status()
-                break
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        until_sync(
+            lambda: _health(process, http_port), 30, "the mail catcher serving", interval_s=0.1
+        ).raise_for_status()
         message = EmailMessage()
         message["From"], message["To"], message["Subject"] = (
             "no-reply@hiwallet.example",

@@ -18,6 +18,7 @@ from tests.fakes.conftest import (
     Received,
     Receiver,
 )
+from tests.waiting import until_sync
 
 WALLET = "0421:w:0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000"
 CHECKOUT = "checkout.session.completed"
@@ -150,8 +151,7 @@ def _fail_checkout_twice(received: Received, seen: list[Received]) -> int:
 def test_retries_until_a_2xx_each_attempt_signed_afresh(stripe_fake: Fake, receiver: Receiver) -> None:
     receiver.respond = _fail_checkout_twice
     pay(stripe_fake)
-    receiver.wait_for(4)
-    time.sleep(0.3)
+    receiver.exactly(4, quiet_s=0.3)
     checkouts = [r for r in receiver.requests if r.json["type"] == CHECKOUT]
     assert len(checkouts) == 3
     assert len({r.body for r in checkouts}) == 1  # the same event each time
@@ -189,9 +189,7 @@ def test_retries_when_the_receiver_is_unreachable(
     try:
         fake = Fake(base, {"Authorization": "Bearer sk_test_fakes_suite"}, app)
         pay(fake)
-        deadline = time.monotonic() + 10
-        while len(fake.deliveries()) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until_sync(lambda: len(fake.deliveries()) >= 4, 10, "four attempts", interval_s=0.05)
         attempts = fake.deliveries()
         assert {(a["status"], a["error"]) for a in attempts} == {(None, "ConnectError")}
         assert sorted(a["outcome"] for a in attempts) == ["gave_up", "gave_up", "retry", "retry"]
@@ -225,7 +223,7 @@ def test_delay_holds_a_notification_back(stripe_fake: Fake, receiver: Receiver) 
 def test_drop_then_redeliver(stripe_fake: Fake, receiver: Receiver) -> None:
     stripe_fake.faults(drop=True)
     intent = pay(stripe_fake)
-    time.sleep(0.5)
+    until_sync(lambda: len(stripe_fake.dropped()) == 2, 10, "both notifications dropped")
     assert receiver.requests == []
     dropped = stripe_fake.deliveries()
     assert [(a["type"], a["outcome"]) for a in dropped] == [(CHECKOUT, "dropped"), (SUCCEEDED, "dropped")]
@@ -254,7 +252,7 @@ def test_faults_that_stay_until_cleared(stripe_fake: Fake, receiver: Receiver) -
     stripe_fake.faults(drop=True, once=False)
     pay(stripe_fake)
     pay(stripe_fake)
-    time.sleep(0.4)
+    until_sync(lambda: len(stripe_fake.dropped()) == 4, 10, "the four notifications dropped")
     assert receiver.requests == []
     assert httpx.delete(f"{stripe_fake.base_url}/_control/faults").status_code == 200
     pay(stripe_fake)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from hiwallet.core.settings import get_settings
 from hiwallet.identity.app import create_identity_app
 from hiwallet.identity.settings import IdentitySettings
 from tests import pgtemplate
-from tests.servers import free_port
+from tests.servers import free_port, wait_started
 
 SECRETS = {
     "personal-web-bff": "dev-personal-web-bff-secret",
@@ -146,11 +145,7 @@ def start_server(realm: str, database: str, *, port: int | None = None, **overri
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"identity-{realm}-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"identity server for {realm} did not start")
-        time.sleep(0.02)
+    wait_started(server, thread, f"identity server for {realm}")
     return IdentityServer(realm, f"http://127.0.0.1:{port}", database, settings, server, thread)
 
 

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -40,21 +40,9 @@ from tests.identity.test_verifier import (
     unsigned,
 )
 from tests.servers import free_port
+from tests.waiting import Clock, until
 
 INTERVAL_S = 5.0
-
-
-class Clock:
-    """The verifier's monotonic clock, moved by the test: refetch pacing without sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Outage:
@@ -228,12 +216,6 @@ async def test_wallet_api_started_while_identity_is_down(outage: Outage, wallet_
     )
     me = {"Authorization": f"Bearer {token}"}
 
-    async def poll(condition: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not await condition():
-            assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-            await asyncio.sleep(0.05)  # the polling interval
-
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as api:
 
@@ -243,7 +225,7 @@ async def test_wallet_api_started_while_identity_is_down(outage: Outage, wallet_
                 except httpx.HTTPError:
                     return False
 
-            await poll(up, 30, "wallet-api up")
+            await until(up, 30, "wallet-api up")
 
             async def refusals_are_401() -> None:
                 for name in WITHOUT_KEYS:
@@ -263,7 +245,7 @@ async def test_wallet_api_started_while_identity_is_down(outage: Outage, wallet_
                 assert answer.status_code in (200, 503), answer.text  # never 401
                 return answer.status_code == 200
 
-            await poll(served, 30, "200 once identity is back")  # within the refetch interval
+            await until(served, 30, "200 once identity is back")  # within the refetch interval
             await refusals_are_401()
 
             outage.stop()

@@ -6,7 +6,6 @@ from the issuer that verified the token.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -25,6 +24,7 @@ from hiwallet.core.auth import Principal, TokenVerifier, TrustedIssuer, require_
 from hiwallet.core.http import create_app
 from tests.identity.conftest import PASSWORD, IdentityServer
 from tests.identity.test_staff_totp import code_at, finish, secret_on, start_login
+from tests.waiting import Clock
 
 PROBLEM = "https://hiwallet.dev/problems/"
 
@@ -68,7 +68,10 @@ class Service:
             self.fetches += 1
 
         self.http = httpx.AsyncClient(timeout=5, event_hooks={"request": [count]})
-        self.verifier = TokenVerifier(issuers, http_client=self.http, refetch_interval_seconds=2)
+        self.clock = Clock()  # the JWKS refetches' pacing, moved by the tests
+        self.verifier = TokenVerifier(
+            issuers, http_client=self.http, refetch_interval_seconds=2, clock=self.clock
+        )
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=protected_app(self.verifier)), base_url="http://svc"
         )
@@ -269,7 +272,7 @@ async def test_jwks_is_cached_and_refetched_only_for_an_unknown_kid(
     assert service.fetches == 1
 
     # Past the refetch interval, an unknown kid (as after a rotation) triggers one refetch...
-    await asyncio.sleep(2.1)
+    service.clock.advance(2.1)
     stranger = RSAKey.generate_key(2048, private=True)
     unknown = jwt.encode(
         {"alg": "RS256", "kid": "unknown-kid"}, claims_of(access), stranger, algorithms=["RS256"]
@@ -355,10 +358,11 @@ async def test_a_verified_token_is_remembered_until_it_expires_or_its_key_goes(
 
     monkeypatch.setattr(auth.jwt, "decode", counting_decode)
     trusted = issuer(customer_idp, "customer")
-    verifier = TokenVerifier([trusted], leeway_seconds=0)
+    wall = Clock(time.time())
+    verifier = TokenVerifier([trusted], leeway_seconds=0, wall_clock=wall)
     try:
         claims = claims_of(customer_token(customer_idp)["access_token"])
-        now = int(time.time())
+        now = int(wall())
         short = sign(customer_idp, claims | {"iat": now, "exp": now + 2})
         decoded.clear()  # (the identity server, in this process, decodes tokens of its own)
         first = await verifier.verify(short)
@@ -369,7 +373,7 @@ async def test_a_verified_token_is_remembered_until_it_expires_or_its_key_goes(
         with pytest.raises(auth.TokenRejected):
             await verifier.verify(".".join([head, b64(b'{"sub": "x"}'), signature]))
 
-        await asyncio.sleep(2.2)
+        wall.advance(2.2)
         with pytest.raises(auth.TokenExpired):
             await verifier.verify(short)
 

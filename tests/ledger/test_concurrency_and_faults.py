@@ -239,7 +239,7 @@ async def test_the_coalescer_batches_what_arrives_together() -> None:
     async def post_batch(postings: object) -> list[object]:
         batch = list(postings)  # type: ignore[call-overload]
         sizes.append(len(batch))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a batch call takes a while: the others arrive meanwhile
         return [f"answer-{p}" for p in batch]
 
     coalescer = Coalescer(post_batch, writers=2, max_batch=4)  # type: ignore[arg-type]

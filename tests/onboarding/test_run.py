@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import free_port
+from tests.servers import free_port, until_serving
 
 HIWALLET = str(Path(sys.executable).parent / "hiwallet")
 
@@ -33,13 +33,7 @@ async def test_the_process_serves_and_stops(onboarding_db: str) -> None:
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            for _ in range(200):
-                try:
-                    if (await client.get("/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+            await until_serving(client, "onboarding")
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (200, {"database": "ok"})
             response = await client.post("/v1/registrations", json={"email": "run-test@example.com"})

@@ -35,7 +35,8 @@ from tests.identity.conftest import (
     staff_identity_template,
 )
 from tests.identity.test_staff_totp import finish, secret_on, start_login
-from tests.servers import serve, stop
+from tests.servers import serve, stop, wait_started
+from tests.waiting import until_sync
 
 __all__ = ["identity_factory", "identity_template", "staff_identity_template"]  # fixtures, re-exported
 
@@ -52,10 +53,7 @@ class Catcher:
 
     def link_for(self, address: str) -> str:
         """The invitation link in the newest mail to ``address``."""
-        deadline = time.monotonic() + 10
-        while not (messages := self.messages_to(address)):
-            assert time.monotonic() < deadline, f"no mail to {address}"
-            time.sleep(0.05)
+        messages = until_sync(lambda: self.messages_to(address), 10, f"a mail to {address}")
         text = httpx.get(f"{self.base_url}/api/v1/message/{messages[0]['ID']}", timeout=10).json()["Text"]
         match = re.search(r"(http://\S+/login-actions/action-token\?key=\S+)", text)
         assert match, text
@@ -211,11 +209,7 @@ def _serve_on(app: Any, port: int) -> tuple[str, Any, Any]:
     )
     thread = threading.Thread(target=server.run, name=f"staff-admin-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("staff-admin did not start")
-        time.sleep(0.02)
+    wait_started(server, thread, "staff-admin")
     return f"http://127.0.0.1:{port}", server, thread
 
 

@@ -5,8 +5,6 @@ holds staff.manage; and the bootstrap administrator's first login gives them eve
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from typer.testing import CliRunner
@@ -18,6 +16,7 @@ from hiwallet.staff_admin.service import PERMISSIONS
 from hiwallet.staff_admin.settings import get_staff_admin_settings
 from tests.identity.conftest import PASSWORD, IdentityServer
 from tests.staff_admin.conftest import Catcher, Employee, StaffAdminServer, service_of, start_staff_admin
+from tests.waiting import until_sync
 
 ADMIN = "boss@hiwallet.dev"
 
@@ -27,11 +26,7 @@ def invitations(server: StaffAdminServer) -> list[str]:
 
 
 def until_invited(server: StaffAdminServer) -> list[str]:
-    deadline = time.monotonic() + 20
-    while not (found := invitations(server)):
-        assert time.monotonic() < deadline, "no bootstrap invitation"
-        time.sleep(0.05)  # the polling interval, not a synchronisation
-    return found
+    return until_sync(lambda: invitations(server), 20, "a bootstrap invitation")
 
 
 def test_the_first_administrator_is_invited_once_and_gets_everything(

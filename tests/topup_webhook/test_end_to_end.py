@@ -5,7 +5,6 @@ ledger verifies."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -20,6 +19,7 @@ from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 from tests import topups
 from tests.servers import serve, stop
 from tests.topup_webhook.conftest import served_fakes, stored, topup_settings
+from tests.waiting import stays
 
 STRIPE_KEY = "sk_test_e2e"
 BANK_KEY = "bank_e2e"
@@ -105,8 +105,8 @@ async def test_a_card_payment_and_a_wire_arrive_in_the_wallet_once(
 
                 await topups.until(credited, timeout_s=30.0)
                 await topups.until(settled, timeout_s=30.0)
-                await asyncio.sleep(1.0)  # anything late would show now
-                assert (await ledger.wallet_balance(wallet)).cash == 12_500
+                # anything late (a repeat credited twice) would show within this window
+                await stays(credited, 1.0, "the wallet at 12,500")
                 unattributed = await consumer_pool.fetch(
                     "SELECT provider_payment_id FROM wallet.unattributed_topups"
                 )

@@ -30,6 +30,7 @@ from tests.topup_webhook.conftest import (
     wallet_id,
     wire,
 )
+from tests.waiting import until
 
 EXCHANGE = "hwt.topups"
 
@@ -185,15 +186,15 @@ async def test_a_payment_committed_while_the_batch_waited_on_it_is_reported(
         )
         assert first == "recorded"
         waiting = asyncio.create_task(store.ingest_batch([_item(stripe(intent))]))
-        for _ in range(200):  # until the batch waits on the holder's lock
-            if await owner.fetchval(
+        await until(
+            lambda: owner.fetchval(
                 "SELECT count(*) FROM pg_stat_activity"
                 " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            ):
-                break
-            await asyncio.sleep(0.01)
-        else:
-            raise AssertionError("the batch did not wait on the uncommitted record")
+            ),
+            10,
+            "the batch waiting on the uncommitted record",
+            interval_s=0.01,
+        )
         await transaction.commit()
     assert await asyncio.wait_for(waiting, 10) == [Outcome.REPORTED]
     s = await stored(owner)

@@ -30,6 +30,7 @@ from tests.topup_webhook.conftest import (
     wallet_id,
     wire,
 )
+from tests.waiting import until
 
 
 @asynccontextmanager
@@ -42,12 +43,12 @@ async def with_relay(settings: TopupWebhookSettings, names: spine.Names) -> Asyn
 
 
 async def wait_sent(owner: asyncpg.Connection, count: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await owner.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NOT NULL") >= count:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the relay did not mark the rows sent")
+    async def sent() -> bool:
+        return bool(
+            await owner.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NOT NULL") >= count
+        )
+
+    await until(sent, timeout_s, f"the relay marked {count} rows sent", interval_s=0.05)
 
 
 async def test_each_recorded_payment_is_published_once_and_marked_sent(
@@ -58,11 +59,12 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
     checkout, intent = stripe_events(wallet=wallet, amount=700)
     w = wire(reference=None)
     async with with_relay(settings, names) as client:
-        ready = await client.get("/ready")
-        deadline = time.monotonic() + 10
-        while ready.status_code != 200 and time.monotonic() < deadline:  # the topology is declared
-            await asyncio.sleep(0.1)
-            ready = await client.get("/ready")
+
+        async def is_ready() -> httpx.Response | None:
+            answer = await client.get("/ready")
+            return answer if answer.status_code == 200 else None
+
+        ready = await until(is_ready, 10, "ready (the topology declared)", interval_s=0.1)
         assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
         started = time.monotonic()
         for event in (checkout, intent, checkout):
@@ -73,8 +75,17 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
         await wait_sent(owner, 2)
         assert time.monotonic() - started < 4.0
         got = await spine.collect(broker, names.queues, 3, timeout_s=2.0)
-        await asyncio.sleep(0.3)  # the gauges' refresh
-        metrics = (await client.get("/metrics")).text
+        expected = (
+            "hiwallet_relay_published_total 2.0",
+            "hiwallet_outbox_unsent 0.0",
+            "hiwallet_topup_inbox_rows 3.0",  # the repeat stored nothing
+        )
+
+        async def refreshed() -> str | None:  # the gauges refresh every 0.2 s
+            text = (await client.get("/metrics")).text
+            return text if all(line in text for line in expected) else None
+
+        metrics = await until(refreshed, 10, "the gauges refreshed", interval_s=0.05)
     assert len(got) == 2, [m.body for m in got]
     by_payment = {m.correlation_id: m for m in got}
     card = by_payment[derived_id("topup", "stripe", intent["data"]["object"]["id"])]  # type: ignore[index]
@@ -128,10 +139,7 @@ async def test_a_relay_leading_in_another_instance_is_woken_by_the_hint(
     )
     task = asyncio.create_task(elsewhere.run())
     try:
-        deadline = time.monotonic() + 10
-        while not elsewhere.leader and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.05)  # LISTEN is issued right after the lock
+        await until(lambda: elsewhere._worked, 10, "the relay's first pass (it listens)")
         async with running(settings) as client:  # this instance: the routes, no relay
             started = time.monotonic()
             assert (await post_stripe(client, stripe_events(wallet=wallet_id())[1])).status_code == 202

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from tests.servers import free_port
+from tests.servers import free_port, until_serving
 from tests.topup_webhook.conftest import post_stripe, stored, stripe_events, wallet_id
 
 
@@ -29,13 +29,7 @@ async def test_the_process_serves_webhooks_and_stops(topup_db: str, owner: async
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            for _ in range(200):
-                try:
-                    if (await client.get("/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+            await until_serving(client, "topup-webhook")
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (503, {"broker": "unavailable"})
             assert (await post_stripe(client, stripe_events(wallet=wallet_id())[0])).status_code == 202

@@ -4,8 +4,6 @@ payment, and the reconciliation finds what they dropped."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +18,7 @@ from hiwallet.topup_webhook.cli import reconcile_once
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests.servers import serve, stop
 from tests.topup_webhook.conftest import served_fakes, stored, topup_settings, wallet_id
+from tests.waiting import until_sync
 
 STRIPE_KEY = "sk_test_topup_suite"
 BANK_KEY = "bank_topup_suite"
@@ -62,14 +61,16 @@ def deliveries(client: httpx.Client) -> list[dict[str, Any]]:
     return list(client.get("/_control/deliveries").json()["data"])
 
 
+def _dropped(client: httpx.Client) -> int:
+    return sum(1 for d in deliveries(client) if d.get("outcome") == "dropped")
+
+
 def wait_delivered(client: httpx.Client, count: int, timeout_s: float = 15.0) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def delivered() -> list[dict[str, Any]] | None:
         done = [d for d in deliveries(client) if d.get("status") == 202]
-        if len(done) >= count:
-            return done
-        time.sleep(0.05)
-    raise AssertionError(f"not delivered: {deliveries(client)}")
+        return done if len(done) >= count else None
+
+    return until_sync(delivered, timeout_s, f"{count} delivered", interval_s=0.05)
 
 
 async def test_a_card_payment_reported_twice_and_duplicated_is_one_record(
@@ -131,7 +132,9 @@ async def test_what_the_fakes_dropped_the_reconciliation_records_once(
         },
     )
     assert intent.status_code == 200 and wire.status_code in (200, 201)
-    await asyncio.sleep(0.5)  # nothing arrives
+    # Both fakes dropped their notifications: nothing arrives.
+    until_sync(lambda: _dropped(deployment.stripe) == 2, 10, "the card's notifications dropped")
+    until_sync(lambda: _dropped(deployment.bank) == 1, 10, "the wire's notification dropped")
     assert (await stored(owner)).payments == []
 
     assert await reconcile_once(deployment.settings) == 2

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -35,7 +34,7 @@ from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
 from tests import pgtemplate
 from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, run_sync, start_server
-from tests.servers import free_port
+from tests.servers import free_port, wait_started
 
 PROBLEM = "https://hiwallet.dev/problems/"
 TL = 100
@@ -315,11 +314,7 @@ def start_wallet_api(
     )
     thread = threading.Thread(target=server.run, name=f"wallet-api-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("wallet-api did not start")
-        time.sleep(0.02)
+    wait_started(server, thread, "wallet-api")
     return f"http://127.0.0.1:{port}", settings, server, thread
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from tests.faultproxy import FaultProxy
 from tests.servers import free_port
+from tests.waiting import until
 from tests.wallet_api.conftest import Customer, WalletApi
 
 CLIENTS = 8
@@ -60,15 +61,15 @@ async def wallet_api_process(api: WalletApi, proxy: FaultProxy) -> AsyncIterator
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while True:
+
+            async def ready() -> bool:
+                if proc.returncode is not None:
+                    raise RuntimeError(f"wallet-api exited ({proc.returncode})")
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get("/ready")).status_code == 200:
-                        break
-                if proc.returncode is not None or loop.time() > deadline:
-                    raise RuntimeError("wallet-api did not become ready")
-                await asyncio.sleep(0.1)
+                    return (await http.get("/ready")).status_code == 200
+                return False
+
+            await until(ready, 30, "wallet-api ready", interval_s=0.1)
             yield http
     finally:
         if proc.returncode is None:
@@ -121,7 +122,7 @@ async def test_postgres_restart_under_load_answers_only_503_then_the_same_keys_s
                     unexpected.append((key, response.status_code, response.text))
                     break
                 assert loop.time() < deadline, f"{key} still 503 after {CLIENT_DEADLINE_S} s"
-                await asyncio.sleep(RETRY_PAUSE_S)
+                await asyncio.sleep(RETRY_PAUSE_S)  # a client's pause before it retries: the load
             async with progress:
                 done += 1
                 progress.notify_all()
@@ -139,7 +140,7 @@ async def test_postgres_restart_under_load_answers_only_503_then_the_same_keys_s
             read = await http.get("/v1/accounts", headers=customers[0].auth)
             assert read.status_code == 503, read.text
             assert read.headers["content-type"].startswith("application/problem+json")
-            await asyncio.sleep(DOWNTIME_S)
+            await asyncio.sleep(DOWNTIME_S)  # the outage's length: the fault under test
         await reached(0.5)
         proxy.cut()  # a crash and an instant recovery: only the open connections break, abruptly
         await reached(0.75)

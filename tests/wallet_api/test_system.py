@@ -12,7 +12,7 @@ import sys
 import httpx
 
 from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
-from tests.servers import free_port
+from tests.servers import free_port, until_serving
 from tests.wallet_api.conftest import WalletApi
 
 
@@ -92,12 +92,7 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
-            for _ in range(150):
-                try:
-                    if (await http.get("/health")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    await asyncio.sleep(0.1)
+            await until_serving(http, "wallet-api", 60)
             assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
             # Two worker processes; /metrics counts what both answered, on a new connection each
             # (so both answer some), through the stack and through the hot routes alike.

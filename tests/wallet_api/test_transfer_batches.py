@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from hiwallet.ledger.accounts import cash_account
+from tests.waiting import until
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
 
@@ -111,11 +112,14 @@ async def someone_waits_for(conn: asyncpg.Connection) -> None:
     """Until a backend waits for a lock ``conn`` holds. PostgreSQL announces no lock wait, so
     the condition itself is polled (not a guessed duration), bounded for a test that fails."""
     pid = conn.get_server_pid()
-    async with asyncio.timeout(10):
-        while not await conn.fetchval(  # noqa: ASYNC110 (no event to wait on: polled condition)
+    await until(
+        lambda: conn.fetchval(
             "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))", pid
-        ):
-            await asyncio.sleep(0.005)
+        ),
+        10,
+        "a backend waiting for the held lock",
+        interval_s=0.005,
+    )
 
 
 @pytest.mark.parametrize(

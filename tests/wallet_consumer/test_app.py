@@ -6,7 +6,6 @@ nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable
 
@@ -188,7 +187,7 @@ async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replay
     `hiwallet dead-letters replay` puts it back and it is credited, once."""
     wallet = (await ledger.open_wallet("ayla", bucket=8)).wallet_id
     body = topup_body(wallet, 33 * TL, provider="papara")
-    async with running(settings, wallet_db):
+    async with running(settings, wallet_db) as client:
         await broker.publish([outgoing(settings, body)])
 
         async def dead_lettered() -> bool:
@@ -206,7 +205,15 @@ async def test_a_topup_without_its_clearing_account_is_dead_lettered_then_replay
         assert await cash(ledger, wallet) == 33 * TL
         # replayed again by mistake (the same message id): nothing more
         await broker.publish([outgoing(settings, body, message_id=letter.message_id)])
-        await asyncio.sleep(0.5)
+
+        async def repeat_acked() -> bool:
+            text = (await client.get("/metrics")).text
+            return (
+                re.search(r'hiwallet_consumer_messages_total\{outcome="duplicate",[^}]*\} 1\.0', text)
+                is not None
+            )
+
+        await until(repeat_acked, what="the repeat counted as a duplicate")
         assert await cash(ledger, wallet) == 33 * TL and await processed(pool) == 1
     await verified(ledger)
 
@@ -227,8 +234,11 @@ async def test_a_database_restart_pauses_the_consumer_and_dead_letters_nothing(
             await until(lambda: _equals(processed(pool), 1))
             async with proxy.down():
                 await broker.publish([outgoing(settings, b) for b in bodies[1:]])
-                await asyncio.sleep(2.0)
-                assert (await client.get("/ready")).status_code == 503
+
+                async def unready() -> bool:  # the consumer paused
+                    return (await client.get("/ready")).status_code == 503
+
+                await until(unready, 10, "unready (paused)")
                 assert await processed(pool) == 1
             await until(lambda: _equals(processed(pool), 3))
             assert (await client.get("/ready")).status_code == 200

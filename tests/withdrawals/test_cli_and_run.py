@@ -24,7 +24,7 @@ from hiwallet.withdrawals import cli as withdrawals_cli
 from hiwallet.withdrawals.app import create_withdrawal_pool
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import WithdrawalService
-from tests.servers import free_port
+from tests.servers import free_port, until_serving
 from tests.withdrawals.conftest import IBAN, result, settings_for
 
 
@@ -126,13 +126,7 @@ async def test_the_process_serves_and_stops(withdrawal_db: str) -> None:
     )
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            for _ in range(200):
-                try:
-                    if (await client.get("/health")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+            await until_serving(client, "withdrawal-orchestrator")
             ready = await client.get("/ready")
             assert (ready.status_code, ready.json()["checks"]) == (
                 503,

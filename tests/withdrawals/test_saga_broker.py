@@ -30,6 +30,7 @@ from hiwallet.core.settings import Settings
 from hiwallet.withdrawals.app import create_withdrawal_app
 from tests import pgtemplate
 from tests.e2e import harness
+from tests.waiting import until
 from tests.withdrawals.conftest import WalletApiStub, customer, key_header, settings_for, verifier, withdrawal
 
 WAIT_S = 15.0
@@ -116,25 +117,24 @@ async def answer(bus: Broker, kind: str, body: dict[str, Any], message_id: str |
 
 async def state_of(client: httpx.AsyncClient, saga_id: str, state: str) -> None:
     service = client.app.state.service  # type: ignore[attr-defined]
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
+
+    async def reached() -> bool:
         row = await service.saga(saga_id)
-        if row is not None and row["state"] == state:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"saga {saga_id} is {row and row['state']}, not {state}")
-        await asyncio.sleep(0.05)
+        return row is not None and row["state"] == state
+
+    await until(reached, WAIT_S, f"saga {saga_id} {state}", interval_s=0.05)
 
 
 async def processed(withdrawal_db: str, count: int, timeout_s: float = 10.0) -> None:
     """Until ``count`` results are recorded in withdrawal.processed_events (a redelivery of the
     same message id adds none)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
     async with pgtemplate.owner_connection(withdrawal_db) as owner:
-        while (got := await owner.fetchval("SELECT count(*) FROM withdrawal.processed_events")) < count:
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{got} results processed, expected {count}")
-            await asyncio.sleep(0.05)
+
+        async def recorded() -> bool:
+            got: int = await owner.fetchval("SELECT count(*) FROM withdrawal.processed_events")
+            return got >= count
+
+        await until(recorded, timeout_s, f"{count} results processed", interval_s=0.05)
 
 
 async def test_a_withdrawal_goes_round_the_queues_to_completed(

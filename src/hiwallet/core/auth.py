@@ -245,8 +245,11 @@ class TokenVerifier:
         timeout_seconds: float = 3.0,
         cache_size: int = VERIFIED_CACHE_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """``clock`` (monotonic seconds) paces the JWKS refetches; tests pass their own."""
+        """``clock`` (monotonic seconds) paces the JWKS refetches; ``wall_clock`` (epoch
+        seconds) is what a token's exp, iat and nbf are checked against. Tests pass their own,
+        to move time rather than wait for it."""
         if not issuers:
             raise ValueError("a verifier needs at least one trusted issuer")
         self._own_client = http_client is None
@@ -255,6 +258,7 @@ class TokenVerifier:
             follow_redirects=False,
         )
         self.leeway = leeway_seconds
+        self._wall_clock = wall_clock
         self._issuers = {i.issuer_url: i for i in issuers}
         self._caches = {
             i.issuer_url: _JwksCache(i, self.client, refetch_interval_seconds, clock) for i in issuers
@@ -278,7 +282,7 @@ class TokenVerifier:
             principal, exp, issuer_url, signed_by = hit
             # Still valid only while unexpired and while its issuer still publishes its key (a
             # key the issuer dropped stops verifying at the next JWKS fetch, cached or not).
-            if exp > time.time() - self.leeway and signed_by in self._caches[issuer_url].keys:
+            if exp > self._wall_clock() - self.leeway and signed_by in self._caches[issuer_url].keys:
                 return principal
             del self._verified[token]  # and verify it in full, for the precise refusal
         header, unverified = _peek(token)
@@ -312,7 +316,7 @@ class TokenVerifier:
         return principal
 
     def _check_claims(self, claims: Mapping[str, Any], issuer: TrustedIssuer) -> None:
-        now = time.time()
+        now = self._wall_clock()
         if claims.get("iss") != issuer.issuer_url:
             raise UntrustedIssuer("the token's issuer does not match")
         exp = claims.get("exp")
