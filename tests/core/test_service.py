@@ -22,6 +22,7 @@ from hiwallet.core.service import (
     ServiceSpec,
     service_lifespan,
 )
+from tests.waiting import until
 
 
 async def test_a_failing_part_is_logged_down_then_back() -> None:
@@ -42,7 +43,7 @@ async def test_a_failing_part_is_logged_down_then_back() -> None:
     with structlog.testing.capture_logs() as logs:
         tasks.start("relay", flaky)
         await asyncio.wait_for(failed.wait(), 5)
-        await asyncio.sleep(0)  # the failure is recorded as the task's next step
+        await until(lambda: tasks.down(), 5, "the relay down")
         with pytest.raises(BackgroundDown, match=r"relay \(ConnectionResetError\)"):
             await tasks.check()
         await asyncio.wait_for(back.wait(), 5)
@@ -67,7 +68,7 @@ async def test_a_part_that_ends_on_its_own_stays_down_and_stopping_is_not_an_end
         tasks.start("gauges", runs)
         tasks.start("declare", quits, forever=False)  # one-shot work: done, not down
         await asyncio.wait_for(ended.wait(), 5)
-        await asyncio.sleep(0.05)
+        await until(lambda: tasks.down(), 5, "the consumer down")
         assert tasks.down() == {"consumer": "ended"}
         with pytest.raises(BackgroundDown, match="consumer"):
             await tasks.check()
@@ -102,9 +103,7 @@ async def test_a_dead_job_makes_the_process_unready_and_the_stop_is_ordered(wall
     async with app.router.lifespan_context(app):
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
         await asyncio.wait_for(dying.wait(), 5)
-        await asyncio.sleep(0.05)
-        ready = await client.get("/ready")
-        assert ready.status_code == 503
+        ready = await until(lambda: _unready(client), 5, "/ready answering 503")
         assert ready.json()["checks"] == {"background": "unavailable"}
         pool = app.state.pool
     assert order == ["last registered", "first registered"]
@@ -119,6 +118,11 @@ async def test_relays_or_consumers_without_a_topology_are_refused_at_start() -> 
     with pytest.raises(RuntimeError, match="declares no topology"):
         async with app.router.lifespan_context(app):
             pass
+
+
+async def _unready(client: httpx.AsyncClient) -> httpx.Response | None:
+    answer = await client.get("/ready")
+    return answer if answer.status_code == 503 else None
 
 
 async def _forever() -> None:
