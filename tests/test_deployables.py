@@ -78,3 +78,12 @@ def test_the_readmes_table_is_the_registry() -> None:
         (d.name, str(d.port), f"`{DATABASES[d.database]}`" if d.database else "none (memory)")
         for d in DEPLOYABLES
     ]
+
+
+def test_the_readme_is_short_and_its_layout_names_every_package() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "the README is read to the end: details go to docs/"
+    layout = readme.split("## Layout")[1].split("```")[1]
+    src = Path(__file__).resolve().parents[1] / "src" / "hiwallet"
+    packages = sorted(p.name for p in src.iterdir() if (p / "__init__.py").exists())
+    assert [p for p in packages if f"  {p}/" not in layout] == []
