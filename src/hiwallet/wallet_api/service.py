@@ -4,7 +4,7 @@ idempotency); SQL lives in adapters and the ledger, reached through its declared
 (``hiwallet.ledger``).
 
 - :mod:`~hiwallet.wallet_api.idempotency`: the key, the fingerprint, the stored first answer;
-- :mod:`~hiwallet.wallet_api.retry`: the one retry loop, and what a database failure answers;
+- :mod:`~hiwallet.wallet_api.retry`: a unit of work (core.uow), and what a database failure answers;
 - :mod:`~hiwallet.wallet_api.views`: what the API shows;
 - :mod:`~hiwallet.wallet_api.access`: the caller's own wallets, accounts and transfers;
 - :mod:`~hiwallet.wallet_api.parties`: the party cache of transfers;

@@ -42,7 +42,7 @@ from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.http import ProblemError
-from hiwallet.core.http.idempotency import check_idempotency_key
+from hiwallet.core.http.idempotency import check_idempotency_key, in_progress
 from hiwallet.core.ids import new_id
 from hiwallet.core.jobs import in_batches
 from hiwallet.core.outbox import enqueue, enqueue_many, outbox_row
@@ -353,8 +353,8 @@ class WithdrawalService:
                 _json(untimed),
                 *outbox_row(self._outgoing(saga_id, command)),
             )
-            if row is None:  # withdrawal.request answers one row
-                raise AssertionError("withdrawal.request answered no row")
+            if row is None:  # withdrawal.request answers one row; none, as a refused try-lock
+                raise in_progress()
             # The store's rule, kept in the function (one round trip): core.idempotency.check.
             if idempotency.check(row["locked"], row["stored_hash"], fingerprint):
                 return Answer(int(row["stored_status"]), orjson.loads(row["stored_body"]), replayed=True)
