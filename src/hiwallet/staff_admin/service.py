@@ -24,9 +24,9 @@ import asyncpg
 import structlog
 
 from hiwallet.contracts.staff import StaffPermission, staff_actor
-from hiwallet.core import db
+from hiwallet.core import db, uow
 from hiwallet.core.ids import new_id
-from hiwallet.core.uow import Unavailable, in_transaction, unit_of_work
+from hiwallet.core.uow import in_transaction, unit_of_work
 from hiwallet.staff_admin import errors
 from hiwallet.staff_admin.identity import StaffRealm, UserExists
 from hiwallet.staff_admin.settings import StaffAdminSettings
@@ -159,7 +159,7 @@ class StaffAdmin:
             row = await self.pool.fetchrow(Q["me"], subject)
             if row is None:
                 row = await self._complete_invitation(subject)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, Unavailable) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, uow.Unavailable) as exc:
             if db.is_transient(exc):
                 raise errors.Unavailable("the staff database is not reachable; retry") from exc
             raise

@@ -63,9 +63,9 @@ async def in_transaction(
     except uow.Unavailable as exc:
         # Each attempt failed for what a retry can cure: the last one's answer, or "busy" when
         # it was a race for an idempotency key (no driver error a client is told).
-        raise (problem_for(exc.__cause__) if exc.__cause__ else None) or errors.Unavailable(
-            "the database is busy; retry"
-        ) from exc
+        last = exc.__cause__
+        problem = problem_for(last) if last is not None else None
+        raise (problem or errors.Unavailable("the database is busy; retry")) from exc
     except Exception as exc:
         problem = problem_for(exc)
         if problem is None:
