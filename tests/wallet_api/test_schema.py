@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from hiwallet.core.queries import load_queries
+from hiwallet.wallet_api.idempotency import STORE
 
 SRC = Path(__file__).parents[2] / "src" / "hiwallet"
 MAP = json.loads((SRC / "ledger" / "citus_tables.json").read_text())["tables"]
@@ -40,3 +41,11 @@ def test_the_reference_table_is_only_read_by_identity() -> None:
     for name, sql in load_queries(QUERIES).items():
         if "wallet.identity_accounts" in sql and sql.lstrip().startswith("SELECT"):
             assert "issuer = $1 AND subject = $2" in sql, name
+
+
+def test_the_idempotency_stores_queries_keep_the_rules_too() -> None:
+    # wallet-api's idempotency table is core.idempotency's store: its queries are rendered there.
+    queries = STORE.queries()
+    assert _BUCKET_FILTER.search(queries["begin"]) and "k.bucket = $2" in queries["begin"]
+    assert "INSERT INTO wallet.idempotency_keys (bucket," in queries["put"]
+    assert "citus: multi-shard read" in queries["purge"]

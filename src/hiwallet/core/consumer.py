@@ -72,8 +72,10 @@ from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import checked_identifier, load_queries
+from hiwallet.core.uow import unit_of_work
 
 __all__ = [
+    "CONSUMER_PRIVILEGES",
     "DEAD_ATTEMPTS_HEADER",
     "DEAD_AT_HEADER",
     "DEAD_CONSUMER_HEADER",
@@ -167,6 +169,9 @@ CREATE TABLE {table} (
 
 
 PROCESSED_EVENTS_SQL = processed_events_sql()
+# What the application role may do to its processed_events (its grants.sql says it; the shared
+# tables' test holds every database to it): claim a message id, store its outcome, read.
+CONSUMER_PRIVILEGES = frozenset({"SELECT", "INSERT", "UPDATE (outcome)"})
 
 
 class Unprocessable(Exception):
@@ -667,7 +672,7 @@ class Consumer:
         """One transaction: claim every id, handle the new ones, store their outcomes."""
         if self._batch_handler is None:
             raise RuntimeError("no batch handler")
-        async with db.committing(), self._pool.acquire() as conn, conn.transaction():
+        async with unit_of_work(self._pool) as conn:
             rows = await conn.fetch(self._claim_many, self.consumer_name, [m.message_id for m in incoming])
             new = {row["message_id"] for row in rows}
             fresh: list[IncomingMessage] = []
@@ -797,7 +802,7 @@ class Consumer:
         return False
 
     async def _process(self, incoming: IncomingMessage) -> str:
-        async with db.committing(), self._pool.acquire() as conn, conn.transaction():
+        async with unit_of_work(self._pool) as conn:
             is_new = await conn.fetchval(self._claim, self.consumer_name, incoming.message_id)
             if not is_new:
                 return "duplicate"

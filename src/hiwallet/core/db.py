@@ -8,7 +8,8 @@ ledger's tables are written only through its posting functions (``SECURITY DEFIN
 compromised service can move money only as the ledger's rules allow, never rewrite it.
 
 What a retry can cure is decided here, once: :func:`is_transient` (answered 503 "unavailable")
-and :func:`is_connection_error` (a connection to discard). Each service translates the driver
+and :func:`is_connection_error` (a connection to discard). What is done again, and how often,
+is the unit of work's one policy (:mod:`hiwallet.core.uow`). Each service translates the driver
 errors of its own statements with them: the ledger in ``hiwallet.ledger.store.translate`` (and
 for a statement that posts through it, ``Ledger.error_of``), wallet-api in
 ``hiwallet.wallet_api.retry``; anything they do not recognize is a defect (a 500), never "retry".
@@ -81,8 +82,8 @@ def database_name(key: str) -> str:
 
 # What a retry can cure, by SQLSTATE: the connection (class 08), the server going away or
 # refusing connections (57P01-57P03, 53300), our own statement and lock timeouts (57014,
-# 55P03), and a deadlock or serialization failure (40P01, 40001; callers retry these a few
-# times themselves before giving up with "unavailable"). Anything else - a data error, an
+# 55P03), and a deadlock or serialization failure (40P01, 40001; core.uow does the unit of work
+# again a few times before giving up with "unavailable"). Anything else - a data error, an
 # invariant trigger, an unmapped constraint, an unknown state - is a defect: a 500, never
 # "retry later" (fail closed).
 TRANSIENT_SQLSTATES = frozenset(
@@ -227,10 +228,10 @@ def after_commit(callback: Callable[[], None], *, once: bool = False) -> None:
 
 @asynccontextmanager
 async def committing() -> AsyncIterator[None]:
-    """Around a transaction (outside it: ``async with committing(), pool.acquire() as conn,
-    conn.transaction():``): what it asked for with :func:`after_commit` runs once the block
-    ended without an exception, i.e. committed; nothing if it raised (rolled back). A callback's
-    own error is logged and does not undo the commit or stop the others."""
+    """Around a transaction (outside it; :mod:`hiwallet.core.uow` does it for every unit of
+    work): what it asked for with :func:`after_commit` runs once the block ended without an
+    exception, i.e. committed; nothing if it raised (rolled back). A callback's own error is
+    logged and does not undo the commit or stop the others."""
     pending: list[Callable[[], None]] = []
     token = _AFTER_COMMIT.set(pending)
     try:

@@ -46,6 +46,7 @@ from hiwallet.core.relay_hint import RelayHint
 __all__ = [
     "CORRELATION_ID_KEY",
     "OUTBOX_TABLE_SQL",
+    "RELAY_PRIVILEGES",
     "OutboxMetrics",
     "Relay",
     "RelayFault",
@@ -53,6 +54,7 @@ __all__ = [
     "RelayStopped",
     "enqueue",
     "enqueue_many",
+    "outbox_keeps_unsent_sql",
     "outbox_lag",
     "outbox_row",
     "outbox_table_sql",
@@ -131,6 +133,34 @@ CREATE TRIGGER {bare}_notify AFTER INSERT ON {table}
 """
     )
 
+
+def outbox_keeps_unsent_sql(table: str) -> str:
+    """The outbox's guard for ``table``: the relay may delete what it sent (:func:`purge_sent`),
+    never a message still to be sent (a top-up never credited, a saga that never moves on).
+    Each database that publishes copies it into a migration, after the table."""
+    table = checked_identifier(table)
+    schema, _, bare = table.rpartition(".")
+    function = f"{schema}.{bare}_keeps_unsent" if schema else f"{bare}_keeps_unsent"
+    return f"""\
+CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.sent_at IS NULL THEN
+        RAISE EXCEPTION 'outbox message % has not been sent; it may not be deleted', OLD.message_id
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN OLD;
+END $$;
+
+CREATE TRIGGER {bare}_keeps_unsent BEFORE DELETE ON {table}
+    FOR EACH ROW EXECUTE FUNCTION {function}();
+"""
+
+
+# What the application role may do to an outbox (its grants.sql says it; the shared tables'
+# test holds every database to it): the relay claims rows (FOR UPDATE needs an UPDATE
+# privilege), marks them sent and purges sent ones. A service that enqueues with
+# :func:`enqueue` has INSERT too; one that writes through its SECURITY DEFINER functions has not.
+RELAY_PRIVILEGES = frozenset({"SELECT", "UPDATE (sent_at)", "DELETE"})
 
 # The documented shape (the contract's names): table ``outbox``, channel ``outbox``. A
 # database's migration uses outbox_table_sql("<schema>.outbox", "<schema>_outbox").

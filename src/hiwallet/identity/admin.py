@@ -20,6 +20,7 @@ import structlog
 from hiwallet.core.auth import SERVICE_ACCOUNT_PREFIX
 from hiwallet.core.ids import new_id
 from hiwallet.core.logging import error_fields
+from hiwallet.core.uow import in_transaction
 from hiwallet.identity.context import Realm, User, fetch_user, new_secret, token_hash, verify_own_token
 from hiwallet.identity.errors import (
     AdminForbidden,
@@ -224,13 +225,16 @@ async def execute_actions_email(realm: Realm, user_id: str, actions: Any, query:
         f"The link is valid for {lifespan // 60} minutes. If you did not expect this e-mail, "
         "ignore it.\n"
     )
-    async with realm.pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: asyncpg.Connection) -> None:
         await conn.execute(
             Q["insert_action_token"], token_hash(key), user.id, wanted, client_id, redirect_uri, lifespan
         )
         await conn.execute(
             Q["insert_mail"], mail_id, user.email, f"Update your {realm.config.display_name} account", body
         )
+
+    await in_transaction(realm.pool, work)
     await deliver_mail(realm, mail_id, user.email, f"Update your {realm.config.display_name} account", body)
     return mail_id
 

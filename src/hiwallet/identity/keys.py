@@ -17,6 +17,7 @@ import asyncpg
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from hiwallet.core.uow import in_transaction
 from hiwallet.identity.sql import Q
 
 ALGORITHM = "RS256"
@@ -42,7 +43,8 @@ def _generate(bits: int) -> tuple[str, str, dict[str, Any]]:
 
 async def ensure_keys(pool: asyncpg.Pool, bits: int) -> None:
     """At least an active key, and a second published key (next, or a still-live retired one)."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: asyncpg.Connection) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _KEYS_LOCK)
         rows = await conn.fetch(Q["published_keys"])
         statuses = [r["status"] for r in rows]
@@ -51,17 +53,22 @@ async def ensure_keys(pool: asyncpg.Pool, bits: int) -> None:
         if len(rows) + ("active" not in statuses) < 2:
             await _insert(conn, bits, "next")
 
+    await in_transaction(pool, work)
+
 
 async def rotate_keys(pool: asyncpg.Pool, bits: int, publish_for_s: int) -> str:
     """Make ``next`` the signing key; keep the old one published for ``publish_for_s`` seconds
     (the longest a token it signed can live). Returns the new active kid."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: asyncpg.Connection) -> str:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _KEYS_LOCK)
         await conn.execute(Q["retire_active_key"], publish_for_s)
         promoted = await conn.fetchval(Q["promote_next_key"])
         if promoted is None:
             promoted = await _insert(conn, bits, "active")
         return str(promoted)
+
+    return await in_transaction(pool, work)
 
 
 async def _insert(conn: asyncpg.Connection, bits: int, status: str) -> str:

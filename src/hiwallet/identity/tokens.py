@@ -15,9 +15,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import asyncpg
 import structlog
 
 from hiwallet.core.ids import derived_id, new_id
+from hiwallet.core.uow import in_transaction
 from hiwallet.identity.authn import (
     LoginFailed,
     authenticate_password,
@@ -179,9 +181,12 @@ async def start_session(realm: Realm, user: User, client: ClientConfig) -> str:
 
 
 async def end_session(realm: Realm, session_id: str) -> None:
-    async with realm.pool.acquire() as conn, conn.transaction():
+
+    async def work(conn: asyncpg.Connection) -> None:
         await conn.execute(Q["end_session"], session_id)
         await conn.execute(Q["revoke_session_tokens"], session_id)
+
+    await in_transaction(realm.pool, work)
 
 
 async def token_grant(realm: Realm, client: ClientConfig, form: Mapping[str, str]) -> dict[str, Any]:

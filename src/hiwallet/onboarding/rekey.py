@@ -8,13 +8,15 @@ active key already). Safe to run again; a run after a complete one changes nothi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
 from hiwallet.core.queries import load_queries
+from hiwallet.core.uow import in_transaction
 from hiwallet.onboarding.crypto import KeyRing, place
 
 R = load_queries(Path(__file__).parent / "sql" / "rekey.sql")
@@ -49,18 +51,34 @@ async def rekey(
             rows = await pool.fetch(R[f"sealed_{table}"], cursor, batch)
             if not rows:
                 break
-            async with pool.acquire() as conn, conn.transaction():
-                for row in rows:
-                    for column in columns:
-                        old = row[column]
-                        if old is None or not ring.needs_rekey(old):
-                            continue
-                        where = place(table, column, row["row_id"])
-                        new = ring.seal(ring.open(old, where), where)
-                        status = await conn.execute(R[f"reseal_{table}_{column}"], new, row["row_id"], old)
-                        report.resealed += int(status.split()[-1])
+            report.resealed += await in_transaction(
+                pool, functools.partial(_reseal, ring=ring, table=table, columns=columns, rows=rows)
+            )
             report.rows += len(rows)
             cursor = rows[-1]["row_id"]
             if progress is not None:
                 progress(len(rows))
     return report
+
+
+async def _reseal(
+    conn: asyncpg.Connection,
+    *,
+    ring: KeyRing,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[asyncpg.Record],
+) -> int:
+    """One page of ``table``, sealed again under the current key: how many values changed (a
+    value changed meanwhile by its service is left alone: the UPDATE names the old one)."""
+    resealed = 0
+    for row in rows:
+        for column in columns:
+            old = row[column]
+            if old is None or not ring.needs_rekey(old):
+                continue
+            where = place(table, column, row["row_id"])
+            new = ring.seal(ring.open(old, where), where)
+            status = await conn.execute(R[f"reseal_{table}_{column}"], new, row["row_id"], old)
+            resealed += int(status.split()[-1])
+    return resealed

@@ -32,6 +32,7 @@ from hiwallet.core.http import ProblemError
 from hiwallet.core.ids import new_id
 from hiwallet.core.jobs import in_batches
 from hiwallet.core.settings import get_settings
+from hiwallet.core.uow import in_transaction
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.clients import (
     DependencyUnavailable,
@@ -230,8 +231,8 @@ class OnboardingService:
 
     async def verify(self, registration_id: str, code: str, ip: str) -> dict[str, Any]:
         await self.limit_ip(ip)
-        refusal: ProblemError | None = None
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def work(conn: asyncpg.Connection) -> ProblemError | None:
             row = await conn.fetchrow(Q["registration_for_update"], registration_id)
             if row is None:
                 raise errors.RegistrationNotFound()
@@ -246,9 +247,11 @@ class OnboardingService:
             # A known address has no code: every code is wrong, and answered just as a wrong one.
             if expected is None or not hmac.compare_digest(expected, given):
                 left = await conn.fetchval(Q["code_failed"], registration_id)
-                refusal = errors.CodeInvalid(attempts_left=left)
-            else:
-                await conn.execute(Q["email_verified"], registration_id)
+                return errors.CodeInvalid(attempts_left=left)
+            await conn.execute(Q["email_verified"], registration_id)
+            return None
+
+        refusal = await in_transaction(self.pool, work)
         if refusal is not None:  # raised after the commit: the attempt stays counted
             raise refusal
         self.metrics.registrations.labels("email_verified").inc()
@@ -453,8 +456,8 @@ class OnboardingService:
     async def _verify_phone(self, sub: str, code: str) -> dict[str, Any]:
         customer = await self.customer_of(sub)
         cid = customer["id"]
-        refusal: ProblemError | None = None
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def work(conn: asyncpg.Connection) -> ProblemError | None:
             row = await conn.fetchrow(Q["phone_code_for_update"], cid)
             if row is None:
                 raise errors.PhoneCodeMissing()
@@ -464,13 +467,15 @@ class OnboardingService:
                 raise errors.CodeExpired("ask for a new code")
             if not hmac.compare_digest(row["code_hash"], self.hasher.code(cid, code)):
                 left = await conn.fetchval(Q["phone_code_failed"], cid)
-                refusal = errors.CodeInvalid(attempts_left=left)
-            else:
-                phone = self.ring.open(row["phone_enc"], place("phone_codes", "phone_enc", cid))
-                sealed = self.ring.seal(phone, place("customers", "phone_enc", cid))
-                await conn.execute(Q["set_phone"], cid, row["phone_hash"], sealed)
-                await conn.execute(Q["delete_phone_code"], cid)
-        if refusal is not None:
+                return errors.CodeInvalid(attempts_left=left)
+            phone = self.ring.open(row["phone_enc"], place("phone_codes", "phone_enc", cid))
+            sealed = self.ring.seal(phone, place("customers", "phone_enc", cid))
+            await conn.execute(Q["set_phone"], cid, row["phone_hash"], sealed)
+            await conn.execute(Q["delete_phone_code"], cid)
+            return None
+
+        refusal = await in_transaction(self.pool, work)
+        if refusal is not None:  # raised after the commit: the attempt stays counted
             raise refusal
         log.info("phone verified", customer_id=cid)
         await self._advance(cid)

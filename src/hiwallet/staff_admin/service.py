@@ -24,8 +24,9 @@ import asyncpg
 import structlog
 
 from hiwallet.contracts.staff import StaffPermission, staff_actor
-from hiwallet.core import db
+from hiwallet.core import db, uow
 from hiwallet.core.ids import new_id
+from hiwallet.core.uow import in_transaction, unit_of_work
 from hiwallet.staff_admin import errors
 from hiwallet.staff_admin.identity import StaffRealm, UserExists
 from hiwallet.staff_admin.settings import StaffAdminSettings
@@ -158,7 +159,7 @@ class StaffAdmin:
             row = await self.pool.fetchrow(Q["me"], subject)
             if row is None:
                 row = await self._complete_invitation(subject)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, uow.Unavailable) as exc:
             if db.is_transient(exc):
                 raise errors.Unavailable("the staff database is not reachable; retry") from exc
             raise
@@ -168,14 +169,15 @@ class StaffAdmin:
 
     async def _complete_invitation(self, subject: str) -> asyncpg.Record:
         actor = staff_actor(subject)
-        async with self.pool.acquire() as conn, conn.transaction():
+
+        async def work(conn: asyncpg.Connection) -> tuple[asyncpg.Record, str | None]:
             invitation = await conn.fetchrow(Q["pending_invitation_of_subject"], subject)
             if invitation is None:
                 # Another first request may have completed it while this one looked.
                 row = await conn.fetchrow(Q["me"], subject)
                 if row is None:
                     raise errors.StaffNotAllowed("no employee and no pending invitation for this user")
-                return row
+                return row, None
             if invitation["expired"]:
                 raise errors.StaffNotAllowed("the invitation expired")
             await conn.execute(
@@ -191,8 +193,13 @@ class StaffAdmin:
                 {"employee": subject, "role_ids": list(invitation["role_ids"])},
             )
             row = await conn.fetchrow(Q["me"], subject)
-        log.info("invitation completed", invitation_id=invitation["id"])
-        assert row is not None
+            if row is None:  # inserted just above, in this transaction
+                raise AssertionError("the employee just inserted is not found")
+            return row, str(invitation["id"])
+
+        row, completed = await in_transaction(self.pool, work)
+        if completed is not None:
+            log.info("invitation completed", invitation_id=completed)
         return row
 
     # -- changes -------------------------------------------------------------------------------
@@ -201,7 +208,7 @@ class StaffAdmin:
     async def _change(self, *, guard: bool = True) -> AsyncIterator[asyncpg.Connection]:
         """A transaction for one change and its audit row. ``guard``: under the staff lock, and
         refused at the end if nobody active would hold staff.manage any more."""
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with unit_of_work(self.pool) as conn:
             if guard:
                 await conn.execute(Q["lock_staff"], STAFF_LOCK_KEY)
             yield conn

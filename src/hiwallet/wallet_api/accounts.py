@@ -10,7 +10,7 @@ from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, own_account, own_wallet, require_onboarding
 from hiwallet.wallet_api.adapters import Q, Repo, WalletRow
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
-from hiwallet.wallet_api.retry import answered, in_transaction, retried
+from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
 
@@ -125,18 +125,19 @@ class Accounts:
         wallet_id = f"{bucket:04d}:w:{new_id()}"
         await self.ledger.open_wallet(owner, currency, wallet_id=wallet_id, conn=conn)
 
-        async def numbered() -> None:
-            # A savepoint: a (rare) number collision tries another without losing the transaction.
-            async with conn.transaction():
-                number = domain.new_wallet_number(bucket)
-                await conn.execute(Q["insert_wallet"], bucket, wallet_id, account_id, currency, number)
-
-        try:
-            await retried(numbered, again=_number_taken, attempts=WALLET_NUMBER_ATTEMPTS, pause_s=0)
-        except asyncpg.UniqueViolationError as exc:
-            if _number_taken(exc):
-                raise errors.Unavailable("could not allocate a wallet number; retry") from exc
-            raise
+        # A new number after a (rare) collision, in a savepoint: tried again without losing the
+        # transaction. Not the unit of work's retry: nothing failed but the draw.
+        for attempt in range(1, WALLET_NUMBER_ATTEMPTS + 1):
+            try:
+                async with conn.transaction():
+                    number = domain.new_wallet_number(bucket)
+                    await conn.execute(Q["insert_wallet"], bucket, wallet_id, account_id, currency, number)
+                break
+            except asyncpg.UniqueViolationError as exc:
+                if not _number_taken(exc):
+                    raise
+                if attempt == WALLET_NUMBER_ATTEMPTS:
+                    raise errors.Unavailable("could not allocate a wallet number; retry") from exc
         found = await Repo(conn).wallet_of(bucket, account_id, currency)
         if found is None:
             raise AssertionError("a wallet just inserted is not found")

@@ -11,8 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from hiwallet.core.http.idempotency import in_progress, reused
-from hiwallet.wallet_api.adapters import Q
+from hiwallet.core import idempotency
 from hiwallet.wallet_api.domain import Caller
 from hiwallet.wallet_api.retry import in_transaction
 from hiwallet.wallet_api.views import JSON, view_of_posted
@@ -32,15 +31,28 @@ def request_hash(operation: str, payload: Any) -> bytes:
     return hashlib.sha256(content.encode()).digest()
 
 
+# wallet-api's table of the one store (core.idempotency): keyed by bucket first, like every
+# wallet table; a transfer's answer is kept as its posting (``posted``, written by
+# wallet.transfer_batch), any other's as its body.
+STORE = idempotency.IdempotencyStore("wallet", partition=("bucket",))
+# Its table, as the one definition makes it (tests/core/test_shared_tables.py holds the migrated
+# table to it): every answer names its time (the store's put), and holds its body or posting.
+TABLE_SQL = idempotency.idempotency_table_sql(
+    "wallet",
+    partition=(idempotency.Column("bucket", "smallint NOT NULL"),),
+    answer=(idempotency.Column("posted", "jsonb"),),
+    body_required=False,
+    created_default=False,
+    checks=("CONSTRAINT idempotency_keys_one_answer CHECK ((body IS NULL) <> (posted IS NULL))",),
+)
+
+
 def stored_answer(row: asyncpg.Record, fingerprint: bytes) -> Answer | None:
     """From the first statement of a money-moving request: 409 while another request with the
-    key runs, 422 when the key was used for another request, the stored answer, or None."""
-    if not row["locked"]:
-        raise in_progress()
-    if row["request_hash"] is None:
+    key runs, 422 when the key was used for another request, the stored answer, or None
+    (core.idempotency.check)."""
+    if not idempotency.check(row["locked"], row["request_hash"], fingerprint):
         return None
-    if bytes(row["request_hash"]) != fingerprint:
-        raise reused()
     return replay(row["status"], row["body"], row["posted"])
 
 
@@ -55,8 +67,7 @@ def replay(status: int, body: JSON | None, posted: JSON | None) -> Answer:
 
 
 def lock_key(bucket: int, scope: str, key: str) -> int:
-    digest = hashlib.sha256(f"{bucket}\x1f{scope}\x1f{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return idempotency.lock_key(bucket, scope, key)
 
 
 async def idempotent(
@@ -68,32 +79,20 @@ async def idempotent(
     work: Callable[[asyncpg.Connection], Awaitable[Answer]],
 ) -> Answer:
     """The first answer for (bucket, caller, key), stored in the same transaction as what the
-    request did; a repeat with the same request gets it back, with another request 422.
-
-    "Still running" is detected with ``pg_try_advisory_xact_lock`` on a hash of the bucket,
-    the caller and the key, taken first in the transaction: a second request with the key
-    does not wait (a row lock or the unique index would make it wait for the first one's
-    commit) but answers 409 at once, and the lock goes away with the first transaction,
-    committed or not. After the first one commits, the record is visible to the next
-    statement (READ COMMITTED), so a retry gets the stored answer. The lock and the read are
-    one statement, whose snapshot may predate the first one's commit: then the insert of the
-    record meets the first one's row (unique violation), everything rolls back, and the
-    retry answers the stored answer. Refusals raise and roll
-    back, so they are not stored: the key can be used again once the cause is fixed
-    (a refused movement leaves nothing behind: docs/architecture.md)."""
+    request did; a repeat with the same request gets it back, with another request 422, while
+    the first still runs 409 (core.idempotency: the store, its rule, and why a race for the key
+    is done again). Refusals raise and roll back, so they are not stored: the key can be used
+    again once the cause is fixed (a refused movement leaves nothing behind:
+    docs/architecture.md)."""
+    scoped = (bucket, caller.scope, key)
 
     async def run(conn: asyncpg.Connection) -> Answer:
-        begun = await conn.fetchrow(
-            Q["idempotency_begin"], bucket, caller.scope, key, lock_key(bucket, caller.scope, key)
-        )
-        stored = stored_answer(begun, fingerprint)
+        stored = await STORE.begin(conn, scoped, lock_key(*scoped), fingerprint)
         if stored is not None:
-            return stored
+            return replay(stored["status"], stored["body"], stored["posted"])
         answer = await work(conn)
-        await conn.execute(
-            Q["idempotency_put"], bucket, caller.scope, key, fingerprint, answer.status, answer.body
-        )
+        await STORE.put(conn, scoped, fingerprint, answer.status, answer.body)
         return answer
 
-    result: Answer = await in_transaction(pool, run)
+    result: Answer = await in_transaction(pool, run, retry_also=idempotency.is_raced)
     return result

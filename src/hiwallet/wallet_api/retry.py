@@ -1,22 +1,24 @@
-"""wallet-api's one retry loop, and what a client is told when the database fails.
+"""What a client of wallet-api is told when the database fails, decided here once; the unit of
+work and its one retry policy are the platform's (:mod:`hiwallet.core.uow`).
 
 Only what a retry can cure is answered 503 "unavailable" (:func:`hiwallet.core.db.is_transient`:
-the connection lost, a timeout, a deadlock or serialization failure after the retries here). A
-ledger refusal is its problem type; anything else - a ledger defect
-(:class:`hiwallet.ledger.LedgerInternalError`), an unknown driver error, a bug - is raised as it
-is, to the app's handler of unexpected errors: a logged 500, never "retry".
+the connection lost, a timeout, a deadlock or serialization failure after the unit of work's
+retries: :class:`hiwallet.core.uow.Unavailable`). A ledger refusal is its problem type;
+anything else - a ledger defect (:class:`hiwallet.ledger.LedgerInternalError`), an unknown
+driver error, a bug - is raised as it is, to the app's handler of unexpected errors: a logged
+500, never "retry".
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 import structlog
 
 from hiwallet import ledger
+from hiwallet.core import uow
 from hiwallet.core.db import is_transient
 from hiwallet.core.http import ProblemError
 from hiwallet.core.logging import error_fields
@@ -25,44 +27,6 @@ from hiwallet.wallet_api import errors
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-RETRY_ATTEMPTS = 3  # a unit of work tried again after a deadlock or serialization failure
-RETRY_PAUSE_S = 0.005  # times the attempt: 5 ms, then 10 ms
-
-
-async def retried(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    again: Callable[[Exception], bool],
-    attempts: int = RETRY_ATTEMPTS,
-    pause_s: float = RETRY_PAUSE_S,
-) -> T:
-    """``attempt()`` until it returns, at most ``attempts`` times: tried again only after an
-    exception that ``again`` accepts (after a pause of ``pause_s`` times the attempts so far);
-    any other, or the last, is raised as it is."""
-    for n in range(1, attempts + 1):
-        try:
-            return await attempt()
-        except Exception as exc:
-            if n == attempts or not again(exc):
-                raise
-            if pause_s:
-                await asyncio.sleep(pause_s * n)
-    raise AssertionError("unreachable")
-
-
-def is_busy(exc: BaseException) -> bool:
-    """A deadlock or serialization failure: the same unit of work, tried again, can succeed."""
-    cause = exc.__cause__ if isinstance(exc, ledger.LedgerError) else exc
-    return isinstance(cause, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
-
-
-def is_busy_or_raced(exc: BaseException) -> bool:
-    """Busy, or another request with the same idempotency key committed first (the retry
-    replays its answer)."""
-    cause = exc.__cause__ if isinstance(exc, ledger.LedgerError) else exc
-    if isinstance(cause, asyncpg.UniqueViolationError):
-        return bool(cause.constraint_name == "idempotency_keys_pkey")
-    return is_busy(exc)
 
 
 def problem_for(exc: BaseException) -> ProblemError | None:
@@ -85,21 +49,26 @@ def answer_for(exc: BaseException) -> BaseException:
     return problem_for(exc) or exc
 
 
-async def in_transaction(pool: asyncpg.Pool, work: Callable[[asyncpg.Connection], Awaitable[Any]]) -> Any:
-    """Run ``work`` in one transaction, tried again after a deadlock or serialization failure
-    (or a concurrent first answer for the same key). A ProblemError raised by ``work`` rolls
+async def in_transaction(
+    pool: asyncpg.Pool,
+    work: Callable[[asyncpg.Connection], Awaitable[T]],
+    *,
+    retry_also: Callable[[BaseException], bool] | None = None,
+) -> T:
+    """``work`` as one unit of work (core.uow.in_transaction: done again after a deadlock, a
+    serialization failure, a connection lost before the commit, or what ``retry_also``
+    accepts), its failures as the client is told them. A ProblemError raised by ``work`` rolls
     everything back: a refusal writes nothing."""
-
-    async def attempt() -> Any:
-        async with pool.acquire() as conn, conn.transaction():
-            return await work(conn)
-
     try:
-        return await retried(attempt, again=is_busy_or_raced)
+        return await uow.in_transaction(pool, work, retry_also=retry_also)
+    except uow.Unavailable as exc:
+        # Each attempt failed for what a retry can cure: the last one's answer, or "busy" when
+        # it was a race for an idempotency key (no driver error a client is told).
+        last = exc.__cause__
+        problem = problem_for(last) if last is not None else None
+        raise (problem or errors.Unavailable("the database is busy; retry")) from exc
     except Exception as exc:
         problem = problem_for(exc)
-        if problem is None and is_busy_or_raced(exc):  # raced on the key each time: still curable
-            problem = errors.Unavailable("the database is busy; retry")
         if problem is None:
             raise
         raise problem from exc

@@ -4,7 +4,7 @@ idempotency); SQL lives in adapters and the ledger, reached through its declared
 (``hiwallet.ledger``).
 
 - :mod:`~hiwallet.wallet_api.idempotency`: the key, the fingerprint, the stored first answer;
-- :mod:`~hiwallet.wallet_api.retry`: the one retry loop, and what a database failure answers;
+- :mod:`~hiwallet.wallet_api.retry`: a unit of work (core.uow), and what a database failure answers;
 - :mod:`~hiwallet.wallet_api.views`: what the API shows;
 - :mod:`~hiwallet.wallet_api.access`: the caller's own wallets, accounts and transfers;
 - :mod:`~hiwallet.wallet_api.parties`: the party cache of transfers;
@@ -17,13 +17,11 @@ Answers are JSON-ready dicts: a money-moving answer is stored as-is for idempote
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import asyncpg
 
 from hiwallet.ledger import Fees, Ledger, LedgerStore
+from hiwallet.wallet_api import idempotency
 from hiwallet.wallet_api.accounts import Accounts
-from hiwallet.wallet_api.adapters import Q
 from hiwallet.wallet_api.parties import PartyCache
 from hiwallet.wallet_api.promos import Promos
 from hiwallet.wallet_api.settings import WalletApiSettings
@@ -76,11 +74,10 @@ class WalletService:
     # -- housekeeping -------------------------------------------------------------------------------
 
     async def purge_idempotency(self, *, batch: int = 1000, max_rounds: int = 100) -> int:
-        cutoff = datetime.now(UTC) - timedelta(hours=self.settings.idempotency_retention_h)
+        older_than_s = self.settings.idempotency_retention_h * 3600
         purged = 0
         for _ in range(max_rounds):
-            status = await self.pool.execute(Q["idempotency_purge"], cutoff, batch)
-            n = int(status.split()[-1])
+            n = await idempotency.STORE.purge(self.pool, older_than_s, batch)
             purged += n
             if n < batch:
                 break

@@ -11,6 +11,7 @@ import asyncpg
 import structlog
 
 from hiwallet import ledger
+from hiwallet.core import uow
 from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.http import ProblemError
@@ -24,7 +25,7 @@ from hiwallet.wallet_api.adapters import Q, WalletAccess
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
 from hiwallet.wallet_api.idempotency import Answer, lock_key, replay, request_hash
 from hiwallet.wallet_api.parties import PartyCache
-from hiwallet.wallet_api.retry import answer_for, is_busy, problem_for, retried
+from hiwallet.wallet_api.retry import answer_for, problem_for
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, view_of_posted
 
@@ -67,10 +68,6 @@ class TransferItem:
 class _DecideAgain(Exception):
     """wallet.transfer_batch answered "stale" or "retry", or the cache's parties were refused:
     the transfer is decided again (from parties read afresh, unless it was "retry")."""
-
-
-def _decide_again(exc: Exception) -> bool:
-    return isinstance(exc, _DecideAgain)
 
 
 class Transfers:
@@ -168,10 +165,15 @@ class Transfers:
                 raise _DecideAgain()
             return self._refused(item, answer)
 
-        try:
-            return await retried(decide, again=_decide_again, attempts=TRANSFER_ATTEMPTS, pause_s=0)
-        except _DecideAgain as exc:
-            raise errors.Unavailable("the transfer could not be decided; retry") from exc
+        # Decided again at once after "stale" or "retry": not the unit of work's retry (nothing
+        # failed; the parties changed, or the batch held another transfer of this source).
+        for attempt in range(1, TRANSFER_ATTEMPTS + 1):
+            try:
+                return await decide()
+            except _DecideAgain as exc:
+                if attempt == TRANSFER_ATTEMPTS:
+                    raise errors.Unavailable("the transfer could not be decided; retry") from exc
+        raise AssertionError("unreachable")
 
     def _transfer_item(
         self,
@@ -278,14 +280,18 @@ class Transfers:
             self.ledger.batch_arguments([i.posting for i in items]),
         )
 
-        async def call() -> list[JSON]:
-            answers: list[JSON] = await self.pool.fetchval(Q["transfer_batch"], *args)
+        async def call(conn: asyncpg.Connection) -> list[JSON]:
+            answers: list[JSON] = await conn.fetchval(Q["transfer_batch"], *args)
             return list(answers)
 
         try:
-            return list(await retried(call, again=is_busy))
-        except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError) as exc:
-            log.info("transfer batch busy after retries", **error_fields(exc))
+            # One autocommit statement (the same round trip as pool.fetchval), done again by the
+            # unit of work's policy after a deadlock or serialization failure.
+            return list(await uow.in_transaction(self.pool, call, one_statement=True))
+        except uow.Unavailable as exc:
+            if not uow.is_conflict(exc):  # a lost connection each time: the outage's answer
+                return [answer_for(exc.__cause__ or exc)] * len(items)
+            log.info("transfer batch busy after retries", **error_fields(exc.__cause__ or exc))
             return [errors.Unavailable("the database is busy; retry")] * len(items)
         except asyncpg.PostgresError as exc:
             if is_connection_error(exc):

@@ -10,8 +10,6 @@ effect). After each commit that wrote outbox rows, ``on_committed`` wakes the re
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,11 +37,12 @@ from hiwallet.contracts.withdrawals import (
     WithdrawalSettled,
     command_id,
 )
+from hiwallet.core import idempotency, uow
 from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
-from hiwallet.core.db import after_commit, committing, is_transient
+from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.http import ProblemError
-from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
+from hiwallet.core.http.idempotency import check_idempotency_key, in_progress
 from hiwallet.core.ids import new_id
 from hiwallet.core.jobs import in_batches
 from hiwallet.core.outbox import enqueue, enqueue_many, outbox_row
@@ -70,10 +69,19 @@ OUTBOX_CHANNEL = "withdrawal_outbox"
 # Who moves a saga when no person does (a result of another service, the bank's refusal).
 SYSTEM = "system"
 MAX_ACTOR = 200
-# A transaction tried again after a deadlock, a serialization failure or a concurrent first
-# answer for the same key (whose retry replays that answer).
-RETRY_ATTEMPTS = 3
-RETRY_PAUSE_S = 0.005
+# The orchestrator's table of the one idempotency store (core.idempotency): a request's and a
+# review's answers, each with the saga it is about.
+IDEMPOTENCY = idempotency.IdempotencyStore("withdrawal", answer=("saga_id",))
+# Its table, as the one definition makes it (tests/core/test_shared_tables.py holds the migrated
+# table to it).
+IDEMPOTENCY_TABLE_SQL = idempotency.idempotency_table_sql(
+    "withdrawal",
+    answer=(
+        idempotency.Column(
+            "saga_id", "text NOT NULL CONSTRAINT idempotency_keys_saga_fkey REFERENCES withdrawal.sagas (id)"
+        ),
+    ),
+)
 # The step of the command each result answers (contracts.withdrawals.command_id).
 _STEP_OF: dict[str, Step] = {
     "WithdrawalDebited": "debit",
@@ -142,8 +150,7 @@ def _iso(value: datetime) -> str:
 
 
 def _lock_key(scope: str, key: str) -> int:
-    digest = hashlib.sha256(f"withdrawal\x1f{scope}\x1f{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return idempotency.lock_key("withdrawal", scope, key)
 
 
 def _command(model: BaseModel) -> dict[str, Any]:
@@ -153,12 +160,6 @@ def _command(model: BaseModel) -> dict[str, Any]:
 
 def _json(value: object) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
-
-
-def _is_busy_or_raced(exc: BaseException) -> bool:
-    if isinstance(exc, asyncpg.UniqueViolationError):
-        return bool(exc.constraint_name == "idempotency_keys_pkey")
-    return isinstance(exc, asyncpg.DeadlockDetectedError | asyncpg.SerializationError)
 
 
 @dataclass(frozen=True)
@@ -253,32 +254,27 @@ class WithdrawalService:
     async def _in_transaction(
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, one_statement: bool = False
     ) -> T:
-        """``work`` in one transaction, tried again after a deadlock, a serialization failure
-        or a concurrent first answer for the same key; what a retry can cure is 503, a refusal
-        (ProblemError) rolls everything back, anything else is a defect (500). ``one_statement``:
-        ``work`` runs a single statement, its own transaction in autocommit (no BEGIN and COMMIT
-        round trips); :func:`after_commit` still runs once it has returned, i.e. committed."""
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            try:
-                async with committing(), self.pool.acquire() as conn:
-                    if one_statement:
-                        return await work(conn)
-                    async with conn.transaction():
-                        return await work(conn)
-            except ProblemError:
-                raise
-            except Exception as exc:
-                if attempt < RETRY_ATTEMPTS and _is_busy_or_raced(exc):
-                    await asyncio.sleep(RETRY_PAUSE_S * attempt)
-                    continue
-                if is_transient(exc) or _is_busy_or_raced(exc):
-                    log.warning("database unavailable", error=type(exc).__name__)
-                    raise errors.Unavailable(
-                        "the database is not available; retry with the same Idempotency-Key",
-                        headers={"Retry-After": "1"},
-                    ) from exc
-                raise
-        raise AssertionError("unreachable")
+        """``work`` as one unit of work (core.uow.in_transaction: done again after a deadlock, a
+        serialization failure, a connection lost before the commit, or a concurrent first
+        answer for the same key); what a retry can cure is 503, a refusal (ProblemError) rolls
+        everything back, anything else is a defect (500). ``one_statement``: ``work`` runs a
+        single statement, its own transaction in autocommit (no BEGIN and COMMIT round trips);
+        :func:`after_commit` still runs once it has returned, i.e. committed."""
+        try:
+            return await uow.in_transaction(
+                self.pool, work, retry_also=idempotency.is_raced, one_statement=one_statement
+            )
+        except ProblemError:
+            raise  # a refusal, whatever it was raised from
+        except Exception as exc:
+            if isinstance(exc, uow.Unavailable) or is_transient(exc):
+                cause = exc.__cause__ if isinstance(exc, uow.Unavailable) else exc
+                log.warning("database unavailable", error=type(cause).__name__)
+                raise errors.Unavailable(
+                    "the database is not available; retry with the same Idempotency-Key",
+                    headers={"Retry-After": "1"},
+                ) from exc
+            raise
 
     # -- the customer's request ---------------------------------------------------------------
 
@@ -357,11 +353,10 @@ class WithdrawalService:
                 _json(untimed),
                 *outbox_row(self._outgoing(saga_id, command)),
             )
-            if row is None or not row["locked"]:
+            if row is None:  # withdrawal.request answers one row; none, as a refused try-lock
                 raise in_progress()
-            if row["stored_hash"] is not None:
-                if bytes(row["stored_hash"]) != fingerprint:
-                    raise reused()
+            # The store's rule, kept in the function (one round trip): core.idempotency.check.
+            if idempotency.check(row["locked"], row["stored_hash"], fingerprint):
                 return Answer(int(row["stored_status"]), orjson.loads(row["stored_body"]), replayed=True)
             if row["id"] != saga_id:  # the function answers the saga it inserted
                 raise AssertionError("the saga was not created")
@@ -710,17 +705,11 @@ class WithdrawalService:
         fingerprint = review_hash(decision, saga_id)
 
         async def work(conn: asyncpg.Connection) -> Answer:
-            begun = await conn.fetchrow(Q["idempotency_begin"], scope, key, _lock_key(scope, key))
-            if begun is None or not begun["locked"]:
-                raise in_progress()
-            if begun["request_hash"] is not None:
-                if bytes(begun["request_hash"]) != fingerprint:
-                    raise reused()
-                return Answer(int(begun["status"]), orjson.loads(begun["body"]), replayed=True)
+            stored = await IDEMPOTENCY.begin(conn, (scope, key), _lock_key(scope, key), fingerprint)
+            if stored is not None:
+                return Answer(int(stored["status"]), orjson.loads(stored["body"]), replayed=True)
             answer = Answer(200, view(await decide(conn, saga_id, actor)))
-            await conn.execute(
-                Q["idempotency_put"], scope, key, fingerprint, 200, _json(answer.body), saga_id
-            )
+            await IDEMPOTENCY.put(conn, (scope, key), fingerprint, 200, _json(answer.body), saga_id)
             return answer
 
         answer = await self._in_transaction(work)
@@ -798,10 +787,9 @@ class WithdrawalService:
 
     async def purge_idempotency(self) -> int:
         async def one_batch() -> int:
-            status = await self.pool.execute(
-                Q["idempotency_purge"], self.settings.retention_h, self.settings.retention_batch
+            return await IDEMPOTENCY.purge(
+                self.pool, self.settings.retention_h * 3600, self.settings.retention_batch
             )
-            return int(status.rsplit(" ", 1)[-1])
 
         return await in_batches(
             one_batch, batch=self.settings.retention_batch, max_batches=self.settings.retention_max_batches

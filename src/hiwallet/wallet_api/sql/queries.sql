@@ -120,22 +120,6 @@ SELECT w.id, w.account_id, a.kind
  WHERE w.bucket = ANY ($1::smallint[]) AND w.id = ANY ($2::text[])
    AND m.issuer = $3 AND m.subject = $4
 
--- name: idempotency_begin
--- Try, never wait: a second request with a key whose first request is still running is
--- answered 409 at once; and the stored answer, if any (see idempotency.py, idempotent).
-SELECT pg_try_advisory_xact_lock($4) AS locked, k.request_hash, k.status, k.body, k.posted
-  FROM (VALUES (1)) AS one (x)
-  LEFT JOIN wallet.idempotency_keys k ON k.bucket = $1 AND k.scope = $2 AND k.key = $3
-
--- name: idempotency_put
-INSERT INTO wallet.idempotency_keys (bucket, scope, key, request_hash, status, body, created_at)
-VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
-
--- name: idempotency_purge
--- citus: multi-shard read (a periodic job's bounded delete of expired records)
-DELETE FROM wallet.idempotency_keys
- WHERE ctid = ANY (ARRAY(SELECT ctid FROM wallet.idempotency_keys WHERE created_at < $1 LIMIT $2))
-
 -- name: limit_usage
 SELECT kind, currency, used FROM wallet.limit_usage
  WHERE bucket = $1 AND account_id = $2 AND month = $3
