@@ -24,7 +24,6 @@ from hiwallet.core.http import (
     LeanRoute,
     ReadyCheck,
     create_app,
-    document_models,
     serve,
     settle_heap_once_started,
 )
@@ -36,7 +35,7 @@ from hiwallet.core.staff import StaffDirectory
 from hiwallet.core.withdrawals import ORCHESTRATOR_QUEUE, WITHDRAWALS_DEAD_LETTER_KEY, withdrawals_topology
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
+from hiwallet.withdrawals.routes import document, lean_router, router
 from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
 from hiwallet.withdrawals.staff_routes import staff_router
@@ -264,7 +263,7 @@ def create_withdrawal_app(
     app.include_router(lean_router)
     app.include_router(router)
     app.include_router(staff_router)
-    document_models(app, WithdrawalIn)
+    document(app, settings.currencies)
     return app
 
 
