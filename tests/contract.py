@@ -29,7 +29,9 @@ PROBLEM = "https://hiwallet.dev/problems/"
 EXAMPLES = 25
 # Refusals that say "your request breaks the document": never the answer to a request the
 # document calls valid (a 422 of the domain, a refusal by design, is admitted).
-MALFORMED = frozenset({"validation-error", "idempotency-key-missing", "idempotency-key-invalid"})
+MALFORMED = frozenset(
+    {"validation-error", "unsupported-currency", "idempotency-key-missing", "idempotency-key-invalid"}
+)
 _DEFAULT_ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429"]  # schemathesis' minus 5xx
 
 Steer = Callable[[Any], None]

@@ -71,3 +71,16 @@ def test_the_service_matches_its_document(served: tuple[str, str, str]) -> None:
         "GET /v1/withdrawals 200",
     ):
         assert seen[reached], (reached, seen)
+
+
+def test_the_document_names_the_currencies_the_service_takes(served: tuple[str, str, str]) -> None:
+    url, token, wallet = served
+    document = httpx.get(f"{url}/openapi.json").json()
+    currency = document["components"]["schemas"]["WithdrawalIn"]["properties"]["currency"]
+    assert currency["enum"] == ["TRY", "EUR", "USD"]  # the setting's default
+    refused = httpx.post(
+        f"{url}/v1/withdrawals",
+        json={"wallet": wallet, "amount_minor": 100, "currency": "GBP", "destination_iban": IBAN},
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert refused.status_code == 422, refused.text

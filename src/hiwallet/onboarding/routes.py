@@ -27,16 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr
 
 from hiwallet.core.auth import Principal, bearer_token
 from hiwallet.core.http import MALFORMED_BODY_ANSWER, PROBLEM_CONTENT_TYPE
-from hiwallet.core.text import CONTROL_CHARACTERS, PrintableText
+from hiwallet.core.text import EMAIL_PATTERN, PrintableText
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.service import OnboardingService
 
 REGISTRATION_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 _REGISTRATION = re.compile(REGISTRATION_PATTERN)
-# As the identity service checks an e-mail (identity/admin.py), and RFC 5321's length; no
-# control character (one that ends a line, such as U+001D, cannot go in a mail's To: header).
-_ADDRESS = f"[^@\\s{CONTROL_CHARACTERS}]"
-EMAIL_PATTERN = rf"^{_ADDRESS}{{1,64}}@{_ADDRESS}{{1,255}}\.{_ADDRESS}+$"
 # What normalize_phone (service.py) takes, exactly: E.164 (+ or 00), or a Turkish mobile number
 # as people write it (05xx …, 5xx …, 90 5xx …), digits apart as people space them (a space,
 # a dot, a hyphen, parentheses). A Turkish
