@@ -102,3 +102,51 @@ async def test_two_ingests_of_one_payment_at_once(
         return answer
 
     await _race(topup_db, owner, ingest)
+
+
+@pytest.mark.parametrize("path", ["alone", "batch"])
+async def test_a_unique_violation_that_reaches_the_store_is_sent_again(
+    pool: asyncpg.Pool, owner: asyncpg.Connection, path: str
+) -> None:
+    """The store's own guard, apart from the SQL's: a unique violation (as a race would raise
+    it) is cured by sending the notification again; one that every attempt meets is a defect
+    (raised: a logged 500), never retried without end. A trigger stands in for the race."""
+    # A sequence counts the inserts tried (a failed statement rolls back a table's count, not a
+    # sequence's): the first ``raise_until`` meet a unique violation.
+    await owner.execute(
+        """
+        CREATE SEQUENCE topup.test_inserts;
+        CREATE TABLE topup.test_violations (raise_until bigint NOT NULL);
+        INSERT INTO topup.test_violations VALUES (1);
+        CREATE FUNCTION topup.test_violate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF nextval('topup.test_inserts') <= (SELECT raise_until FROM topup.test_violations) THEN
+                RAISE unique_violation USING CONSTRAINT = 'payments_one_per_provider_payment';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER test_violate BEFORE INSERT ON topup.payments
+            FOR EACH ROW EXECUTE FUNCTION topup.test_violate();
+        """
+    )
+    store = TopupStore(pool, EXCHANGE)
+
+    async def ingest(n: Notification) -> Outcome:
+        if path == "alone":
+            return await store.ingest(n, "webhook", None)
+        [answer] = await store.ingest_batch([IngestItem(n, "webhook", None)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    checkout, intent = stripe_events(wallet=wallet_id(), amount=700)
+    assert await ingest(stripe(checkout)) is Outcome.RECORDED  # the second attempt
+    assert await owner.fetchval("SELECT last_value FROM topup.test_inserts") == 2  # it met one
+    assert await ingest(stripe(intent)) is Outcome.REPORTED
+
+    await owner.execute("UPDATE topup.test_violations SET raise_until = 1000")
+    other, _ = stripe_events(wallet=wallet_id(), amount=300)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await ingest(stripe(other))
+    s = await stored(owner)
+    assert len(s.payments) == 1 and len(s.outbox) == 1
