@@ -31,7 +31,7 @@ BEGIN
                                 currency, reported_by, routes)
     VALUES (p_payment_id, p_provider, p_provider_payment_id, p_wallet, p_reference, p_amount_minor,
             p_currency, ARRAY[p_event_id], ARRAY[p_route])
-    ON CONFLICT ON CONSTRAINT payments_pkey DO NOTHING
+    ON CONFLICT DO NOTHING  -- every unique constraint an arbiter (0004)
     RETURNING * INTO v_payment;
     IF v_payment.id IS NOT NULL THEN
         INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
@@ -41,7 +41,8 @@ BEGIN
     END IF;
 
     -- Recorded before (by another notification, route, or a concurrent one that committed
-    -- first: ON CONFLICT waited for it). Only the two lists grow.
+    -- first: ON CONFLICT waited for it, on either constraint). Only the two lists grow; a
+    -- record of this provider payment under another id is a defect (report_payment raises).
     RETURN topup.report_payment(p_payment_id, p_provider, p_provider_payment_id, p_event_id, p_route,
                                 p_amount_minor, p_currency);
 END $$;
@@ -114,7 +115,7 @@ BEGIN
           FROM fresh
          WHERE p_payment_ids[i] IS NOT NULL
          ORDER BY i
-        ON CONFLICT ON CONSTRAINT payments_pkey DO NOTHING
+        ON CONFLICT DO NOTHING  -- every unique constraint an arbiter (0004)
         RETURNING *
     ), announced AS (
         INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.crypto import Hasher, KeyMisconfigured, KeyRing, Undecryptable, kid_of, place
 from hiwallet.onboarding.registry import envelope, turkish_upper
-from hiwallet.onboarding.service import mask_phone, normalize_phone
+from hiwallet.onboarding.routes import PHONE_PATTERN, PhoneIn
+from hiwallet.onboarding.service import _E164, mask_phone, normalize_phone
 from hiwallet.onboarding.settings import DEV_DATA_KEYS, DEV_HASH_KEY
 
 KEY_A = "a:" + base64.b64encode(b"A" * 32).decode()
@@ -91,6 +96,46 @@ def test_phone_numbers_as_people_write_them(given: str, e164: str) -> None:
 def test_phone_numbers_refused(given: str) -> None:
     with pytest.raises(errors.PhoneInvalid):
         normalize_phone(given)
+
+
+@settings(max_examples=200, derandomize=True, database=None)
+@given(st.from_regex(PHONE_PATTERN, fullmatch=True))
+def test_what_the_document_calls_a_phone_number_the_service_takes(text: str) -> None:
+    """The document's pattern says no more than the service takes (and PhoneIn the pattern)."""
+    assume(len(text) <= 32)
+    assert PhoneIn(phone=text).phone == text
+    assert _E164.fullmatch(normalize_phone(text))
+
+
+@st.composite
+def written_numbers(draw: st.DrawFn) -> str:
+    """A number as people write it: a prefix, digits, at most two separators between them."""
+    prefix = draw(st.sampled_from(["", "+", "00", "0", "+90", "0090", "90", "(0"]))
+    digits = draw(st.lists(st.sampled_from("0123456789"), min_size=6, max_size=16))
+    separators = st.sampled_from(["", "", " ", "-", ".", ") ", " (", "  "])
+    return prefix + "".join(d + draw(separators) for d in digits)
+
+
+@settings(max_examples=400, derandomize=True, database=None)
+@given(written_numbers())
+def test_what_the_service_takes_as_a_phone_number_the_document_says(text: str) -> None:
+    """...and no less: a number it would take, written with at most two separators between
+    digits, is never refused as malformed."""
+    assume(len(text) <= 32)
+    try:
+        normalize_phone(text)
+    except errors.PhoneInvalid:
+        return
+    assert re.fullmatch(PHONE_PATTERN, text), text
+    PhoneIn(phone=text)
+
+
+@pytest.mark.parametrize(
+    "given", ["+90 212 123 45 67", "0212 123 45 67", "12345", "+0123456789", "phone", "05321234567\t"]
+)
+def test_phone_numbers_refused_by_the_document(given: str) -> None:
+    with pytest.raises(ValidationError):
+        PhoneIn(phone=given)
 
 
 def test_the_mask_and_the_registry_request() -> None:

@@ -142,6 +142,8 @@ router = APIRouter(route_class=LeanRoute, tags=["webhooks"])
 @router.post(
     PATH,
     status_code=202,
+    # no body: the document's 202 has no content (FastAPI would declare application/json)
+    response_class=Response,
     responses=_ANSWERS,
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {}}}},
 )

@@ -39,7 +39,6 @@ from typing import Any
 import asyncpg
 import structlog
 from fastapi import APIRouter, FastAPI
-from pydantic import BaseModel
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
@@ -47,7 +46,7 @@ from hiwallet.core.background import RESTART_DELAY_S, declare_when_reachable
 from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
 from hiwallet.core.consumer import Consumer
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
-from hiwallet.core.http.lean import LeanRoute, document_models
+from hiwallet.core.http.lean import LeanRoute
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import Relay
 from hiwallet.core.settings import Settings, get_settings
@@ -235,9 +234,9 @@ class ServiceSpec:
     """One deployable's declaration (see the module's docstring for what the builder does).
 
     The HTTP side, for :func:`build_app`: ``routers`` in order, the lean routes among them that
-    take the ``hot_routes`` lane, the models the OpenAPI document refers to by hand
-    (``documented``), the body limit, and ``metrics``, called with the app's registry before
-    the routes are included (the service's own counters, on ``app.state``)."""
+    take the ``hot_routes`` lane, the body limit, ``metrics``, called with the app before the
+    routes are included (the service's own counters, on ``app.state``), and ``openapi``, called
+    after, to complete the document (the models a lean route reads itself, a setting's values)."""
 
     name: str
     setup: Callable[[Runtime], Awaitable[None]]
@@ -247,9 +246,9 @@ class ServiceSpec:
     consumer_stop_timeout_s: float = CONSUMER_STOP_TIMEOUT_S
     routers: Sequence[APIRouter] = ()
     hot_routes: Sequence[LeanRoute] = ()
-    documented: Sequence[type[BaseModel]] = ()
     max_body_bytes: int = 1_000_000
     metrics: Callable[[FastAPI], None] | None = None
+    openapi: Callable[[FastAPI], None] | None = None
 
 
 def build_app(
@@ -274,8 +273,8 @@ def build_app(
         spec.metrics(app)
     for router in spec.routers:
         app.include_router(router)
-    if spec.documented:
-        document_models(app, *spec.documented)
+    if spec.openapi is not None:
+        spec.openapi(app)
     return app
 
 

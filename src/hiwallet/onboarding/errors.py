@@ -89,6 +89,15 @@ class TcknInvalid(ProblemError):
     title = "The identity number is not valid"
 
 
+class BirthDateInvalid(ProblemError):
+    """A date the document cannot bound (a JSON Schema ``date`` has no minimum): a refusal of
+    the domain, as a wrong check digit is, not of the request's form."""
+
+    status = 422
+    slug = "birth-date-invalid"
+    title = "The birth date must be between 1900-01-01 and today"
+
+
 class IdentityMismatch(ProblemError):
     """The registry did not confirm the identity. KPS answers only true or false, so a number
     it does not know, details that do not match and a deceased person are one refusal."""

@@ -17,29 +17,39 @@ Verification (a customer's token):
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr
 
 from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE
+from hiwallet.core.http import MALFORMED_BODY_ANSWER, PROBLEM_CONTENT_TYPE
+from hiwallet.core.text import EMAIL_PATTERN, PrintableText
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.service import OnboardingService
 
 REGISTRATION_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 _REGISTRATION = re.compile(REGISTRATION_PATTERN)
-# As the identity service checks an e-mail (identity/admin.py), and RFC 5321's length.
-EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s]+$"
-
-
-def _past_birth_date(value: date) -> date:
-    if not date(1900, 1, 1) <= value <= datetime.now(UTC).date():
-        raise ValueError("a birth date between 1900 and today")
-    return value
+# What normalize_phone (service.py) takes, exactly: E.164 (+ or 00), or a Turkish mobile number
+# as people write it (05xx …, 5xx …, 90 5xx …), digits apart as people space them (a space,
+# a dot, a hyphen, parentheses). A Turkish
+# number (+90) is a mobile one (5xx: an SMS reaches only those); E.164 has 8 to 15 digits.
+_SEP = r"[ ().-]{0,2}"  # "(0532) 123 45 67": two at most between digits
+_DIGIT = rf"[0-9]{_SEP}"
+_TURKISH_MOBILE = rf"5{_SEP}(?:{_DIGIT}){{9}}"
+PHONE_PATTERN = (
+    rf"^{_SEP}(?:"
+    rf"(?:\+|0{_SEP}0){_SEP}(?:9{_SEP}0{_SEP}{_TURKISH_MOBILE}"
+    rf"|[1-8]{_SEP}(?:{_DIGIT}){{7,14}}|9{_SEP}[1-9]{_SEP}(?:{_DIGIT}){{6,13}})"
+    rf"|(?:0{_SEP}|9{_SEP}0{_SEP})?{_TURKISH_MOBILE}"
+    r")$"
+)
+# The T.C. identity number: 11 digits, the first not 0 (its check digits are the service's
+# refusal, ``tckn-invalid``).
+TCKN_PATTERN = r"^[1-9][0-9]{10}$"
 
 
 class RegistrationIn(BaseModel):
@@ -60,21 +70,28 @@ class CompleteIn(BaseModel):
 
 class PhoneIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    phone: Annotated[StrictStr, Field(min_length=8, max_length=32, description="E.164, or 05xx … in Turkey")]
+    phone: Annotated[
+        StrictStr,
+        Field(min_length=8, max_length=32, pattern=PHONE_PATTERN, description="E.164, or 05xx … in Turkey"),
+    ]
 
 
 class IdentityIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tckn: Annotated[StrictStr, Field(min_length=1, max_length=20, description="The T.C. identity number")]
-    given_name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
-    family_name: Annotated[StrictStr, Field(min_length=1, max_length=100)]
-    birth_date: Annotated[date, AfterValidator(_past_birth_date)]
+    tckn: Annotated[
+        StrictStr,
+        Field(min_length=11, max_length=11, pattern=TCKN_PATTERN, description="The T.C. identity number"),
+    ]
+    given_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
+    family_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
+    # between 1900 and today: the service's refusal (birth-date-invalid), the document cannot say it
+    birth_date: date
 
 
 class ConsentIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     document: Literal["user_agreement", "privacy_notice"]
-    version: Annotated[StrictStr, Field(min_length=1, max_length=40)]
+    version: Annotated[PrintableText, Field(min_length=1, max_length=40)]
 
 
 class RegistrationOut(BaseModel):
@@ -115,6 +132,7 @@ class PhoneSentOut(BaseModel):
 
 _PROBLEM: dict[str, Any] = {"content": {PROBLEM_CONTENT_TYPE: {}}}
 _REGISTRATION_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **MALFORMED_BODY_ANSWER,
     404: {**_PROBLEM, "description": "No such registration, or it expired"},
     409: {**_PROBLEM, "description": "Not in the state this step needs"},
     422: {**_PROBLEM, "description": "Invalid input, a wrong or expired code"},
@@ -122,6 +140,7 @@ _REGISTRATION_ANSWERS: dict[int | str, dict[str, Any]] = {
     503: {**_PROBLEM, "description": "A dependency is not reachable; retry"},
 }
 _ME_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **MALFORMED_BODY_ANSWER,
     401: {**_PROBLEM, "description": "No valid access token"},
     403: {**_PROBLEM, "description": "Not a customer's token"},
     404: {**_PROBLEM, "description": "Not a customer registered through onboarding"},

@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -490,6 +490,8 @@ class OnboardingService:
     async def _verify_identity(
         self, sub: str, tckn: str, given_name: str, family_name: str, birth_date: date
     ) -> dict[str, Any]:
+        if not date(1900, 1, 1) <= birth_date <= datetime.now(UTC).date():
+            raise errors.BirthDateInvalid()
         if not tckimlik.is_valid(tckn):
             raise errors.TcknInvalid("the number's check digits are wrong")
         tckn = tckimlik.compact(tckn)

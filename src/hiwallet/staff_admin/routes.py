@@ -16,16 +16,16 @@ themselves; every other endpoint needs ``staff.manage``, read from the database 
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from hiwallet.contracts.staff import ME_PATH, StaffPermission, staff_actor
 from hiwallet.core.auth import CallerNotAllowed, Principal, TokenVerifier, bearer_token
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute
+from hiwallet.core.http import MALFORMED_BODY_ANSWER, PROBLEM_CONTENT_TYPE, FastJSONResponse, LeanRoute
+from hiwallet.core.text import EMAIL_PATTERN, PRINTABLE_TEXT_PATTERN, PrintableText, Rfc3339DateTime
 from hiwallet.staff_admin import errors
 from hiwallet.staff_admin.service import PERMISSIONS, StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings
@@ -39,7 +39,11 @@ _COMMON: dict[int | str, dict[str, Any]] = {
     422: {**_PROBLEM, "description": "Invalid input"},
     503: {**_PROBLEM, "description": "The database or the staff identity provider is not reachable; retry"},
 }
-Name = Annotated[StrictStr, Field(min_length=1, max_length=100)]
+Name = Annotated[PrintableText, Field(min_length=1, max_length=100)]
+# A role's, an employee's (the identity subject) or an invitation's id: printable, bounded (a NUL
+# is no text PostgreSQL holds); one of that form that names nothing is the 404 of its kind.
+Id = Annotated[str, Path(min_length=1, max_length=100, pattern=PRINTABLE_TEXT_PATTERN)]
+RoleIds = Annotated[list[Annotated[PrintableText, Field(max_length=100)]], Field(max_length=64)]
 
 
 async def _principal(request: Request) -> Principal:
@@ -111,23 +115,23 @@ async def roles(request: Request, _: Manager) -> dict[str, Any]:
     return {"roles": await _service(request).roles()}
 
 
-@router.post("/roles", status_code=201, tags=["roles"])
+@router.post("/roles", status_code=201, tags=["roles"], responses=MALFORMED_BODY_ANSWER)
 async def create_role(request: Request, body: RoleIn, actor: Manager) -> dict[str, Any]:
     return await _service(request).create_role(actor, body.name, body.permissions)
 
 
 @router.get("/roles/{role_id}", tags=["roles"])
-async def role(request: Request, role_id: str, _: Manager) -> dict[str, Any]:
+async def role(request: Request, role_id: Id, _: Manager) -> dict[str, Any]:
     return await _service(request).role(role_id)
 
 
-@router.patch("/roles/{role_id}", tags=["roles"])
-async def change_role(request: Request, role_id: str, body: RoleChange, actor: Manager) -> dict[str, Any]:
+@router.patch("/roles/{role_id}", tags=["roles"], responses=MALFORMED_BODY_ANSWER)
+async def change_role(request: Request, role_id: Id, body: RoleChange, actor: Manager) -> dict[str, Any]:
     return await _service(request).update_role(actor, role_id, body.name, body.permissions)
 
 
 @router.delete("/roles/{role_id}", status_code=204, tags=["roles"])
-async def delete_role(request: Request, role_id: str, actor: Manager) -> Response:
+async def delete_role(request: Request, role_id: Id, actor: Manager) -> Response:
     await _service(request).delete_role(actor, role_id)
     return Response(status_code=204)
 
@@ -150,35 +154,36 @@ async def employees(
 
 
 @router.get("/employees/{subject}", tags=["employees"])
-async def employee(request: Request, subject: str, _: Manager) -> dict[str, Any]:
+async def employee(request: Request, subject: Id, _: Manager) -> dict[str, Any]:
     return await _service(request).employee(subject)
 
 
 class RolesIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role_ids: Annotated[list[StrictStr], Field(max_length=64)]
+    role_ids: RoleIds
 
 
-@router.put("/employees/{subject}/roles", tags=["employees"])
-async def set_roles(request: Request, subject: str, body: RolesIn, actor: Manager) -> dict[str, Any]:
+@router.put("/employees/{subject}/roles", tags=["employees"], responses=MALFORMED_BODY_ANSWER)
+async def set_roles(request: Request, subject: Id, body: RolesIn, actor: Manager) -> dict[str, Any]:
     return await _service(request).set_roles(actor, subject, body.role_ids)
 
 
 @router.post("/employees/{subject}/deactivate", tags=["employees"])
-async def deactivate(request: Request, subject: str, actor: Manager) -> dict[str, Any]:
+async def deactivate(request: Request, subject: Id, actor: Manager) -> dict[str, Any]:
     return await _service(request).set_active(actor, subject, False)
 
 
 @router.post("/employees/{subject}/reactivate", tags=["employees"])
-async def reactivate(request: Request, subject: str, actor: Manager) -> dict[str, Any]:
+async def reactivate(request: Request, subject: Id, actor: Manager) -> dict[str, Any]:
     return await _service(request).set_active(actor, subject, True)
 
 
 class InvitationIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    email: Annotated[StrictStr, Field(min_length=3, max_length=320)]
+    # at most 254: RFC 5321, and the identity service refuses a longer one
+    email: Annotated[StrictStr, Field(min_length=3, max_length=254, pattern=EMAIL_PATTERN)]
     name: Name | None = None
-    role_ids: Annotated[list[StrictStr], Field(max_length=64)]
+    role_ids: RoleIds
 
 
 @router.get("/invitations", tags=["invitations"])
@@ -193,7 +198,7 @@ async def invitations(
     return {"invitations": page, "next_cursor": next_cursor}
 
 
-@router.post("/invitations", status_code=201, tags=["invitations"])
+@router.post("/invitations", status_code=201, tags=["invitations"], responses=MALFORMED_BODY_ANSWER)
 async def invite(request: Request, body: InvitationIn, actor: Manager) -> dict[str, Any]:
     invitation = await _service(request).invite(actor, body.email, body.name, body.role_ids)
     assert invitation is not None  # only a bootstrap invitation may be skipped
@@ -201,12 +206,12 @@ async def invite(request: Request, body: InvitationIn, actor: Manager) -> dict[s
 
 
 @router.get("/invitations/{invitation_id}", tags=["invitations"])
-async def invitation(request: Request, invitation_id: str, _: Manager) -> dict[str, Any]:
+async def invitation(request: Request, invitation_id: Id, _: Manager) -> dict[str, Any]:
     return await _service(request).invitation(invitation_id)
 
 
 @router.post("/invitations/{invitation_id}/revoke", tags=["invitations"])
-async def revoke(request: Request, invitation_id: str, actor: Manager) -> dict[str, Any]:
+async def revoke(request: Request, invitation_id: Id, actor: Manager) -> dict[str, Any]:
     return await _service(request).revoke(actor, invitation_id)
 
 
@@ -214,11 +219,11 @@ async def revoke(request: Request, invitation_id: str, actor: Manager) -> dict[s
 async def audit(
     request: Request,
     _: Manager,
-    actor: Annotated[str | None, Query(max_length=300)] = None,
-    action: Annotated[str | None, Query(max_length=100)] = None,
-    target: Annotated[str | None, Query(max_length=300)] = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    actor: Annotated[str | None, Query(max_length=300, pattern=PRINTABLE_TEXT_PATTERN)] = None,
+    action: Annotated[str | None, Query(max_length=100, pattern=PRINTABLE_TEXT_PATTERN)] = None,
+    target: Annotated[str | None, Query(max_length=300, pattern=PRINTABLE_TEXT_PATTERN)] = None,
+    since: Rfc3339DateTime | None = None,
+    until: Rfc3339DateTime | None = None,
     cursor: Cursor = None,
     limit: Limit = None,
 ) -> dict[str, Any]:

@@ -48,6 +48,8 @@ for _provider in PROVIDERS:
         _endpoint(_provider),
         methods=["POST"],
         status_code=202,
+        # no body: the document's 202 has no content (FastAPI would declare application/json)
+        response_class=Response,
         responses=_ANSWERS,
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {}}}},
     )

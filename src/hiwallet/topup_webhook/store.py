@@ -60,7 +60,12 @@ class Outcome(enum.StrEnum):
 # A batch that deadlocked (two batches, or instances, taking the same payments in another
 # order) is sent again whole, this many times, then each notification alone.
 BATCH_ATTEMPTS = 3
-_BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+# A unique violation is what two writers of one row meet when they race. topup.ingest makes
+# every unique constraint of a payment an arbiter of its ON CONFLICT (migration 0004), so none
+# should reach us; should one still, a retry cures it: the notification sent again finds the
+# winner's row and is answered as the repeat it is (reported, duplicate), never a 500.
+INGEST_ATTEMPTS = 3
+_BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError, asyncpg.UniqueViolationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,21 @@ class TopupStore:
         return outcome
 
     async def _ingest_alone(self, item: IngestItem) -> Outcome:
+        for attempt in range(1, INGEST_ATTEMPTS + 1):
+            try:
+                return await self._ingest_once(item)
+            except asyncpg.UniqueViolationError as exc:
+                if attempt == INGEST_ATTEMPTS:  # not a race: the same conflict each time, a defect
+                    raise
+                log.info(
+                    "ingest raced another; again",
+                    attempt=attempt,
+                    sqlstate=exc.sqlstate,
+                    constraint=exc.constraint_name,
+                )
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _ingest_once(self, item: IngestItem) -> Outcome:
         notification, p = item.notification, item.notification.payment
         try:
             answer = await self.pool.fetchval(
@@ -158,10 +178,10 @@ class TopupStore:
         """Many notifications in one statement (one transaction, one commit); an answer each,
         in order: its outcome, or :class:`Unstorable` / :class:`StoreUnavailable`.
 
-        A deadlock is retried whole; a failure a retry can cure answers every item
-        StoreUnavailable (503: the provider sends it again); any other failure of a batch of
-        many (one item's content refused: a JSON text jsonb cannot hold) sends each item alone,
-        so that one notification cannot fail its neighbours."""
+        A deadlock (or a race's unique violation) is retried whole; a failure a retry can cure
+        answers every item StoreUnavailable (503: the provider sends it again); any other
+        failure of a batch of many (one item's content refused: a JSON text jsonb cannot hold)
+        sends each item alone, so that one notification cannot fail its neighbours."""
         if not 0 < len(items) <= MAX_BATCH:
             raise ValueError(f"a batch holds 1 to {MAX_BATCH} notifications, not {len(items)}")
         args = self._batch_arguments(items)
@@ -173,7 +193,13 @@ class TopupStore:
             except _BUSY as exc:
                 if attempt == BATCH_ATTEMPTS:
                     break
-                log.info("ingest batch deadlocked; again", attempt=attempt, error=type(exc).__name__)
+                log.info(
+                    "ingest batch deadlocked or raced; again",
+                    attempt=attempt,
+                    error=type(exc).__name__,
+                    sqlstate=exc.sqlstate,
+                    constraint=getattr(exc, "constraint_name", None),
+                )
                 await asyncio.sleep(0.005 * attempt)
             except Exception as exc:
                 if is_transient(exc):  # a server away, a timeout: each alone would meet the same

@@ -36,7 +36,7 @@ from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
-from hiwallet.withdrawals.routes import WithdrawalIn, lean_router, router
+from hiwallet.withdrawals.routes import document, lean_router, router
 from hiwallet.withdrawals.service import OUTBOX_CHANNEL, OUTBOX_TABLE, WithdrawalService
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
 from hiwallet.withdrawals.staff_routes import staff_router
@@ -213,7 +213,7 @@ def service_spec(
         routers=(lean_router, router, staff_router),
         # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
-        documented=(WithdrawalIn,),
+        openapi=lambda app: document(app, settings.currencies),
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
     )

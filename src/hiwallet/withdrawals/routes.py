@@ -10,16 +10,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
 from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, json_body, json_body_openapi
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, document_models, json_body, json_body_openapi
+from hiwallet.core.http.idempotency import IDEMPOTENCY_KEY_PATTERN
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.service import WithdrawalService, view
 from hiwallet.withdrawals.visibility import WalletDirectory
@@ -31,12 +33,32 @@ _SAGA = re.compile(SAGA_PATTERN)
 MAX_PAGE = 100
 
 
+_CURRENCY_MARK = "x-hiwallet-currency"
+
+
+def _whole_number(value: object) -> object:
+    # JSON has one number type: 18259.0 is the integer 18259, and JSON Schema's "integer" admits
+    # it, so the service does too (as wallet-api). 18259.5, a string or a boolean is refused.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class WithdrawalIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     wallet: Annotated[StrictStr, Field(pattern=WALLET_PATTERN)]
-    amount_minor: Annotated[StrictInt, Field(gt=0, le=10**15, description="Minor units (kuruş, cents).")]
-    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.")]
+    amount_minor: Annotated[
+        StrictInt,
+        Field(gt=0, le=10**15, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
+        BeforeValidator(_whole_number),
+    ]
+    # The document's enum is the service's setting (``document``): a code of the right shape
+    # that is not one of them is 422 unsupported-currency, which the document would not say.
+    currency: Annotated[
+        StrictStr,
+        Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.", json_schema_extra={_CURRENCY_MARK: True}),
+    ]
     destination_iban: Annotated[
         StrictStr, Field(min_length=15, max_length=50, description="The IBAN, with or without spaces.")
     ]
@@ -81,7 +103,12 @@ _IDEMPOTENCY_HEADER = {
             "description": "A unique key per withdrawal (a UUID): 1 to 255 visible ASCII characters. The "
             "same key with the same body answers the first answer; with another body 422; while the "
             "first runs 409.",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+            "schema": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 257,
+                "pattern": IDEMPOTENCY_KEY_PATTERN,
+            },
         }
     ]
 }
@@ -197,3 +224,30 @@ async def list_withdrawals(
         raise errors.NotFound("no such wallet")
     rows, next_cursor = await svc.of_wallet(wallet, cursor, limit)
     return {"wallet": wallet, "withdrawals": [view(r) for r in rows], "next_cursor": next_cursor}
+
+
+def _declare_currencies(node: Any, currencies: Sequence[str]) -> None:
+    if isinstance(node, dict):
+        if node.pop(_CURRENCY_MARK, False):
+            node["enum"] = list(currencies)
+        for value in node.values():
+            _declare_currencies(value, currencies)
+    elif isinstance(node, list):
+        for value in node:
+            _declare_currencies(value, currencies)
+
+
+def document(app: FastAPI, currencies: Sequence[str]) -> None:
+    """Complete the app's OpenAPI document: the request's model (its route reads its own body)
+    and the currencies this service takes (its setting, the one source: a document made from
+    the code alone would admit any three letters), as wallet-api's document does."""
+    document_models(app, WithdrawalIn)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()  # built once, and kept by document_models' hook
+            _declare_currencies(schema, currencies)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]

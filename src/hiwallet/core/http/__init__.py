@@ -29,6 +29,7 @@ from hiwallet.core.http.lean import (
 )
 from hiwallet.core.http.metrics import MULTIPROC_ENV, multiprocess_metrics
 from hiwallet.core.http.problems import (
+    MALFORMED_BODY_ANSWER,
     PROBLEM_BASE,
     PROBLEM_CONTENT_TYPE,
     PROBLEM_REFUSALS,
@@ -47,6 +48,7 @@ from hiwallet.core.http.runtime import GC_YOUNG_THRESHOLD, serve, settle_heap, s
 
 __all__ = [
     "GC_YOUNG_THRESHOLD",
+    "MALFORMED_BODY_ANSWER",
     "MULTIPROC_ENV",
     "PROBLEM_BASE",
     "PROBLEM_CONTENT_TYPE",

@@ -93,6 +93,17 @@ class ServiceUnavailable(ProblemError):
     title = "Service unavailable"
 
 
+# The 400 FastAPI answers for a body it cannot read as the declared content (JSON that is not
+# UTF-8, say): ``malformed-body``. A route with a JSON body lists this among its answers, so
+# that its document is exact.
+MALFORMED_BODY_ANSWER: dict[int | str, dict[str, Any]] = {
+    400: {
+        "content": {PROBLEM_CONTENT_TYPE: {}},
+        "description": "The body cannot be read (e.g. JSON that is not UTF-8): nothing was done",
+    }
+}
+
+
 def problem_response(error: ProblemError, instance: str | None = None) -> JSONResponse:
     return JSONResponse(
         error.body(instance),
@@ -148,7 +159,9 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
         # FastAPI turns any failure while reading a body into "400, error parsing the body";
         # one of ours (a chunked body over the limit, from the edge) keeps its own answer.
         return problem_response(exc.__cause__, request.url.path)
-    slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    slug = {400: "malformed-body", 404: "not-found", 405: "method-not-allowed"}.get(
+        exc.status_code, "http-error"
+    )
     headers = exc.headers
     if exc.status_code == 405:
         headers = {**(headers or {}), "Allow": _allowed_methods(request, headers)}
