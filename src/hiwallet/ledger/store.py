@@ -113,8 +113,16 @@ def translate(exc: BaseException) -> errors.LedgerError | errors.LedgerInternalE
     # PostgreSQL's DETAIL, which quotes a row's values, and these messages reach logs.
     if is_transient(exc):
         return errors.LedgerUnavailable(f"database unavailable: {type(exc).__name__} (sqlstate {state})")
+    # Our own invariant triggers (SQLSTATE class HW) say which invariant and where in their
+    # primary message (ids and amounts, never a person's data; never their DETAIL): kept, it is
+    # what an operator reading the 500's log needs.
+    own = (
+        f": {exc.message}"
+        if isinstance(exc, asyncpg.PostgresError) and (state or "").startswith("HW")
+        else ""
+    )
     return errors.LedgerInternalError(
-        f"database error: {type(exc).__name__} (sqlstate {state}, constraint {constraint})",
+        f"database error: {type(exc).__name__} (sqlstate {state}, constraint {constraint}){own}",
         sqlstate=state,
         constraint=constraint,
     )
