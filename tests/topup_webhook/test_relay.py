@@ -63,7 +63,7 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
         while ready.status_code != 200 and time.monotonic() < deadline:  # the topology is declared
             await asyncio.sleep(0.1)
             ready = await client.get("/ready")
-        assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+        assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "background": "ok"}
         started = time.monotonic()
         for event in (checkout, intent, checkout):
             assert (await post_stripe(client, event)).status_code == 202
