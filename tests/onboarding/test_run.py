@@ -41,7 +41,10 @@ async def test_the_process_serves_and_stops(onboarding_db: str) -> None:
                     pass
                 await asyncio.sleep(0.05)
             ready = await client.get("/ready")
-            assert (ready.status_code, ready.json()["checks"]) == (200, {"database": "ok"})
+            assert (ready.status_code, ready.json()["checks"]) == (
+                200,
+                {"database": "ok", "background": "ok"},
+            )
             response = await client.post("/v1/registrations", json={"email": "run-test@example.com"})
             assert response.status_code == 503
             assert response.json()["type"].endswith("/dependency-unavailable")
