@@ -108,7 +108,6 @@ def bank_settings(database: str, names: Names | None = None, **overrides: Any) -
         "relay_poll_s": 0.2,
         "metrics_interval_s": 0.5,
         "max_attempts": 2,
-        "start_timeout_s": 10.0,
         "stop_timeout_s": 10.0,
         **overrides,
     }

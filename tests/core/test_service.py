@@ -110,6 +110,30 @@ async def test_a_dead_job_makes_the_process_unready_and_the_stop_is_ordered(wall
     assert pool.is_closing()
 
 
+async def test_a_one_off_task_starts_again_after_a_failure_and_is_done_when_it_returns() -> None:
+    attempts = 0
+    done = asyncio.Event()
+
+    async def bootstrap() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionRefusedError("the realm is away")
+        done.set()
+
+    async def setup(rt: Runtime) -> None:
+        rt.task("bootstrap", bootstrap)
+
+    app = _app(ServiceSpec("builder-test", setup))
+    async with app.router.lifespan_context(app):
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+        await asyncio.wait_for(done.wait(), 5)
+        await asyncio.sleep(0.05)
+        ready = await client.get("/ready")  # done: not a part that ended on its own
+        assert (ready.status_code, ready.json()["checks"]) == (200, {"background": "ok"})
+    assert attempts == 2
+
+
 async def test_relays_or_consumers_without_a_topology_are_refused_at_start() -> None:
     async def setup(rt: Runtime) -> None:
         rt.relays.append(("relay", object()))  # type: ignore[arg-type]

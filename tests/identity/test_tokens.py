@@ -248,7 +248,7 @@ def test_concurrent_refreshes_of_one_token_cannot_both_win(customer_idp: Identit
 def test_service_endpoints(customer_idp: IdentityServer) -> None:
     assert httpx.get(customer_idp.base_url + "/health").json() == {"status": "ok"}
     ready = httpx.get(customer_idp.base_url + "/ready")
-    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "background": "ok"}
     customer_idp.openid("merchant-demo").token(grant_type="client_credentials")
     metrics = httpx.get(customer_idp.base_url + "/metrics").text
     assert 'route="/realms/{realm_name}/protocol/openid-connect/token"' in metrics

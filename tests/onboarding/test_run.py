@@ -35,7 +35,10 @@ async def test_the_process_serves_and_stops(onboarding_db: str) -> None:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
             await until_serving(client, "onboarding")
             ready = await client.get("/ready")
-            assert (ready.status_code, ready.json()["checks"]) == (200, {"database": "ok"})
+            assert (ready.status_code, ready.json()["checks"]) == (
+                200,
+                {"database": "ok", "background": "ok"},
+            )
             response = await client.post("/v1/registrations", json={"email": "run-test@example.com"})
             assert response.status_code == 503
             assert response.json()["type"].endswith("/dependency-unavailable")

@@ -65,7 +65,7 @@ async def test_each_recorded_payment_is_published_once_and_marked_sent(
             return answer if answer.status_code == 200 else None
 
         ready = await until(is_ready, 10, "ready (the topology declared)", interval_s=0.1)
-        assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+        assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "background": "ok"}
         started = time.monotonic()
         for event in (checkout, intent, checkout):
             assert (await post_stripe(client, event)).status_code == 202

@@ -5,6 +5,7 @@ opens the wallets and writes their records, as in the deployment."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -176,9 +177,17 @@ async def running(
 ) -> AsyncIterator[httpx.AsyncClient]:
     app: FastAPI = create_wallet_consumer_app(settings, database=database, core_settings=core_settings)
     async with app.router.lifespan_context(app):
+        await consuming(app)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://wallet-consumer") as client:
             yield client
+
+
+async def consuming(app: FastAPI, timeout_s: float = 15.0) -> None:
+    """Until both consumers consume (the topology declared once RabbitMQ answered: core.service)."""
+    async with asyncio.timeout(timeout_s):
+        await app.state.consumer.wait_started()
+        await app.state.withdrawals.wait_started()
 
 
 def outgoing(

@@ -59,7 +59,12 @@ async def test_the_app_credits_each_wallets_topups_once_and_in_order(
     async with running(settings, wallet_db) as client:
         ready = await client.get("/ready")
         assert ready.status_code == 200, ready.text
-        assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "consumer": "ok"}
+        assert ready.json()["checks"] == {
+            "database": "ok",
+            "broker": "ok",
+            "consumers": "ok",
+            "background": "ok",
+        }
 
         messages = [outgoing(settings, bodies[w][i]) for i in range(per_wallet) for w in wallets]
         await broker.publish(messages)

@@ -89,7 +89,7 @@ async def test_the_process_serves_consumes_and_stops_on_sigterm(
         stopped = events[events.index("Waiting for application shutdown.") :]
         # both consumers (top-ups, withdrawal commands) stopped before the process's end; the
         # relay's task is cancelled between
-        end = stopped.index("wallet-consumer stopped")
+        end = stopped.index("stopped")
         assert stopped[0] == "Waiting for application shutdown."
         assert stopped[1:end].count("consumer stopped") == 2, stopped
         assert "Application shutdown complete." in stopped

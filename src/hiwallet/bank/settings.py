@@ -76,11 +76,8 @@ class BankSettings(BaseSettings):
     # the orchestrator's and wallet-consumer's), the bank asked for the batch's new transfers
     # all at once before any is recorded (handler.py). 0: the single path above.
     consumer_batch: int = 16
-    # At start: how long the broker and the consumer may take to be up before the process fails.
-    start_timeout_s: float = 30.0
     # At stop: how long the command in hand may take to finish (its bank call included).
     stop_timeout_s: float = 45.0
-    client_name: str = "bank-adapter"
 
     # The relay of bank.outbox (core/outbox.py), inside bank-adapter.
     relay_batch: int = 100

@@ -10,11 +10,12 @@ start
     1. the pool, as the database's application role (``/ready``: ``database``);
     2. the token verifier of the declared issuers (``app.state.verifier``);
     3. the service's ``setup``: it registers its parts on the :class:`Runtime`;
-    4. periodic jobs and gauges start at once; the broker starts in the background, under the
-       one broker-start policy: the process serves while RabbitMQ is away, the topology is
-       declared as soon as it answers, and only then do the relays publish and the consumers
-       consume (``/ready``: ``broker`` fails until then, ``consumers`` until every consumer
-       consumes: an outbox keeps what is to be sent, a queue what is to be taken).
+    4. periodic jobs, gauges and one-off tasks (a bootstrap) start at once; the broker starts
+       in the background, under the one broker-start policy: the process serves while RabbitMQ
+       is away, the topology is declared as soon as it answers, and only then do the relays
+       publish and the consumers consume (``/ready``: ``broker`` fails until then,
+       ``consumers`` until every consumer consumes: an outbox keeps what is to be sent, a queue
+       what is to be taken).
 stop, in the reverse order
     1. the consumers take no new message and finish the one in hand (at most ``stop_timeout_s``);
     2. the background tasks are cancelled, the last started first;
@@ -156,6 +157,8 @@ class DatabaseSpec:
     name: str
     role: str
     pool_max_size: int | None = None
+    # Run on each new connection of the pool (the ledger's codecs: ledger.init_connection).
+    init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -173,6 +176,7 @@ class Runtime:
     consumers: list[tuple[str, Consumer]] = field(default_factory=list)
     relays: list[tuple[str, Relay]] = field(default_factory=list)
     jobs: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
+    tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
 
     @property
@@ -223,6 +227,11 @@ class Runtime:
                 await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
         self.jobs.append((name, rounds))
+
+    def task(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
+        """``work`` once, in the background, from the start (a bootstrap): done when it returns,
+        started again if it fails."""
+        self.tasks.append((name, work))
 
     def close(self, closer: Callable[[], Awaitable[Any]]) -> None:
         """Closed at stop, after the broker, the last registered first."""
@@ -300,7 +309,11 @@ def service_lifespan(
         if spec.database is not None:
             database = spec.database
             pool = await db.create_pool(
-                database.name, role=database.role, settings=core, max_size=database.pool_max_size
+                database.name,
+                role=database.role,
+                settings=core,
+                max_size=database.pool_max_size,
+                init=database.init,
             )
             connect = db.dedicated_connection(database.name, database.role, core)
             ready_pool = pool
@@ -340,6 +353,8 @@ def service_lifespan(
 def _start(spec: ServiceSpec, runtime: Runtime, tasks: Background, checks: dict[str, ReadyCheck]) -> None:
     for name, work in runtime.jobs:
         tasks.start(name, work)
+    for name, work in runtime.tasks:
+        tasks.start(name, work, forever=False)
     broker = runtime.broker
     if broker is not None and spec.topology is not None:
         topology = spec.topology

@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
 import ipaddress
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +14,15 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hiwallet.core.auth import bearer_token
-from hiwallet.core.db import app_role, create_pool
+from hiwallet.core.db import app_role
 from hiwallet.core.http import Forbidden, NotFound, ReadyCheck, create_app, problem_response
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
 from hiwallet.identity.authn import authenticate_client
 from hiwallet.identity.context import Realm
 from hiwallet.identity.errors import InvalidToken, InvalidUser, LoginPageError, OAuthError
-from hiwallet.identity.housekeeping import purge_forever
+from hiwallet.identity.housekeeping import purge_expired
 from hiwallet.identity.keys import KeyRing, ensure_keys
 from hiwallet.identity.passwords import Passwords
 from hiwallet.identity.realm import MANAGE_USERS, VIEW_USERS, load_realm
@@ -308,33 +305,23 @@ def create_identity_app(
     database_name = database or settings.database_name(config.database_key)
     checks: dict[str, ReadyCheck] = {}
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(database_name, role=app_role(config.database_key), settings=core_settings)
-        try:
-            await ensure_keys(pool, settings.key_bits)
-            app.state.realm = Realm(
-                config, settings, pool, KeyRing(pool, settings.key_cache_s), Passwords(settings)
-            )
+    async def setup(rt: Runtime) -> None:
+        await ensure_keys(rt.db, settings.key_bits)
+        rt.app.state.realm = Realm(
+            config, settings, rt.db, KeyRing(rt.db, settings.key_cache_s), Passwords(settings)
+        )
+        rt.every("purge", settings.purge_interval_s, lambda: purge_expired(rt.db))
 
-            async def database_ready() -> None:
-                await pool.fetchval("SELECT 1")
-
-            checks["database"] = database_ready
-            purger = asyncio.create_task(purge_forever(pool, settings.purge_interval_s))
-            try:
-                yield
-            finally:
-                purger.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await purger
-        finally:
-            await pool.close()
-
-    app = create_app(
+    # One realm a deployable (identity, identity-staff), each its own database.
+    spec = ServiceSpec(
         f"identity-{realm_name}",
+        setup,
+        database=DatabaseSpec(database_name, app_role(config.database_key)),
+    )
+    app = create_app(
+        spec.name,
         ready_checks=checks,
-        lifespan=lifespan,
+        lifespan=service_lifespan(spec, checks, settings=core_settings),
         max_body_bytes=settings.max_body_bytes,
         extra_problem_handlers=[(OAuthError, _on_oauth_error), (LoginPageError, _on_login_error)],
     )

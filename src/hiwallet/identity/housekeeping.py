@@ -3,12 +3,9 @@ so two processes doing it at once only repeat each other's work."""
 
 from __future__ import annotations
 
-import asyncio
-
 import asyncpg
 import structlog
 
-from hiwallet.core.logging import error_fields
 from hiwallet.identity.sql import Q
 
 log = structlog.get_logger(__name__)
@@ -19,14 +16,9 @@ async def purge_once(pool: asyncpg.Pool) -> int:
     return int(purged or 0)
 
 
-async def purge_forever(pool: asyncpg.Pool, interval_s: float) -> None:
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            purged = await purge_once(pool)
-        except (asyncpg.PostgresError, OSError) as exc:
-            # A missed round is harmless; the next one catches up.
-            log.warning("identity purge failed", **error_fields(exc))
-            continue
-        if purged:
-            log.info("identity purge", purged=purged)
+async def purge_expired(pool: asyncpg.Pool) -> None:
+    """One round (core.service's ``every``: a failed round is logged by its error's class, and a
+    missed round is harmless: the next one catches up)."""
+    purged = await purge_once(pool)
+    if purged:
+        log.info("identity purge", purged=purged)

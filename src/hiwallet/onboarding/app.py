@@ -1,12 +1,9 @@
 """The onboarding app: the shared HTTP factory, the pool (as the onboarding database's
-application role), one HTTP client for the services and providers it calls, the routes, and
-the sweep (core.jobs.PeriodicJob) that finishes what a failed call left undone."""
+application role), one HTTP client for the services and providers it calls, the routes, the
+sweep (core.jobs.PeriodicJob) that finishes what a failed call left undone, and the wires
+consumer (wires.py), which consumes once RabbitMQ answers (core.service builds it all)."""
 
 from __future__ import annotations
-
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
 
 import asyncpg
 import httpx
@@ -14,12 +11,12 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
-from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.background import supervised
+from hiwallet.core.auth import TrustedIssuer
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings
 from hiwallet.onboarding.clients import IdentityAdmin, ServiceToken, Sms, WalletApi
 from hiwallet.onboarding.crypto import Hasher, KeyRing
 from hiwallet.onboarding.mail import Mailer
@@ -28,8 +25,8 @@ from hiwallet.onboarding.registry import Registry
 from hiwallet.onboarding.routes import router
 from hiwallet.onboarding.service import OnboardingService
 from hiwallet.onboarding.settings import OnboardingSettings, check_production, get_onboarding_settings
-from hiwallet.onboarding.store import create_onboarding_pool, database_of
-from hiwallet.onboarding.wires import WiresSettings, wires_running
+from hiwallet.onboarding.store import database_of
+from hiwallet.onboarding.wires import WiresSettings, wires_consumer, wires_topology
 
 log = structlog.get_logger(__name__)
 
@@ -40,25 +37,17 @@ SWEEP_LOCK_KEY = 0x6877_6F62  # "hwob"
 MAX_CONNECTIONS = 50
 
 
-def verifier_for(settings: OnboardingSettings) -> TokenVerifier:
+def issuers_of(settings: OnboardingSettings) -> list[TrustedIssuer]:
     # Staff tokens are recognised (and refused, 403), as wallet-api refuses them on customer
     # endpoints.
-    return TokenVerifier(
-        [
-            TrustedIssuer.keycloak(
-                settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
-            ),
-            TrustedIssuer.keycloak(
-                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
-            ),
-        ]
-    )
-
-
-def dedicated_connection(
-    settings: OnboardingSettings, core: Settings
-) -> Callable[[], Awaitable[asyncpg.Connection]]:
-    return db.dedicated_connection(database_of(settings), db.app_role("onboarding"), core)
+    return [
+        TrustedIssuer.keycloak(
+            settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
+        ),
+        TrustedIssuer.keycloak(
+            settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+        ),
+    ]
 
 
 def build_service(
@@ -83,6 +72,49 @@ def build_service(
     )
 
 
+def service_spec(settings: OnboardingSettings, wires: WiresSettings) -> ServiceSpec:
+    """onboarding, declared: its database, the issuers it accepts (customers; staff, to refuse
+    them), the events' topology when the wires consumer is on, and in ``setup`` one HTTP client
+    for what it calls, the service, the sweep and the wires consumer."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
+        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=MAX_CONNECTIONS))
+        rt.close(http.aclose)
+        service = app.state.service = build_service(pool, settings, http, app.state.onboarding_metrics)
+        app.state.trusted_proxies = settings.proxies
+        app.state.sweep = rt.job(
+            PeriodicJob(
+                "onboarding-sweep", settings.sweep_interval_s, SWEEP_LOCK_KEY, service.sweep, rt.connect()
+            )
+        )
+        if rt.broker is None:  # no broker: background=False, or the wires consumer off
+            return
+        # The first own wire -> verified (wires.py): a consumer of hiwallet.events.
+        app.state.wires = rt.consumer(
+            "wires",
+            wires_consumer(
+                broker=rt.bus,
+                pool=pool,
+                http=http,
+                wallet_api=service.wallet_api,
+                hasher=service.hasher,
+                registry=app.state.metrics_registry,
+                settings=wires,
+            ),
+        )
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("onboarding"), settings.db_pool_max_size),
+        issuers=lambda: issuers_of(settings),
+        # Off: onboarding runs without a broker (the wires wait in their queue).
+        topology=wires_topology(wires) if wires.wires_enabled else None,
+        consumer_stop_timeout_s=wires.stop_timeout_s,
+    )
+
+
 def create_onboarding_app(
     settings: OnboardingSettings | None = None,
     *,
@@ -93,62 +125,18 @@ def create_onboarding_app(
     """``background=False``: without the sweep and the wires consumer (tests that run the
     sweep by hand; no broker)."""
     settings = settings or get_onboarding_settings()
-    core = core_settings or get_settings()
     # The keys are read now: a bad key refuses the start, not the first registration.
     KeyRing.parse(settings.data_keys.get_secret_value())
     Hasher.parse(settings.hash_key.get_secret_value())
     checks: dict[str, ReadyCheck] = {}
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_onboarding_pool(settings, core)
-        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=MAX_CONNECTIONS))
-        service = app.state.service = build_service(pool, settings, http, metrics)
-        app.state.verifier = verifier_for(settings)
-        app.state.trusted_proxies = settings.proxies
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        tasks: list[asyncio.Task[None]] = []
-        if background:
-            sweep = app.state.sweep = PeriodicJob(
-                "onboarding-sweep",
-                settings.sweep_interval_s,
-                SWEEP_LOCK_KEY,
-                service.sweep,
-                dedicated_connection(settings, core),
-            )
-            tasks.append(asyncio.create_task(supervised("sweep", sweep.run_forever)))
-        try:
-            # The first own wire -> verified (wires.py): a consumer of hiwallet.events.
-            async with wires_running(
-                pool=pool,
-                core=core,
-                http=http,
-                wallet_api=service.wallet_api,
-                hasher=service.hasher,
-                registry=app.state.metrics_registry,
-                settings=wires_settings,
-                enabled=background,
-            ) as wires_ready:
-                if wires_ready is not None:
-                    checks["wires"] = wires_ready
-                yield
-        finally:
-            checks.pop("wires", None)
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with suppress(asyncio.CancelledError):
-                    await task
-            await app.state.verifier.aclose()
-            await http.aclose()
-            await pool.close()
-
-    app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
-    metrics = app.state.onboarding_metrics = OnboardingMetrics(app.state.metrics_registry)
+    spec = service_spec(settings, wires_settings or WiresSettings())
+    app = create_app(
+        SERVICE,
+        ready_checks=checks,
+        lifespan=service_lifespan(spec, checks, settings=core_settings, background=background),
+        max_body_bytes=settings.max_body_bytes,
+    )
+    app.state.onboarding_metrics = OnboardingMetrics(app.state.metrics_registry)
     app.include_router(router)
     return app
 

@@ -43,11 +43,8 @@ No personal data in a log line, a metric label or the stored outcome: ids and re
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,11 +66,8 @@ from hiwallet.contracts.events import (
     events_topology,
 )
 from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
-from hiwallet.core.background import consumer_started
-from hiwallet.core.broker import Broker
+from hiwallet.core.broker import Broker, Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
-from hiwallet.core.http import ReadyCheck
-from hiwallet.core.settings import Settings
 from hiwallet.onboarding.clients import DependencyUnavailable, UnexpectedAnswer, WalletApi
 from hiwallet.onboarding.crypto import Hasher
 from hiwallet.onboarding.store import TIERS, Q, customer_by_wallet, rank, record_tier
@@ -83,7 +77,8 @@ __all__ = [
     "BankWires",
     "WireHandler",
     "WiresSettings",
-    "wires_running",
+    "wires_consumer",
+    "wires_topology",
 ]
 
 log = structlog.get_logger(__name__)
@@ -126,9 +121,9 @@ class WiresSettings(BaseSettings):
     # one customer), and attempts of a failing one before its dead letter.
     wires_concurrency: int = 4
     wires_max_attempts: int = 5
-    start_timeout_s: float = 30.0
+    # At stop: how long the wires in hand may take to finish (else given back and redelivered:
+    # their processed_events rows make that harmless).
     stop_timeout_s: float = 15.0
-    client_name: str = "onboarding"
 
     @property
     def queue(self) -> str:
@@ -271,70 +266,44 @@ class WireHandler:
         return tier
 
 
-@asynccontextmanager
-async def wires_running(
+def wires_topology(settings: WiresSettings) -> Topology:
+    """What onboarding declares for its consumer: contracts.events' topology under the
+    settings' names (idempotent: wallet-consumer declares it too)."""
+    return events_topology(
+        exchange=settings.events_exchange,
+        queue_prefix=settings.events_queue_prefix,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_key=settings.events_dead_letter_key,
+        dead_letter_queue=settings.events_dead_letter_queue,
+    )
+
+
+def wires_consumer(
     *,
+    broker: Broker,
     pool: asyncpg.Pool,
-    core: Settings,
     http: httpx.AsyncClient,
     wallet_api: WalletApi,
     hasher: Hasher,
     registry: CollectorRegistry,
-    settings: WiresSettings | None = None,
-    enabled: bool = True,
-) -> AsyncIterator[ReadyCheck | None]:
-    """Run the wires consumer for the ``async with`` (the onboarding app's lifespan): its own
-    broker connection, the topology declared (contracts.events; idempotent), core's Consumer on the
-    queue. Yields the readiness check (None when off: ``enabled`` or ``wires_enabled``). At exit it takes no
-    new message, finishes the ones in hand (their transactions commit or are given back)."""
-    settings = settings or WiresSettings()
-    if not (enabled and settings.wires_enabled):
-        yield None
-        return
-    broker = Broker(core.amqp_url, client_name=settings.client_name)
-    consumer: Consumer | None = None
-    running: asyncio.Task[None] | None = None
-    try:
-        await broker.start()
-        await broker.declare(
-            events_topology(
-                exchange=settings.events_exchange,
-                queue_prefix=settings.events_queue_prefix,
-                dead_letter_exchange=settings.dead_letter_exchange,
-                dead_letter_key=settings.events_dead_letter_key,
-                dead_letter_queue=settings.events_dead_letter_queue,
-            )
-        )
-        consumer = Consumer(
-            broker=broker,
-            pool=pool,
-            queues=[settings.queue],
-            consumer_name=CONSUMER_NAME,
-            handler=WireHandler(BankWires(http, settings), wallet_api, hasher, WireMetrics.of(registry)),
-            dead_letter_exchange=settings.dead_letter_exchange,
-            dead_letter_key=settings.events_dead_letter_key,
-            max_attempts=settings.wires_max_attempts,
-            # the bank away: not the message's fault; paused and tried again, never dead
-            transient_errors=(DependencyUnavailable,),
-            metrics=ConsumerMetrics(registry),
-            table=PROCESSED_TABLE,
-            prefetch=settings.wires_concurrency,
-            concurrency=settings.wires_concurrency,
-        )
-        running = asyncio.create_task(consumer.run(), name="onboarding-wires")
-        await consumer_started(consumer, running, settings.start_timeout_s)
-        task = running
-
-        async def ready() -> None:
-            await broker.check()
-            if task.done():
-                raise RuntimeError("the wires consumer stopped")
-
-        yield ready
-    finally:
-        if consumer is not None:
-            await consumer.stop()
-        if running is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(running, settings.stop_timeout_s)
-        await broker.close()
+    settings: WiresSettings,
+) -> Consumer:
+    """core's Consumer of the wires' queue (run and stopped by the onboarding app's builder,
+    core.service: it consumes once the topology is declared; at stop it takes no new message
+    and finishes the ones in hand, their transactions committed or given back)."""
+    return Consumer(
+        broker=broker,
+        pool=pool,
+        queues=[settings.queue],
+        consumer_name=CONSUMER_NAME,
+        handler=WireHandler(BankWires(http, settings), wallet_api, hasher, WireMetrics.of(registry)),
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_key=settings.events_dead_letter_key,
+        max_attempts=settings.wires_max_attempts,
+        # the bank away: not the message's fault; paused and tried again, never dead
+        transient_errors=(DependencyUnavailable,),
+        metrics=ConsumerMetrics(registry),
+        table=PROCESSED_TABLE,
+        prefetch=settings.wires_concurrency,
+        concurrency=settings.wires_concurrency,
+    )

@@ -1,12 +1,11 @@
 """The staff-admin app: the shared HTTP factory, the pool (as the staff-admin database's
 application role), the staff realm's verifier and admin client, the routes, and the bootstrap
-at start (the administrator role; the first administrator invitation, once)."""
+at start (the administrator role; the first administrator invitation, once); core.service
+builds it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 
 import asyncpg
 import httpx
@@ -16,10 +15,10 @@ from fastapi import FastAPI
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.background import supervised
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
-from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.staff_admin.identity import StaffRealm
 from hiwallet.staff_admin.routes import lean_router, router
 from hiwallet.staff_admin.service import StaffAdmin
@@ -50,11 +49,11 @@ async def create_staff_admin_pool(
     )
 
 
-def verifier_for(settings: StaffAdminSettings) -> TokenVerifier:
+def issuers_of(settings: StaffAdminSettings) -> list[TrustedIssuer]:
     # The staff issuer ONLY (docs/architecture.md): a customer's token is not one of ours.
-    return TokenVerifier(
-        [TrustedIssuer.keycloak(settings.staff_issuer_base, settings.staff_realm, "staff", settings.audience)]
-    )
+    return [
+        TrustedIssuer.keycloak(settings.staff_issuer_base, settings.staff_realm, "staff", settings.audience)
+    ]
 
 
 async def bootstrap_until_done(service: StaffAdmin) -> None:
@@ -71,6 +70,31 @@ async def bootstrap_until_done(service: StaffAdmin) -> None:
         return
 
 
+def service_spec(
+    settings: StaffAdminSettings,
+    *,
+    identity_client: httpx.AsyncClient | None = None,
+    bootstrap: bool = True,
+) -> ServiceSpec:
+    """staff-admin, declared: its database, the staff issuer, and in ``setup`` the staff realm's
+    admin client, the service the routes use and the bootstrap (in the background: the service
+    serves while the staff realm is away)."""
+
+    async def setup(rt: Runtime) -> None:
+        realm = StaffRealm(settings, identity_client)
+        rt.close(realm.aclose)
+        service = rt.app.state.service = StaffAdmin(rt.db, settings, realm)
+        if bootstrap:
+            rt.task("bootstrap", lambda: bootstrap_until_done(service))
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("staff_admin"), settings.db_pool_max_size),
+        issuers=lambda: issuers_of(settings),
+    )
+
+
 def create_staff_admin_app(
     settings: StaffAdminSettings | None = None,
     *,
@@ -80,42 +104,15 @@ def create_staff_admin_app(
     bootstrap: bool = True,
 ) -> FastAPI:
     """``bootstrap=False``: no administrator role or first invitation at start (tests that do
-    it by hand)."""
+    it by hand). ``verifier`` stands in for the staff realm's keys (tests; not closed here)."""
     settings = settings or get_staff_admin_settings()
-    core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_staff_admin_pool(settings, core)
-        realm = StaffRealm(settings, identity_client)
-        service = app.state.service = StaffAdmin(pool, settings, realm)
-        app.state.verifier = verifier or verifier_for(settings)
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        task: asyncio.Task[None] | None = None
-        if bootstrap:
-            task = asyncio.create_task(supervised("bootstrap", lambda: bootstrap_until_done(service)))
-        try:
-            yield
-        finally:
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
-            if verifier is None:
-                await app.state.verifier.aclose()
-            await realm.aclose()
-            await pool.close()
-
+    spec = service_spec(settings, identity_client=identity_client, bootstrap=bootstrap)
     lean_routes = [r for r in lean_router.routes if isinstance(r, LeanRoute)]
     app = create_app(
         SERVICE,
         ready_checks=checks,
-        lifespan=lifespan,
+        lifespan=service_lifespan(spec, checks, settings=core_settings, verifier=verifier),
         max_body_bytes=settings.max_body_bytes,
         hot_routes=lean_routes,
     )

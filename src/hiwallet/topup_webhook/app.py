@@ -1,13 +1,11 @@
 """The topup-webhook app: the shared HTTP factory, the pool (as the top-up database's application
 role), the webhook routes, and what runs beside them in this one process: the outbox relay to
-``hiwallet.topups`` (its topology declared at start), the reconciliation and retention jobs, and
-the refresh of the gauges."""
+``hiwallet.topups`` (its topology declared as soon as RabbitMQ answers: core.service), the
+reconciliation and retention jobs, and the refresh of the gauges."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
 import structlog
@@ -16,13 +14,14 @@ from fastapi import FastAPI
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
-from hiwallet.core.background import declare_when_reachable, every, supervised
-from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
+from hiwallet.core.broker import Topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
-from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings, refuse_insecure_start
+from hiwallet.core.webhooks import Verifier
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
 from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE, Retention
@@ -88,6 +87,66 @@ def topup_jobs(
     return reconcile, purge
 
 
+def service_spec(
+    settings: TopupWebhookSettings,
+    verifiers: Mapping[str, Verifier],
+    *,
+    topology: Topology | None = None,
+) -> ServiceSpec:
+    """topup-webhook, declared: the top-up database, the top-ups' topology, and in ``setup`` the
+    store and the service the routes use, the providers' clients, the relay of topup.outbox,
+    the reconciliation, the retention and the gauges."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
+        metrics: TopupMetrics = app.state.topup_metrics
+        outbox_metrics = OutboxMetrics(app.state.metrics_registry)
+        # The outbox has no NOTIFY trigger (migration 0002): each commit that wrote rows wakes
+        # the relay from here, directly when the relay below leads, else by a pg_notify.
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        rt.close(hint.aclose)
+        store = app.state.store = TopupStore.from_settings(pool, settings, hint.committed)
+        service = app.state.service = TopupService(store, verifiers, metrics)
+        clients = provider_clients(settings)
+        for client in clients.values():
+            rt.close(client.aclose)
+        reconciler = app.state.reconciler = Reconciler(
+            service, listings_for(clients, settings.reconcile_max_pages), settings.reconcile_window_s, metrics
+        )
+        connect = rt.connect()
+        reconcile, purge = topup_jobs(service, settings, connect, reconciler)
+        rt.job(reconcile)
+        rt.job(purge)
+
+        async def refresh_gauges() -> None:
+            metrics.inbox_rows.set(await store.inbox_rows())
+            async with pool.acquire() as conn:
+                await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+
+        rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
+        if rt.broker is None:  # background=False: the tests run the relay and the jobs by hand
+            return
+        relay = Relay(
+            connect=connect,
+            broker=rt.bus,
+            table=OUTBOX_TABLE,
+            channel=OUTBOX_CHANNEL,
+            lock_key=RELAY_LOCK_KEY,
+            batch_size=settings.relay_batch,
+            poll_interval_s=settings.relay_poll_s,
+            min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
+            on_published=outbox_metrics.on_published,
+        )
+        app.state.relay = hint.relay = rt.relay("relay", relay)
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("topup"), settings.db_pool_max_size),
+        topology=topology or topups_topology(),
+    )
+
+
 def create_topup_webhook_app(
     settings: TopupWebhookSettings | None = None,
     *,
@@ -99,98 +158,17 @@ def create_topup_webhook_app(
     that run those by hand). ``topology``: what the relay declares (default
     ``topups_topology()``; tests pass their own names, with ``settings.exchange`` among them)."""
     settings = settings or get_topup_webhook_settings()
-    core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
-    verifiers = verifiers_for(settings)  # a bad secret stops the start, not the first request
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_topup_pool(settings, core)
-        # The outbox has no NOTIFY trigger (migration 0002): each commit that wrote rows wakes
-        # the relay from here, directly when the relay below leads, else by a pg_notify.
-        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
-        store = TopupStore.from_settings(pool, settings, hint.committed)
-        service = TopupService(store, verifiers, metrics)
-        app.state.store = store
-        app.state.service = service
-        clients = provider_clients(settings)
-        app.state.reconciler = Reconciler(
-            service, listings_for(clients, settings.reconcile_max_pages), settings.reconcile_window_s, metrics
-        )
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        tasks: list[asyncio.Task[None]] = []
-        broker: Broker | None = None
-        if background:
-            bus = broker = Broker(core.amqp_url, client_name=SERVICE)
-            declared = asyncio.Event()
-
-            async def broker_ready() -> None:
-                if not declared.is_set():
-                    raise BrokerUnavailable("the topology is not declared yet")
-                await bus.check()
-
-            checks["broker"] = broker_ready
-            connect = dedicated_connection(settings, core)
-            relay = Relay(
-                connect=connect,
-                broker=bus,
-                table=OUTBOX_TABLE,
-                channel=OUTBOX_CHANNEL,
-                lock_key=RELAY_LOCK_KEY,
-                batch_size=settings.relay_batch,
-                poll_interval_s=settings.relay_poll_s,
-                min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
-                on_published=outbox_metrics.on_published,
-            )
-            app.state.relay = hint.relay = relay
-            reconcile, purge = topup_jobs(service, settings, connect, app.state.reconciler)
-
-            async def refresh_gauges() -> None:
-                metrics.inbox_rows.set(await store.inbox_rows())
-                async with pool.acquire() as conn:
-                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
-
-            async def declare_then_relay() -> None:
-                # Publishing before the exchange exists would only be refused (unroutable).
-                await declare_when_reachable(bus, topology or topups_topology())
-                declared.set()
-                await supervised("relay", relay.run)
-
-            tasks = [
-                asyncio.create_task(declare_then_relay()),
-                asyncio.create_task(supervised("reconcile", reconcile.run_forever)),
-                asyncio.create_task(supervised("retention", purge.run_forever)),
-                asyncio.create_task(every(settings.metrics_interval_s, "gauges", refresh_gauges)),
-            ]
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with suppress(asyncio.CancelledError):
-                    await task
-            if broker is not None:
-                await broker.close()
-            for client in clients.values():
-                await client.aclose()
-            await hint.aclose()
-            await pool.close()
-
+    # a bad secret stops the start, not the first request
+    spec = service_spec(settings, verifiers_for(settings), topology=topology)
     app = create_app(
         SERVICE,
         ready_checks=checks,
-        lifespan=lifespan,
+        lifespan=service_lifespan(spec, checks, settings=core_settings, background=background),
         max_body_bytes=settings.max_body_bytes,
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
     )
-    metrics = TopupMetrics(app.state.metrics_registry)
-    outbox_metrics = OutboxMetrics(app.state.metrics_registry)
-    app.state.topup_metrics = metrics
+    app.state.topup_metrics = TopupMetrics(app.state.metrics_registry)
     app.include_router(lean_router)
     return app
 

@@ -1,43 +1,40 @@
 """The wallet-consumer process: core's Consumer on the top-up partitions, the handler, and an
-HTTP app for ``/health``, ``/ready`` (database, broker and the consumer) and ``/metrics`` only.
-Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's wallet
-commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of ``wallet.outbox`` that
-publishes their responses, and that outbox's purge job.
+HTTP app for ``/health``, ``/ready`` (database, broker, consumers, background) and ``/metrics``
+only. Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's
+wallet commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of
+``wallet.outbox`` that publishes their responses, and that outbox's purge job.
 
-At start it connects to PostgreSQL as its own role on the wallet database (its records and the
-ledger's posting functions, nothing of wallet-api's: migrations/wallet/grants.sql) and to RabbitMQ,
-declares the top-up topology itself (idempotent: whoever starts first declares it), and
-consumes every partition with a prefetch of ``prefetch`` (200), handling what each queue has
-delivered in batches of up to ``max_batch`` (100) in delivery order, one transaction a batch
-(core.consumer's batch mode; the queues are single-active-consumer: another instance is a
-standby). At stop (SIGTERM, Ctrl-C) it takes no new batch, finishes the one in hand, and
+Built by core.service: at start it connects to PostgreSQL as the wallet database's application
+role; as soon as RabbitMQ answers it declares the top-ups', withdrawals' and events' topology
+itself (idempotent: whoever starts first declares it), then relays and consumes every partition
+with a prefetch of ``prefetch`` (200), handling what each queue has delivered in batches of up
+to ``max_batch`` (100) in delivery order, one transaction a batch (core.consumer's batch mode;
+the queues are single-active-consumer: another instance is a standby). At stop (SIGTERM,
+Ctrl-C) it takes no new batch, finishes the one in hand (within ``stop_timeout_s``), and
 closes; a message it could not finish is redelivered, and its processed_events row makes that
 harmless.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+import asyncpg
 import structlog
 from fastapi import FastAPI
 
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.contracts.events import events_topology
 from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
-from hiwallet.core import db
-from hiwallet.core.background import consumer_started, every, supervised
-from hiwallet.core.broker import Broker, Topology, partition_queues, partitioned_topology
+from hiwallet.core.broker import Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
 from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
@@ -52,6 +49,7 @@ from hiwallet.wallet_consumer.withdrawals import (
 
 log = structlog.get_logger(__name__)
 
+SERVICE = "wallet-consumer"
 # Advisory lock keys in hiwallet_wallet (locks are per database): one relay of wallet.outbox,
 # one round of its purge at a time, across every instance.
 RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
@@ -105,44 +103,51 @@ def withdrawals_queue(settings: WalletConsumerSettings) -> str:
     return settings.withdrawals_queue_prefix + WALLET_QUEUE
 
 
-def create_wallet_consumer_app(
-    settings: WalletConsumerSettings | None = None,
-    *,
-    database: str | None = None,
-    core_settings: Settings | None = None,
-) -> FastAPI:
-    """``database`` overrides hiwallet_wallet (tests use fresh ones)."""
-    settings = settings or get_wallet_consumer_settings()
-    core = core_settings or get_settings()
-    checks: dict[str, ReadyCheck] = {}
+def database_of(settings: WalletConsumerSettings, database: str | None = None) -> str:
+    return database or settings.database or DATABASES["wallet"]
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+
+def purge_job(
+    pool: asyncpg.Pool,
+    settings: WalletConsumerSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """wallet.outbox's sent rows older than the retention, in bounded batches, one instance a
+    round."""
+
+    async def purge_round() -> int:
+        async with pool.acquire() as conn:
+            return await in_batches(
+                lambda: purge_sent(
+                    conn, OUTBOX_TABLE, settings.outbox_retention_s, settings.outbox_purge_batch
+                ),
+                batch=settings.outbox_purge_batch,
+                max_batches=settings.outbox_purge_max_batches,
+            )
+
+    return PeriodicJob(
+        "wallet-outbox-purge", settings.outbox_purge_interval_s, OUTBOX_PURGE_LOCK_KEY, purge_round, connect
+    )
+
+
+def service_spec(settings: WalletConsumerSettings, *, database: str | None = None) -> ServiceSpec:
+    """wallet-consumer, declared: the wallet database (the ledger's codecs on each connection),
+    the top-ups', withdrawals' and events' topology, and in ``setup`` the two consumers (top-ups,
+    the saga's wallet commands), the relay of wallet.outbox, its purge and the gauges."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
         registry = app.state.metrics_registry
         consumer_metrics = ConsumerMetrics(registry)
         topup_metrics = TopupMetrics(registry)
         withdrawal_metrics = WithdrawalMetrics(registry)
         outbox_metrics = OutboxMetrics(registry)
-        name = database or settings.database or DATABASES["wallet"]
-        pool = await db.create_pool(
-            name,
-            role=service_role("wallet", "wallet_consumer"),
-            settings=core,
-            max_size=settings.db_pool_max_size,
-            init=init_connection,
-        )
-        broker = Broker(core.amqp_url, client_name=settings.client_name)
-        tasks: list[asyncio.Task[None]] = []
-        consumer: Consumer | None = None
-        hint: RelayHint | None = None
-        withdrawals: Consumer | None = None
-        try:
-            await broker.start()
-            await broker.declare(topology_of(settings))
-            ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
-            handler = TopupHandler(ledger, topup_metrics, events_exchange=settings.events_exchange)
-            consumer = Consumer(
-                broker=broker,
+        ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
+        handler = TopupHandler(ledger, topup_metrics, events_exchange=settings.events_exchange)
+        app.state.consumer = rt.consumer(
+            "consumer",
+            Consumer(
+                broker=rt.bus,
                 pool=pool,
                 queues=partition_queues(settings.exchange, settings.partitions),
                 consumer_name=CONSUMER_NAME,
@@ -156,27 +161,28 @@ def create_wallet_consumer_app(
                 batch_handler=handler.batch if settings.max_batch > 1 else None,
                 max_batch=settings.max_batch,
                 batch_turns=settings.batch_turns,
-            )
-            running = asyncio.create_task(consumer.run(), name="wallet-consumer")
-            tasks.append(running)
-            await consumer_started(consumer, running, settings.start_timeout_s)
-            # The withdrawal saga's commands: up to withdrawals_batch a transaction (the queue is
-            # unordered; settings.py), the responses through wallet.outbox and its relay below.
-            # What the handler commits wakes this process's relay directly once it leads (set
-            # below), else the leader elsewhere by one NOTIFY (wallet.outbox has no trigger).
-            hint = RelayHint(pool, OUTBOX_CHANNEL)
-            command_handler = WithdrawalHandler(
-                ledger,
-                exchange=settings.withdrawals_exchange,
-                limits=WithdrawalLimits(
-                    verified_minor=settings.limit_verified_withdrawal_minor,
-                    contracted_minor=settings.limit_contracted_withdrawal_minor,
-                ),
-                count=withdrawal_metrics.count,
-                on_committed=hint.committed,
-            )
-            withdrawals = Consumer(
-                broker=broker,
+            ),
+        )
+        # The withdrawal saga's commands: up to withdrawals_batch a transaction (the queue is
+        # unordered; settings.py), the responses through wallet.outbox and its relay below.
+        # What the handler commits wakes this process's relay directly once it leads (set
+        # below), else the leader elsewhere by one NOTIFY (wallet.outbox has no trigger).
+        hint = RelayHint(pool, OUTBOX_CHANNEL)
+        rt.close(hint.aclose)
+        command_handler = WithdrawalHandler(
+            ledger,
+            exchange=settings.withdrawals_exchange,
+            limits=WithdrawalLimits(
+                verified_minor=settings.limit_verified_withdrawal_minor,
+                contracted_minor=settings.limit_contracted_withdrawal_minor,
+            ),
+            count=withdrawal_metrics.count,
+            on_committed=hint.committed,
+        )
+        app.state.withdrawals = rt.consumer(
+            "withdrawals",
+            Consumer(
+                broker=rt.bus,
                 pool=pool,
                 queues=[withdrawals_queue(settings)],
                 consumer_name=WITHDRAWALS_CONSUMER_NAME,
@@ -189,106 +195,67 @@ def create_wallet_consumer_app(
                 **batched_or_concurrent(
                     command_handler.batch, settings.withdrawals_batch, settings.withdrawals_concurrency
                 ),
-            )
-            commands = asyncio.create_task(withdrawals.run(), name="wallet-consumer-withdrawals")
-            tasks.append(commands)
-            await consumer_started(withdrawals, commands, settings.start_timeout_s)
-            connect = db.dedicated_connection(name, service_role("wallet", "wallet_consumer"), core)
-            relay = Relay(
-                connect=connect,
-                broker=broker,
-                table=OUTBOX_TABLE,
-                channel=OUTBOX_CHANNEL,
-                lock_key=RELAY_LOCK_KEY,
-                batch_size=settings.relay_batch,
-                poll_interval_s=settings.relay_poll_s,
-                on_published=outbox_metrics.on_published,
-            )
-            app.state.relay = hint.relay = relay
+            ),
+        )
+        connect = rt.connect()
+        relay = Relay(
+            connect=connect,
+            broker=rt.bus,
+            table=OUTBOX_TABLE,
+            channel=OUTBOX_CHANNEL,
+            lock_key=RELAY_LOCK_KEY,
+            batch_size=settings.relay_batch,
+            poll_interval_s=settings.relay_poll_s,
+            on_published=outbox_metrics.on_published,
+        )
+        app.state.relay = hint.relay = rt.relay("relay", relay)
+        rt.job(purge_job(pool, settings, connect))
 
-            async def purge_round() -> int:
-                async with pool.acquire() as conn:
-                    return await in_batches(
-                        lambda: purge_sent(
-                            conn, OUTBOX_TABLE, settings.outbox_retention_s, settings.outbox_purge_batch
-                        ),
-                        batch=settings.outbox_purge_batch,
-                        max_batches=settings.outbox_purge_max_batches,
-                    )
+        async def outbox_gauges() -> None:
+            async with pool.acquire() as conn:
+                await outbox_metrics.refresh(conn, OUTBOX_TABLE)
 
-            purge = PeriodicJob(
-                "wallet-outbox-purge",
-                settings.outbox_purge_interval_s,
-                OUTBOX_PURGE_LOCK_KEY,
-                purge_round,
-                connect,
-            )
+        async def unattributed_gauge() -> None:
+            topup_metrics.unattributed.set(await count_unattributed(pool))
 
-            async def outbox_gauges() -> None:
-                async with pool.acquire() as conn:
-                    await outbox_metrics.refresh(conn, OUTBOX_TABLE)
+        rt.every("outbox-gauges", settings.outbox_metrics_interval_s, outbox_gauges)
+        rt.every("unattributed-gauge", settings.unattributed_refresh_s, unattributed_gauge)
 
-            async def unattributed_gauge() -> None:
-                topup_metrics.unattributed.set(await count_unattributed(pool))
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(
+            database_of(settings, database),
+            service_role("wallet", "wallet_consumer"),  # its own role: nothing of wallet-api's
+            settings.db_pool_max_size,
+            init=init_connection,
+        ),
+        topology=topology_of(settings),
+        # the batch in hand finishes; past this it is given back (its processed_events rows
+        # make the redelivery harmless)
+        consumer_stop_timeout_s=settings.stop_timeout_s,
+    )
 
-            tasks.extend(
-                [
-                    asyncio.create_task(supervised("relay", relay.run), name="wallet-outbox-relay"),
-                    asyncio.create_task(supervised("purge", purge.run_forever), name="wallet-outbox-purge"),
-                    asyncio.create_task(
-                        every(settings.outbox_metrics_interval_s, "outbox gauges", outbox_gauges),
-                        name="wallet-outbox-gauges",
-                    ),
-                ]
-            )
-            tasks.append(
-                asyncio.create_task(
-                    every(settings.unattributed_refresh_s, "unattributed gauge", unattributed_gauge),
-                    name="wallet-consumer-unattributed",
-                )
-            )
 
-            async def database_ready() -> None:
-                await pool.fetchval("SELECT 1")
-
-            async def consuming() -> None:
-                if running.done():
-                    raise RuntimeError("the consumer stopped")
-                if commands.done():
-                    raise RuntimeError("the withdrawal commands' consumer stopped")
-
-            checks.update({"database": database_ready, "broker": broker.check, "consumer": consuming})
-            app.state.consumer = consumer
-            app.state.withdrawals = withdrawals
-            app.state.pool = pool
-            yield
-        finally:
-            checks.clear()
-            for stopping in (consumer, withdrawals):
-                if stopping is not None:
-                    await stopping.stop()
-            for task in tasks:
-                if task.get_name() in ("wallet-consumer", "wallet-consumer-withdrawals"):
-                    with contextlib.suppress(Exception, asyncio.CancelledError):
-                        # the message in hand finishes; past the timeout it is given back
-                        await asyncio.wait_for(task, settings.stop_timeout_s)
-                else:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            await broker.close()
-            if hint is not None:
-                await hint.aclose()
-            await pool.close()
-            log.info("wallet-consumer stopped")
-
-    return create_app("wallet-consumer", ready_checks=checks, lifespan=lifespan)
+def create_wallet_consumer_app(
+    settings: WalletConsumerSettings | None = None,
+    *,
+    database: str | None = None,
+    core_settings: Settings | None = None,
+) -> FastAPI:
+    """``database`` overrides hiwallet_wallet (tests use fresh ones)."""
+    settings = settings or get_wallet_consumer_settings()
+    checks: dict[str, ReadyCheck] = {}
+    spec = service_spec(settings, database=database)
+    return create_app(
+        SERVICE, ready_checks=checks, lifespan=service_lifespan(spec, checks, settings=core_settings)
+    )
 
 
 def run_wallet_consumer(port: int | None, host: str) -> None:
     """Serve wallet-consumer (the process entry point): one process; more instances are
     standbys (single active consumer per partition)."""
-    configure_logging("wallet-consumer")
+    configure_logging(SERVICE)
     settings = get_wallet_consumer_settings()
     refuse_insecure_start(settings)
     serve(

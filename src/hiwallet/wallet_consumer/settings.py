@@ -61,13 +61,9 @@ class WalletConsumerSettings(BaseSettings):
     db_pool_max_size: int = 26
     # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
-    # At start: how long the broker and the consumer may take to be up before the process fails.
-    start_timeout_s: float = 30.0
     # At stop: how long the message in hand may take to finish (else it is given back and
     # redelivered: its processed_events row makes that harmless).
     stop_timeout_s: float = 15.0
-    # The connection's name in RabbitMQ.
-    client_name: str = "wallet-consumer"
 
     # The withdrawal saga's wallet commands (contracts.withdrawals, CONTRACT-11 part B): consumed
     # from <withdrawals_queue_prefix>hiwallet.withdrawals.wallet, the responses published to
