@@ -28,7 +28,7 @@ KERNEL_MODULES = [
     "hiwallet.core.consumer",
     "hiwallet.core.jobs",
     "hiwallet.core.deadletters",
-    "hiwallet.core.background",
+    "hiwallet.core.messaging",
     "hiwallet.core.service",
     "hiwallet.core.cli",
     "hiwallet.core.webhooks",

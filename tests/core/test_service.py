@@ -134,12 +134,12 @@ async def test_a_one_off_task_starts_again_after_a_failure_and_is_done_when_it_r
     assert attempts == 2
 
 
-async def test_relays_or_consumers_without_a_topology_are_refused_at_start() -> None:
+async def test_relays_or_consumers_without_messaging_are_refused_at_start() -> None:
     async def setup(rt: Runtime) -> None:
         rt.relays.append(("relay", object()))  # type: ignore[arg-type]
 
     app = _app(ServiceSpec("builder-test", setup))
-    with pytest.raises(RuntimeError, match="declares no topology"):
+    with pytest.raises(RuntimeError, match="declares no messaging"):
         async with app.router.lifespan_context(app):
             pass
 

@@ -35,6 +35,7 @@ from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurr
 from hiwallet.core.http import serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.messaging import Messaging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
@@ -189,7 +190,7 @@ def service_spec(
         SERVICE,
         setup,
         database=DatabaseSpec(database_of(settings), db.app_role("bank"), settings.db_pool_max_size),
-        topology=topology,
+        messaging=Messaging(topology),
         # the command in hand finishes (its bank call included); past this it is given back
         consumer_stop_timeout_s=settings.stop_timeout_s,
     )

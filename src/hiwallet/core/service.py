@@ -2,17 +2,19 @@
 lifespan, the same for every service.
 
 A service declares what it is (its name, its database and role, the token issuers it accepts,
-the broker topology it declares) and, in ``setup``, what runs in it: its consumers, relays,
-periodic jobs and gauges, the objects its routes use (on ``app.state``) and what to close. The
-builder does the rest, in one order for every service:
+its messaging: the topology it declares, ``core.messaging.Messaging``, kept apart so that a
+service without a broker imports no broker code) and, in ``setup``, what runs in it: its
+consumers, relays, periodic jobs and gauges, the objects its routes use (on ``app.state``) and
+what to close. The builder does the rest, in one order for every service:
 
 start
     1. the pool, as the database's application role (``/ready``: ``database``);
     2. the token verifier of the declared issuers (``app.state.verifier``);
     3. the service's ``setup``: it registers its parts on the :class:`Runtime`;
     4. periodic jobs, gauges and one-off tasks (a bootstrap) start at once; the broker starts
-       in the background, under the one broker-start policy: the process serves while RabbitMQ
-       is away, the topology is declared as soon as it answers, and only then do the relays
+       in the background, under the one broker-start policy (core.messaging): the process
+       serves while RabbitMQ is away, the topology is declared as soon as it answers, and only
+       then do the relays
        publish and the consumers consume (``/ready``: ``broker`` fails until then,
        ``consumers`` until every consumer consumes: an outbox keeps what is to be sent, a queue
        what is to be taken).
@@ -35,7 +37,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 import structlog
@@ -43,20 +45,20 @@ from fastapi import APIRouter, FastAPI
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
-from hiwallet.core.background import RESTART_DELAY_S, declare_when_reachable
-from hiwallet.core.broker import Broker, BrokerUnavailable, Topology
-from hiwallet.core.consumer import Consumer
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
 from hiwallet.core.http.lean import LeanRoute
 from hiwallet.core.jobs import PeriodicJob
-from hiwallet.core.outbox import Relay
 from hiwallet.core.settings import Settings, get_settings
 
 __all__ = [
     "CONSUMER_STOP_TIMEOUT_S",
+    "RESTART_DELAY_S",
     "Background",
     "BackgroundDown",
+    "ConsumerPart",
     "DatabaseSpec",
+    "Messaging",
+    "Part",
     "Runtime",
     "ServiceSpec",
     "build_app",
@@ -65,6 +67,11 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
+# A background task that stopped on an error starts again after this long: long enough not to
+# spin on a fault that persists (each start logs its traceback), short enough that a relay or a
+# consumer is back within a second of the database or broker.
+RESTART_DELAY_S = 1.0
+
 # A consumer given this long to finish the message in hand at stop; past it, the message goes
 # back to its queue with the channel (at least once: the consumer's processed events absorb it).
 CONSUMER_STOP_TIMEOUT_S = 30.0
@@ -72,6 +79,43 @@ CONSUMER_STOP_TIMEOUT_S = 30.0
 
 class BackgroundDown(Exception):
     """A background part of the process is not running (``/ready`` answers 503 with it)."""
+
+
+class Part(Protocol):
+    """What runs once the broker is there: a relay (core.outbox.Relay), a consumer."""
+
+    async def run(self) -> None: ...
+
+
+class ConsumerPart(Part, Protocol):
+    """A consumer (core.consumer.Consumer): it says when it consumes, and stops taking."""
+
+    @property
+    def started(self) -> bool: ...
+
+    async def stop(self) -> None: ...
+
+
+class Messaging(Protocol):
+    """The broker side of a service (core.messaging.Messaging: the platform's one broker-start
+    policy). Apart from this module so that a service with no broker imports no broker code."""
+
+    def connect(self, settings: Settings, client_name: str) -> Any:
+        """The service's connection to the broker, not yet opened (``Runtime.bus``)."""
+        ...
+
+    def start(
+        self, bus: Any, tasks: Background, checks: dict[str, ReadyCheck], then: Callable[[], None]
+    ) -> None:
+        """Open ``bus`` in the background (``/ready``: ``broker`` until it is there), then call
+        ``then`` (which starts the relays and consumers)."""
+        ...
+
+    async def close(self, bus: Any) -> None: ...
+
+
+P = TypeVar("P", bound=Part)
+C = TypeVar("C", bound=ConsumerPart)
 
 
 class Background:
@@ -163,18 +207,18 @@ class DatabaseSpec:
 
 @dataclass
 class Runtime:
-    """What ``setup`` is given: the app, the pool, the broker (when the service declares a
-    topology), a dedicated-connection factory (relays' and jobs' session locks), the ready
+    """What ``setup`` is given: the app, the pool, the broker (when the service declares its
+    messaging), a dedicated-connection factory (relays' and jobs' session locks), the ready
     checks, and the registration of the parts the builder runs and stops."""
 
     app: FastAPI
     settings: Settings
     pool: asyncpg.Pool | None
-    broker: Broker | None
+    broker: Any  # core.broker.Broker, when the service declares its messaging
     checks: dict[str, ReadyCheck]
     _connect: Callable[[], Awaitable[asyncpg.Connection]] | None
-    consumers: list[tuple[str, Consumer]] = field(default_factory=list)
-    relays: list[tuple[str, Relay]] = field(default_factory=list)
+    consumers: list[tuple[str, ConsumerPart]] = field(default_factory=list)
+    relays: list[tuple[str, Part]] = field(default_factory=list)
     jobs: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     tasks: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     closers: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
@@ -186,9 +230,10 @@ class Runtime:
         return self.pool
 
     @property
-    def bus(self) -> Broker:
+    def bus(self) -> Any:
+        """The service's core.broker.Broker."""
         if self.broker is None:
-            raise RuntimeError("this service declares no topology, so it has no broker")
+            raise RuntimeError("this service declares no messaging, so it has no broker")
         return self.broker
 
     def connect(self) -> Callable[[], Awaitable[asyncpg.Connection]]:
@@ -196,12 +241,12 @@ class Runtime:
             raise RuntimeError("this service declares no database")
         return self._connect
 
-    def consumer(self, name: str, consumer: Consumer) -> Consumer:
+    def consumer(self, name: str, consumer: C) -> C:
         """Consumes once the topology is declared; stopped first, finishing the message in hand."""
         self.consumers.append((name, consumer))
         return consumer
 
-    def relay(self, name: str, relay: Relay) -> Relay:
+    def relay(self, name: str, relay: P) -> P:
         """Publishes once the topology is declared."""
         self.relays.append((name, relay))
         return relay
@@ -251,7 +296,7 @@ class ServiceSpec:
     setup: Callable[[Runtime], Awaitable[None]]
     database: DatabaseSpec | None = None
     issuers: Callable[[], Sequence[TrustedIssuer]] | None = None
-    topology: Topology | None = None
+    messaging: Messaging | None = None
     consumer_stop_timeout_s: float = CONSUMER_STOP_TIMEOUT_S
     routers: Sequence[APIRouter] = ()
     hot_routes: Sequence[LeanRoute] = ()
@@ -329,7 +374,7 @@ def service_lifespan(
         elif spec.issuers is not None:
             app.state.verifier = own_verifier = TokenVerifier(spec.issuers())
         broker = (
-            Broker(core.amqp_url, client_name=spec.name) if spec.topology is not None and background else None
+            spec.messaging.connect(core, spec.name) if spec.messaging is not None and background else None
         )
         runtime = Runtime(app, core, pool, broker, checks, connect)
         tasks = Background()
@@ -356,28 +401,15 @@ def _start(spec: ServiceSpec, runtime: Runtime, tasks: Background, checks: dict[
     for name, work in runtime.tasks:
         tasks.start(name, work, forever=False)
     broker = runtime.broker
-    if broker is not None and spec.topology is not None:
-        topology = spec.topology
-        declared = asyncio.Event()
+    if broker is not None and spec.messaging is not None:
 
-        async def broker_ready() -> None:
-            if not declared.is_set():
-                raise BrokerUnavailable("the topology is not declared yet")
-            await broker.check()
-
-        checks["broker"] = broker_ready
-
-        async def declare_then_work() -> None:
-            # Publishing before the exchanges exist would only be refused (unroutable), and a
-            # queue must exist before it is consumed.
-            await declare_when_reachable(broker, topology)
-            declared.set()
+        def start_parts() -> None:
             for name, relay in runtime.relays:
                 tasks.start(name, relay.run)
             for name, consumer in runtime.consumers:
                 tasks.start(name, consumer.run)
 
-        tasks.start("broker", declare_then_work, forever=False)
+        spec.messaging.start(broker, tasks, checks, start_parts)
         if runtime.consumers:
             consumers = runtime.consumers
 
@@ -388,7 +420,7 @@ def _start(spec: ServiceSpec, runtime: Runtime, tasks: Background, checks: dict[
 
             checks["consumers"] = consuming
     elif runtime.relays or runtime.consumers:
-        raise RuntimeError(f"{spec.name} runs relays or consumers but declares no topology")
+        raise RuntimeError(f"{spec.name} runs relays or consumers but declares no messaging")
     checks["background"] = tasks.check
 
 
@@ -402,8 +434,8 @@ async def _stop(spec: ServiceSpec, runtime: Runtime, tasks: Background) -> None:
     if running:
         await asyncio.wait(running, timeout=spec.consumer_stop_timeout_s)
     await tasks.stop()
-    if runtime.broker is not None:
-        await runtime.broker.close()
+    if runtime.broker is not None and spec.messaging is not None:
+        await spec.messaging.close(runtime.broker)
     for closer in reversed(runtime.closers):
         try:
             await closer()

@@ -15,6 +15,7 @@ from hiwallet.core.auth import TrustedIssuer
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.messaging import Messaging
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings
 from hiwallet.onboarding.clients import IdentityAdmin, ServiceToken, Sms, WalletApi
@@ -110,7 +111,7 @@ def service_spec(settings: OnboardingSettings, wires: WiresSettings) -> ServiceS
         database=DatabaseSpec(database_of(settings), db.app_role("onboarding"), settings.db_pool_max_size),
         issuers=lambda: issuers_of(settings),
         # Off: onboarding runs without a broker (the wires wait in their queue).
-        topology=wires_topology(wires) if wires.wires_enabled else None,
+        messaging=Messaging(wires_topology(wires)) if wires.wires_enabled else None,
         consumer_stop_timeout_s=wires.stop_timeout_s,
     )
 

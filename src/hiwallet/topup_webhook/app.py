@@ -18,6 +18,7 @@ from hiwallet.core.broker import Topology
 from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.messaging import Messaging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
@@ -143,7 +144,7 @@ def service_spec(
         SERVICE,
         setup,
         database=DatabaseSpec(database_of(settings), db.app_role("topup"), settings.db_pool_max_size),
-        topology=topology or topups_topology(),
+        messaging=Messaging(topology or topups_topology()),
     )
 
 

@@ -32,6 +32,7 @@ from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurr
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.messaging import Messaging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
@@ -230,7 +231,7 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
             settings.db_pool_max_size,
             init=init_connection,
         ),
-        topology=topology_of(settings),
+        messaging=Messaging(topology_of(settings)),
         # the batch in hand finishes; past this it is given back (its processed_events rows
         # make the redelivery harmless)
         consumer_stop_timeout_s=settings.stop_timeout_s,

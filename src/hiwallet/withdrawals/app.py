@@ -31,6 +31,7 @@ from hiwallet.core.http import (
 )
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
+from hiwallet.core.messaging import Messaging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
@@ -209,7 +210,7 @@ def service_spec(
         setup,
         database=DatabaseSpec(database_of(settings), db.app_role("withdrawal"), settings.db_pool_max_size),
         issuers=lambda: issuers_of(settings),
-        topology=withdrawals_topology(),
+        messaging=Messaging(withdrawals_topology()),
         routers=(lean_router, router, staff_router),
         # POST /v1/withdrawals: the saga's one HTTP call per withdrawal
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
