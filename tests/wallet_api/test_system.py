@@ -69,7 +69,7 @@ async def test_demo_seed_is_idempotent_and_the_walk_through_works(api: WalletApi
 async def test_health_readiness_and_metrics(api: WalletApi) -> None:
     assert (await api.http.get("/health")).json() == {"status": "ok"}
     ready = await api.http.get("/ready")
-    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "background": "ok"}
     await api.http.get("/v1/accounts")  # a 401, counted
     metrics = (await api.http.get("/metrics")).text
     assert (
@@ -93,7 +93,10 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
             await until_serving(http, "wallet-api", 60)
-            assert (await http.get("/ready")).json() == {"status": "ready", "checks": {"database": "ok"}}
+            assert (await http.get("/ready")).json() == {
+                "status": "ready",
+                "checks": {"database": "ok", "background": "ok"},
+            }
             # Two worker processes; /metrics counts what both answered, on a new connection each
             # (so both answer some), through the stack and through the hot routes alike.
             for _ in range(12):

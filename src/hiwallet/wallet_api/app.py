@@ -1,10 +1,9 @@
-"""The wallet-api app: the shared HTTP factory, the token verifier, the pool and the routes."""
+"""The wallet-api app: the shared HTTP factory, the token verifier, the pool, the routes and the
+idempotency purge (a PeriodicJob), built by core.service; no broker (the architecture's rule)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import structlog
@@ -14,7 +13,7 @@ from fastapi.responses import Response
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.contracts.staff import StaffDirectory
 from hiwallet.core import db
-from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.auth import TrustedIssuer
 from hiwallet.core.http import (
     LeanRoute,
     ReadyCheck,
@@ -24,8 +23,10 @@ from hiwallet.core.http import (
     serve,
     settle_heap_once_started,
 )
-from hiwallet.core.logging import configure_logging, error_fields
-from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
+from hiwallet.core.jobs import PeriodicJob
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.identities import CustomerIdentities
@@ -38,26 +39,21 @@ from hiwallet.wallet_api.staff_routes import staff_router
 
 log = structlog.get_logger(__name__)
 
-
-def verifier_for(settings: WalletApiSettings) -> TokenVerifier:
-    return TokenVerifier(
-        [
-            TrustedIssuer.keycloak(
-                settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
-            ),
-            TrustedIssuer.keycloak(
-                settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
-            ),
-        ]
-    )
+SERVICE = "wallet-api"
+# Advisory lock key in hiwallet_wallet (locks are per database; wallet-consumer's are "hwwr" and
+# "hwwp"): one round of the idempotency purge at a time across instances and workers.
+PURGE_LOCK_KEY = 0x6877_6169  # "hwai"
 
 
-async def _create_pool(database: str, core: Settings, max_size: int) -> asyncpg.Pool:
-    # As the wallet database's application role, whatever the database's name (tests and the
-    # bench use fresh ones): db.create_pool refuses the owner or a superuser.
-    return await db.create_pool(
-        database, role=db.app_role("wallet"), settings=core, max_size=max_size, init=init_connection
-    )
+def issuers_of(settings: WalletApiSettings) -> list[TrustedIssuer]:
+    return [
+        TrustedIssuer.keycloak(
+            settings.customer_issuer_base, settings.customer_realm, "customer", audience=settings.audience
+        ),
+        TrustedIssuer.keycloak(
+            settings.staff_issuer_base, settings.staff_realm, "staff", audience=settings.audience
+        ),
+    ]
 
 
 async def _on_ledger_error(request: Request, exc: Exception) -> Response:
@@ -69,15 +65,55 @@ async def _on_ledger_error(request: Request, exc: Exception) -> Response:
     return problem_response(problem, request.url.path)
 
 
-async def _purge_forever(service: WalletService, interval_s: float) -> None:
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            purged = await service.purge_idempotency()
-            if purged:
-                log.info("idempotency records purged", count=purged)
-        except Exception as exc:  # the next round tries again
-            log.warning("idempotency purge failed", **error_fields(exc))
+def purge_job(
+    service: WalletService, settings: WalletApiSettings, connect: Callable[[], Awaitable[asyncpg.Connection]]
+) -> PeriodicJob:
+    """The idempotency records past their retention, one instance (or worker) a round."""
+    return PeriodicJob(
+        "wallet-api-idempotency-purge",
+        settings.purge_interval_s,
+        PURGE_LOCK_KEY,
+        service.purge_idempotency,
+        connect,
+    )
+
+
+def service_spec(settings: WalletApiSettings, *, database: str | None = None) -> ServiceSpec:
+    """wallet-api, declared: the wallet database (the ledger's codecs on each connection), the
+    issuers it accepts (customers and staff), no broker (the architecture's rule), and in
+    ``setup`` the service, the staff endpoints' clients and the idempotency purge."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
+        service = app.state.service = WalletService(
+            pool, LedgerStore.from_settings(pool), Fees.from_settings(), settings
+        )
+        # Staff endpoints: who the employee is, asked of staff-admin on every request (no
+        # cache); customers' requests never touch it.
+        staff_directory = app.state.staff_directory = StaffDirectory(
+            settings.staff_admin_url,
+            timeout_s=settings.staff_admin_timeout_s,
+            max_connections=settings.staff_admin_max_connections,
+        )
+        rt.close(staff_directory.aclose)
+        identities = CustomerIdentities(settings)
+        rt.close(identities.aclose)
+        app.state.staff_desk = StaffDesk(pool, service.ledger, settings, identities)
+        rt.job(purge_job(service, settings, rt.connect()))
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        # As the wallet database's application role, whatever the database's name (tests and
+        # the bench use fresh ones): db.create_pool refuses the owner or a superuser.
+        database=DatabaseSpec(
+            database or settings.database or DATABASES["wallet"],
+            db.app_role("wallet"),
+            settings.db_pool_max_size,
+            init=init_connection,
+        ),
+        issuers=lambda: issuers_of(settings),
+    )
 
 
 def create_wallet_api_app(
@@ -88,48 +124,12 @@ def create_wallet_api_app(
 ) -> FastAPI:
     """``database`` overrides hiwallet_wallet (tests and the bench use fresh ones)."""
     settings = settings or get_wallet_api_settings()
-    core = core_settings or get_settings()
     checks: dict[str, ReadyCheck] = {}
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        name = database or settings.database or DATABASES["wallet"]
-        pool = await _create_pool(name, core, settings.db_pool_max_size)
-        verifier = verifier_for(settings)
-        store = LedgerStore.from_settings(pool)
-        app.state.verifier = verifier
-        app.state.service = WalletService(pool, store, Fees.from_settings(), settings)
-        # Staff endpoints: who the employee is, asked of staff-admin on every request (no
-        # cache); customers' requests never touch it.
-        staff_directory = StaffDirectory(
-            settings.staff_admin_url,
-            timeout_s=settings.staff_admin_timeout_s,
-            max_connections=settings.staff_admin_max_connections,
-        )
-        identities = CustomerIdentities(settings)
-        app.state.staff_directory = staff_directory
-        app.state.staff_desk = StaffDesk(pool, app.state.service.ledger, settings, identities)
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        purger = asyncio.create_task(_purge_forever(app.state.service, settings.purge_interval_s))
-        try:
-            yield
-        finally:
-            purger.cancel()
-            with suppress(asyncio.CancelledError):
-                await purger
-            await verifier.aclose()
-            await staff_directory.aclose()
-            await identities.aclose()
-            await pool.close()
-
+    spec = service_spec(settings, database=database)
     app = create_app(
-        "wallet-api",
+        SERVICE,
         ready_checks=checks,
-        lifespan=lifespan,
+        lifespan=service_lifespan(spec, checks, settings=core_settings),
         max_body_bytes=settings.max_body_bytes,
         extra_problem_handlers=[(LedgerError, _on_ledger_error)],
         # POST /v1/transfers (nearly all of wallet-api's traffic under load) and /v1/promos
@@ -147,7 +147,7 @@ def create_wallet_api_app(
 def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> None:
     """Serve wallet-api (the process entry point): in this process, or with ``workers`` worker
     processes (settings: ``HIWALLET_WALLET_API_WORKERS``), each entering at :func:`worker_app`."""
-    configure_logging("wallet-api")
+    configure_logging(SERVICE)
     settings = get_wallet_api_settings()
     refuse_insecure_start(settings)  # the workers read the same environment
     workers = settings.workers if workers is None else workers
@@ -155,7 +155,7 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
     if workers <= 1:
         serve(settle_heap_once_started(create_wallet_api_app(settings)), host=host, port=port)
         return
-    with multiprocess_metrics("wallet-api"):
+    with multiprocess_metrics(SERVICE):
         serve("hiwallet.wallet_api.app:worker_app", factory=True, workers=workers, host=host, port=port)
 
 
@@ -163,5 +163,5 @@ def worker_app() -> FastAPI:
     """The entry point of each worker process (uvicorn calls it once in each fresh
     interpreter): its logging, and its app from the environment's settings, whose heap is
     settled once the app has started."""
-    configure_logging("wallet-api")
+    configure_logging(SERVICE)
     return settle_heap_once_started(create_wallet_api_app())
