@@ -14,8 +14,7 @@ in a transaction of its own, coalesced; core.outbox).
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +25,15 @@ from fastapi.responses import Response
 
 from hiwallet.bank import errors
 from hiwallet.bank.metrics import WebhookMetrics
-from hiwallet.bank.pool import create_bank_pool
+from hiwallet.bank.pool import database_of
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore, Received, StoreUnavailable, Unstorable
-from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core import db
+from hiwallet.core.http import LeanRoute, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.relay_hint import RelayHint
-from hiwallet.core.settings import Settings, get_settings, refuse_insecure_start
+from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
+from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.core.text import has_control_characters
 from hiwallet.core.webhooks import StandardWebhookSignature, VerificationFailed
 
@@ -154,41 +155,42 @@ async def receive_bank_callback(request: Request) -> Response:
     return Response(status_code=202)  # the bank needs a status, not a body
 
 
+def service_spec(settings: BankSettings, verifier: StandardWebhookSignature) -> ServiceSpec:
+    """bank-webhook, declared: the bank database, no issuers (the bank signs, it has no token),
+    no messaging (bank-adapter's relay publishes what it records), and in ``setup`` the store and
+    the service."""
+
+    async def setup(rt: Runtime) -> None:
+        app, pool = rt.app, rt.db
+        # A recorded outcome wakes bank-adapter's relay: one pg_notify after the commits, in a
+        # transaction of its own, coalesced (bank.outbox has no NOTIFY trigger: migration 0003).
+        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
+        rt.close(hint.aclose)
+        store = app.state.store = BankStore(pool, settings.exchange, on_committed=hint.committed)
+        app.state.service = BankWebhookService(store, verifier, app.state.webhook_metrics)
+
+    def metrics(app: FastAPI) -> None:
+        app.state.webhook_metrics = WebhookMetrics(app.state.metrics_registry)
+
+    return ServiceSpec(
+        SERVICE,
+        setup,
+        database=DatabaseSpec(database_of(settings), db.app_role("bank"), settings.db_pool_max_size),
+        routers=(router,),
+        max_body_bytes=settings.max_body_bytes,
+        metrics=metrics,
+    )
+
+
 def create_bank_webhook_app(
     settings: BankSettings | None = None, *, core_settings: Settings | None = None
 ) -> FastAPI:
     settings = settings or get_bank_settings()
-    core = core_settings or get_settings()
-    checks: dict[str, ReadyCheck] = {}
     # a bad secret stops the start, not the first request
     verifier = StandardWebhookSignature(
         [s.get_secret_value() for s in settings.webhook_secrets], settings.tolerance_s
     )
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_bank_pool(settings, core)
-        # A recorded outcome wakes bank-adapter's relay: one pg_notify after the commits, in a
-        # transaction of its own, coalesced (bank.outbox has no NOTIFY trigger: migration 0003).
-        hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
-        store = app.state.store = BankStore(pool, settings.exchange, on_committed=hint.committed)
-        app.state.service = BankWebhookService(store, verifier, metrics)
-
-        async def database_ready() -> None:
-            await pool.fetchval("SELECT 1")
-
-        checks["database"] = database_ready
-        try:
-            yield
-        finally:
-            checks.clear()
-            await hint.aclose()
-            await pool.close()
-
-    app = create_app(SERVICE, ready_checks=checks, lifespan=lifespan, max_body_bytes=settings.max_body_bytes)
-    metrics = WebhookMetrics(app.state.metrics_registry)
-    app.include_router(router)
-    return app
+    return build_app(service_spec(settings, verifier), settings=core_settings)
 
 
 def run_bank_webhook(port: int | None, host: str) -> None:
