@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from starlette.convertors import Convertor, register_url_convertor
 
+from hiwallet.contracts.currency import Currency, declare_currencies
 from hiwallet.core.auth import CallerNotAllowed, bearer_token
 from hiwallet.core.http import (
     PROBLEM_CONTENT_TYPE,
@@ -55,11 +56,6 @@ Amount = Annotated[
 ]
 # The document's enum of currencies is the service's own setting (``document``); a code of the
 # right shape that is not supported is 422 ``unsupported-currency`` with the supported ones.
-_CURRENCY_MARK = "x-hiwallet-currency"
-Currency = Annotated[
-    StrictStr,
-    Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.", json_schema_extra={_CURRENCY_MARK: True}),
-]
 Reference = Annotated[PrintableText, Field(min_length=1, max_length=140)]
 WalletId = Annotated[StrictStr, Field(pattern=WALLET_ID_PATTERN)]
 WalletNumber = Annotated[
@@ -642,17 +638,6 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
 }
 
 
-def _declare_currencies(node: Any, currencies: Sequence[str]) -> None:
-    if isinstance(node, dict):
-        if node.pop(_CURRENCY_MARK, False):
-            node["enum"] = list(currencies)
-        for value in node.values():
-            _declare_currencies(value, currencies)
-    elif isinstance(node, list):
-        for value in node:
-            _declare_currencies(value, currencies)
-
-
 def _add_links(schema: dict[str, Any]) -> None:
     paths = schema["paths"]
     for (path, method, status), links in _LINKS.items():
@@ -674,7 +659,7 @@ def document(app: FastAPI, currencies: Sequence[str]) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()  # built once, and kept by document_models' hook
-            _declare_currencies(schema, currencies)
+            declare_currencies(schema, currencies)
             _add_links(schema)
         return app.openapi_schema  # type: ignore[return-value]
 

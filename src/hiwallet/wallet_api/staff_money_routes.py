@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, Field
 
+from hiwallet.contracts.currency import Currency
 from hiwallet.contracts.staff import StaffMember, StaffPermission
 from hiwallet.core.text import PrintableText
 from hiwallet.wallet_api.idempotency import Answer
@@ -18,7 +19,6 @@ from hiwallet.wallet_api.routes import (
     _IDEMPOTENCY_HEADER,
     _REPLAYED,
     Amount,
-    Currency,
     Name,
     ProgrammeOut,
     ProgrammesOut,

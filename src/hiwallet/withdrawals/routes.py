@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
+from hiwallet.contracts.currency import Currency, declare_currencies
 from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, document_models, json_body, json_body_openapi
@@ -31,9 +32,6 @@ WALLET_PATTERN = r"^[A-Za-z0-9:_.\-|]{1,200}$"
 SAGA_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 _SAGA = re.compile(SAGA_PATTERN)
 MAX_PAGE = 100
-
-
-_CURRENCY_MARK = "x-hiwallet-currency"
 
 
 def _whole_number(value: object) -> object:
@@ -55,10 +53,7 @@ class WithdrawalIn(BaseModel):
     ]
     # The document's enum is the service's setting (``document``): a code of the right shape
     # that is not one of them is 422 unsupported-currency, which the document would not say.
-    currency: Annotated[
-        StrictStr,
-        Field(pattern=r"^[A-Z]{3}$", description="ISO 4217 code.", json_schema_extra={_CURRENCY_MARK: True}),
-    ]
+    currency: Currency
     destination_iban: Annotated[
         StrictStr, Field(min_length=15, max_length=50, description="The IBAN, with or without spaces.")
     ]
@@ -226,17 +221,6 @@ async def list_withdrawals(
     return {"wallet": wallet, "withdrawals": [view(r) for r in rows], "next_cursor": next_cursor}
 
 
-def _declare_currencies(node: Any, currencies: Sequence[str]) -> None:
-    if isinstance(node, dict):
-        if node.pop(_CURRENCY_MARK, False):
-            node["enum"] = list(currencies)
-        for value in node.values():
-            _declare_currencies(value, currencies)
-    elif isinstance(node, list):
-        for value in node:
-            _declare_currencies(value, currencies)
-
-
 def document(app: FastAPI, currencies: Sequence[str]) -> None:
     """Complete the app's OpenAPI document: the request's model (its route reads its own body)
     and the currencies this service takes (its setting, the one source: a document made from
@@ -247,7 +231,7 @@ def document(app: FastAPI, currencies: Sequence[str]) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()  # built once, and kept by document_models' hook
-            _declare_currencies(schema, currencies)
+            declare_currencies(schema, currencies)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
