@@ -257,17 +257,17 @@ async def test_exactly_the_threshold_goes_to_the_bank_and_the_threshold_is_per_c
 async def test_a_cancelled_review_is_refunded_in_the_name_of_its_reviewer(service: WithdrawalService) -> None:
     s = await start(service, amount=REVIEW_ABOVE + 5)
     await deliver(service, "WithdrawalDebited", debited(s, amount=REVIEW_ABOVE + 5))
-    cancelled = await service.cancel(s, "mehmet.ops")
+    cancelled = await service.cancel(s, "operator:ops-desk")
     assert cancelled["state"] == "cancelling"
     refund = RefundWithdrawal.model_validate((await commands(service, s))[-1][1])
-    assert refund.actor == "mehmet.ops"
+    assert refund.actor == "operator:ops-desk"
     assert refund.command_id == command_id(s, "refund")
     assert await deliver(service, "WithdrawalRefunded", {**ids(s, "refund"), "transaction_id": "tx-r"}) == {
         "state": "cancelled"
     }
     assert [h[1:] for h in await history(service, s)][-3:] == [
         ("under_review", "system"),
-        ("cancelling", "mehmet.ops"),
+        ("cancelling", "operator:ops-desk"),
         ("cancelled", "system"),
     ]
     for bad in ("  ", "x" * 201, "a\nb"):
