@@ -52,7 +52,8 @@ async def test_the_webhook_process_serves_callbacks_and_stops(
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
             await until_serving(client, "bank-webhook")
             ready = await client.get("/ready")
-            assert (ready.status_code, ready.json()["checks"]) == (200, {"database": "ok", "background": "ok"})
+            checks = {"database": "ok", "background": "ok"}
+            assert (ready.status_code, ready.json()["checks"]) == (200, checks)
             body = callback_body("transfer.succeeded", "trf_process")
             assert (await post_callback(client, body)).status_code == 202
             forged = signed(body, secrets=["whsec_Zm9yZ2VkLXNlY3JldC1mb3ItdGVzdGluZy0wMTIz"])
