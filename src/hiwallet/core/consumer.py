@@ -278,6 +278,12 @@ class _Failure:
     last: BaseException | None = field(default=None, repr=False)
 
 
+def _probe_backoff_s(transient_streak: int) -> float:
+    """The pause after the ``transient_streak``-th transient failure in a row (from the second):
+    doubling, capped; the exponent bounded too (a long outage counts thousands of failures)."""
+    return float(min(PROBE_BACKOFF_CAP_S, PROBE_BACKOFF_FIRST_S * 2 ** min(transient_streak - 2, 32)))
+
+
 class Consumer:
     def __init__(
         self,
@@ -641,7 +647,10 @@ class Consumer:
                     transient_streak += 1
                     if transient_streak > 1:
                         await asyncio.sleep(
-                            min(PROBE_BACKOFF_CAP_S, PROBE_BACKOFF_FIRST_S * 2 ** (transient_streak - 2))
+                            min(
+                                PROBE_BACKOFF_CAP_S,
+                                PROBE_BACKOFF_FIRST_S * 2 ** min(transient_streak - 2, 32),
+                            )
                         )
                     continue
                 # Rolled back: one at a time, each message finds out for itself, and only a
@@ -763,7 +772,10 @@ class Consumer:
                             # (a lock or statement timeout): still not its fault, never
                             # dead-lettered for it, but not retried in a tight loop either.
                             await asyncio.sleep(
-                                min(PROBE_BACKOFF_CAP_S, PROBE_BACKOFF_FIRST_S * 2 ** (transient_streak - 2))
+                                min(
+                                    PROBE_BACKOFF_CAP_S,
+                                    PROBE_BACKOFF_FIRST_S * 2 ** min(transient_streak - 2, 32),
+                                )
                             )
                         continue
                     attempt += 1
@@ -780,7 +792,7 @@ class Consumer:
                     if attempt >= self.max_attempts:
                         break
                     await asyncio.sleep(
-                        min(ATTEMPT_BACKOFF_CAP_S, ATTEMPT_BACKOFF_FIRST_S * 2 ** (attempt - 1))
+                        min(ATTEMPT_BACKOFF_CAP_S, ATTEMPT_BACKOFF_FIRST_S * 2 ** min(attempt - 1, 32))
                     )
                     continue
                 await self._ack(queue, message, outcome)

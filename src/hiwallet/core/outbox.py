@@ -402,7 +402,9 @@ class Relay:
             await asyncio.sleep(self._retry_delay_s(failures))
 
     def _retry_delay_s(self, failures: int) -> float:
-        return min(self.backoff_cap_s, RECONNECT_DELAY_S * 2.0 ** max(0, failures - 1))
+        # The exponent bounded: a float power past 2**1023 overflows, and a relay whose table
+        # is missing fails every session for as long as it runs (the cap is reached long before).
+        return min(self.backoff_cap_s, RECONNECT_DELAY_S * 2.0 ** min(max(0, failures - 1), 32))
 
     def _log_failure(self, event: str, exc: BaseException) -> None:
         if is_transient(exc):
