@@ -37,6 +37,7 @@ log = structlog.get_logger(__name__)
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}\.[^@\s]+$")
 _USERNAME = re.compile(r"^[a-z0-9._@+-]{1,255}$")
 MAX_PAGE = 100
+MAX_OFFSET = 2**31 - 1
 
 
 async def authorize(realm: Realm, token: str | None, role: str) -> str:
@@ -78,20 +79,34 @@ def _email(rep: Mapping[str, Any]) -> str | None:
     return email.lower()
 
 
+def _flag(rep: Mapping[str, Any], key: str, default: bool) -> bool:
+    # A boolean, as Keycloak's representation has it: bool("false") would be True.
+    value = rep.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidUser(f"{key} must be true or false")
+    return value
+
+
 def _actions(rep: Mapping[str, Any], key: str = "requiredActions") -> list[str]:
     actions = rep.get(key) or []
-    if not isinstance(actions, list) or not set(actions) <= REQUIRED_ACTIONS:
+    if not isinstance(actions, list) or not all(
+        isinstance(a, str) and a in REQUIRED_ACTIONS for a in actions
+    ):
         raise InvalidUser(f"{key} may only hold {sorted(REQUIRED_ACTIONS)}")
     return list(dict.fromkeys(actions))
 
 
-def _password_credential(rep: Mapping[str, Any]) -> tuple[str, bool]:
+def _password_credential(rep: Any) -> tuple[str, bool]:
+    if not isinstance(rep, Mapping):
+        raise InvalidUser("a credential is a JSON object")
     if rep.get("type", "password") != "password":
         raise InvalidUser("only password credentials are supported")
     value = rep.get("value")
     if not isinstance(value, str) or not value:
         raise InvalidUser("the credential has no value")
-    return value, bool(rep.get("temporary", False))
+    return value, _flag(rep, "temporary", False)
 
 
 async def create_user(realm: Realm, rep: Mapping[str, Any]) -> str:
@@ -124,8 +139,8 @@ async def create_user(realm: Realm, rep: Mapping[str, Any]) -> str:
             email,
             _text(rep, "firstName"),
             _text(rep, "lastName"),
-            bool(rep.get("enabled", False)),
-            bool(rep.get("emailVerified", False)),
+            _flag(rep, "enabled", False),
+            _flag(rep, "emailVerified", False),
             password_hash,
             actions,
         )
@@ -146,10 +161,14 @@ def _check_length(realm: Realm, password: str) -> None:
 async def find_users(realm: Realm, query: Mapping[str, str]) -> list[dict[str, Any]]:
     exact = query.get("exact", "false").lower() == "true"
     try:
-        first = max(0, int(query.get("first", "0")))
-        limit = min(MAX_PAGE, max(0, int(query.get("max", str(MAX_PAGE)))))
+        first = int(query.get("first", "0"))
+        limit = int(query.get("max", str(MAX_PAGE)))
     except ValueError as exc:
         raise InvalidUser("first and max must be integers") from exc
+    # Bounded as the document says (a page offset past 2**31 would overflow the query's integer).
+    if not (0 <= first <= MAX_OFFSET and 0 <= limit <= MAX_OFFSET):
+        raise InvalidUser(f"first and max must be integers from 0 to {MAX_OFFSET}")
+    limit = min(MAX_PAGE, limit)
     rows = await realm.pool.fetch(
         Q["find_users"],
         query.get("username") or None,
@@ -180,8 +199,8 @@ async def update_user(realm: Realm, user_id: str, rep: Mapping[str, Any]) -> Non
             email,
             _text(rep, "firstName") if "firstName" in rep else user.first_name,
             _text(rep, "lastName") if "lastName" in rep else user.last_name,
-            bool(rep["enabled"]) if "enabled" in rep else user.enabled,
-            bool(rep["emailVerified"]) if "emailVerified" in rep else user.email_verified,
+            _flag(rep, "enabled", user.enabled),
+            _flag(rep, "emailVerified", user.email_verified),
             _actions(rep) if "requiredActions" in rep else list(user.required_actions),
         )
     except asyncpg.UniqueViolationError as exc:

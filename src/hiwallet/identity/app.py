@@ -21,6 +21,7 @@ from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
 from hiwallet.identity.authn import authenticate_client
 from hiwallet.identity.context import Realm
+from hiwallet.identity.document import document
 from hiwallet.identity.errors import InvalidToken, InvalidUser, LoginPageError, OAuthError
 from hiwallet.identity.housekeeping import purge_expired
 from hiwallet.identity.keys import KeyRing, ensure_keys
@@ -326,6 +327,7 @@ def create_identity_app(
         extra_problem_handlers=[(OAuthError, _on_oauth_error), (LoginPageError, _on_login_error)],
     )
     app.include_router(router)
+    document(app, realm_name)
     if realm_name == "hiwallet-staff" and settings.staff_allowed_networks:
         app.add_middleware(InternalNetworkOnly, networks=settings.staff_allowed_networks)
     return app
