@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from hiwallet.bank.adapter import retention_job
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.pool import dedicated_connection
+from hiwallet.bank.pool import database_spec
 from hiwallet.bank.store import BankStore, Received, Recorded
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
@@ -77,7 +77,7 @@ async def test_old_applied_callbacks_and_sent_outbox_rows_go_the_rest_stays(
     )
 
     settings = bank_settings(bank_db, retention_h=24, retention_batch=2, retention_max_batches=2)
-    job = retention_job(store, settings, metrics, dedicated_connection(settings, get_settings()))
+    job = retention_job(store, settings, metrics, database_spec(settings).dedicated(get_settings()))
     assert await job.run_once()
     # bounded: two batches of two this round, the fifth the next
     assert len(await inbox(owner)) == 3

@@ -22,7 +22,7 @@ from hiwallet.onboarding.settings import (
     check_production,
     get_onboarding_settings,
 )
-from hiwallet.onboarding.store import create_onboarding_pool
+from hiwallet.onboarding.store import database_spec
 from tests.onboarding.conftest import AYSE, PASSWORD, Onboarding
 
 PHONE = "+905321110009"
@@ -95,7 +95,7 @@ async def test_rekey_reseals_everything_under_the_new_key(
 ) -> None:
     _, customer_id = await verified_customer(onb)
     both = KeyRing.parse(f"{NEW_KEY},{DEV_DATA_KEYS}")
-    pool = await create_onboarding_pool(onb.settings, get_settings(), max_size=2)
+    pool = await database_spec(onb.settings).create_pool(get_settings(), max_size=2)
     try:
         report = await rekey(pool, both, batch=1)
     finally:

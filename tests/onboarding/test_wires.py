@@ -31,7 +31,7 @@ from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.onboarding.app import create_onboarding_app
 from hiwallet.onboarding.clients import DependencyUnavailable, ServiceToken, WalletApi
 from hiwallet.onboarding.crypto import Hasher
-from hiwallet.onboarding.store import create_onboarding_pool
+from hiwallet.onboarding.store import database_spec
 from hiwallet.onboarding.wires import CONSUMER_NAME, BankWires, WireHandler, WiresSettings
 from tests.core.spine import collect
 from tests.faultproxy import FaultProxy
@@ -124,7 +124,7 @@ async def consume(
 
 @pytest.fixture
 async def pool(onb: Onboarding) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_onboarding_pool(onb.settings, get_settings(), max_size=4)
+    p = await database_spec(onb.settings).create_pool(get_settings(), max_size=4)
     yield p
     await p.close()
 

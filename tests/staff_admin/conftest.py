@@ -19,7 +19,7 @@ import pytest
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
 from hiwallet.fakes.mail import MailCatcherSettings, create_mail_catcher_app
-from hiwallet.staff_admin.app import create_staff_admin_app, create_staff_admin_pool
+from hiwallet.staff_admin.app import create_staff_admin_app, database_spec
 from hiwallet.staff_admin.identity import StaffRealm
 from hiwallet.staff_admin.service import PERMISSIONS, StaffAdmin
 from hiwallet.staff_admin.settings import StaffAdminSettings
@@ -224,7 +224,7 @@ def staff_admin(staff_idp: IdentityServer, staff_admin_db: str) -> Iterator[Staf
 
 async def service_of(server: StaffAdminServer) -> tuple[StaffAdmin, Callable[[], Awaitable[None]]]:
     """The service on a pool of its own (what a shell's command uses), and how to close it."""
-    pool = await create_staff_admin_pool(server.settings, get_settings(), max_size=2)
+    pool = await database_spec(server.settings).create_pool(get_settings(), max_size=2)
     realm = StaffRealm(server.settings, httpx.AsyncClient())
 
     async def close() -> None:

@@ -16,7 +16,7 @@ import pytest
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 from hiwallet.topup_webhook import providers
-from hiwallet.topup_webhook.app import create_topup_pool
+from hiwallet.topup_webhook.app import database_spec
 from hiwallet.topup_webhook.providers import Notification
 from hiwallet.topup_webhook.store import IngestItem, Outcome, TopupStore, Unstorable
 from tests.topup_webhook.conftest import (
@@ -38,7 +38,7 @@ EXCHANGE = "hwt.topups"
 @pytest.fixture
 async def pool(topup_db: str) -> AsyncIterator[asyncpg.Pool]:
     # as the service connects: the application role, through the SECURITY DEFINER functions
-    p = await create_topup_pool(topup_settings(topup_db), get_settings(), max_size=2)
+    p = await database_spec(topup_settings(topup_db)).create_pool(get_settings(), max_size=2)
     yield p
     await p.close()
 

@@ -18,7 +18,7 @@ import pytest
 
 from hiwallet.core.settings import get_settings
 from hiwallet.topup_webhook import providers
-from hiwallet.topup_webhook.app import create_topup_pool
+from hiwallet.topup_webhook.app import database_spec
 from hiwallet.topup_webhook.providers import Notification
 from hiwallet.topup_webhook.store import IngestItem, Outcome, Q, TopupStore
 from tests import pgtemplate
@@ -31,7 +31,7 @@ ROUNDS = 16  # payments raced; each round is one forced collision
 
 @pytest.fixture
 async def pool(topup_db: str) -> AsyncIterator[asyncpg.Pool]:
-    p = await create_topup_pool(topup_settings(topup_db), get_settings(), max_size=4)
+    p = await database_spec(topup_settings(topup_db)).create_pool(get_settings(), max_size=4)
     yield p
     await p.close()
 

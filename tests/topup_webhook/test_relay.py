@@ -17,7 +17,7 @@ from hiwallet.core.broker import Broker
 from hiwallet.core.ids import derived_id
 from hiwallet.core.outbox import Relay
 from hiwallet.core.settings import Settings, get_settings
-from hiwallet.topup_webhook.app import RELAY_LOCK_KEY, create_topup_webhook_app, dedicated_connection
+from hiwallet.topup_webhook.app import RELAY_LOCK_KEY, create_topup_webhook_app, database_spec
 from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
 from tests.core import spine
@@ -130,7 +130,7 @@ async def test_a_relay_leading_in_another_instance_is_woken_by_the_hint(
     settings = topup_settings(topup_db, exchange=names.exchange)
     await broker.declare(names.topology())
     elsewhere = Relay(
-        connect=dedicated_connection(settings, get_settings()),
+        connect=database_spec(settings).dedicated(get_settings()),
         broker=broker,
         table=OUTBOX_TABLE,
         channel=OUTBOX_CHANNEL,

@@ -21,7 +21,7 @@ from hiwallet.cli import app
 from hiwallet.contracts.withdrawals import Requester, command_id
 from hiwallet.core.settings import get_settings
 from hiwallet.withdrawals import cli as withdrawals_cli
-from hiwallet.withdrawals.app import create_withdrawal_pool
+from hiwallet.withdrawals.app import database_spec
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import WithdrawalService
 from tests.servers import free_port, until_serving
@@ -40,7 +40,7 @@ async def test_an_operator_reviews_releases_cancels_and_scans(
 ) -> None:
     settings = settings_for(withdrawal_db)
     monkeypatch.setattr(withdrawals_cli, "get_withdrawal_settings", lambda: settings)
-    pool = await create_withdrawal_pool(settings, get_settings(), max_size=2)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
     try:
         service = WithdrawalService(pool, settings, WithdrawalMetrics())
         big = settings.review_above_minor + 1

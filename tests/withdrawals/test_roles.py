@@ -13,7 +13,7 @@ from hiwallet.contracts import databases
 from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
-from hiwallet.withdrawals.app import create_withdrawal_pool
+from hiwallet.withdrawals.app import database_spec
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import WithdrawalService
 from tests.core.test_roles import expected, privileges, refusals, table_names
@@ -85,7 +85,7 @@ async def test_the_withdrawal_roles_may_do_exactly_what_their_service_needs(
 
 async def test_the_application_role_cannot_rewrite_history_or_what_was_asked(withdrawal_db: str) -> None:
     settings = settings_for(withdrawal_db)
-    pool = await create_withdrawal_pool(settings, get_settings(), max_size=2)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
     try:
         service = WithdrawalService(pool, settings, WithdrawalMetrics())
         answer = await service.request(

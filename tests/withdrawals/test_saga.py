@@ -29,7 +29,7 @@ from hiwallet.core.http import ProblemError
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.settings import get_settings
 from hiwallet.withdrawals import errors
-from hiwallet.withdrawals.app import create_withdrawal_pool, dedicated_connection, retention_job
+from hiwallet.withdrawals.app import database_spec, retention_job
 from hiwallet.withdrawals.domain import ALLOWED, State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import WithdrawalService, _lock_key, view
@@ -41,7 +41,7 @@ REVIEW_ABOVE = 1_000_000
 @pytest.fixture
 async def service(withdrawal_db: str) -> AsyncIterator[WithdrawalService]:
     settings = settings_for(withdrawal_db, review_above_minor_by_currency={"EUR": 50_000})
-    pool = await create_withdrawal_pool(settings, get_settings(), max_size=4)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=4)
     woken: list[int] = []
     svc = WithdrawalService(pool, settings, WithdrawalMetrics(), on_committed=lambda: woken.append(1))
     svc.woken = woken  # type: ignore[attr-defined]
@@ -321,7 +321,7 @@ async def test_the_stuck_scan_publishes_the_waiting_command_again(
 
 async def test_the_stuck_scan_is_bounded_per_round(withdrawal_db: str, owner: asyncpg.Connection) -> None:
     settings = settings_for(withdrawal_db, stuck_scan_batch=3)
-    pool = await create_withdrawal_pool(settings, get_settings(), max_size=2)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
     try:
         service = WithdrawalService(pool, settings, WithdrawalMetrics())
         sagas = [await start(service) for _ in range(5)]
@@ -439,7 +439,7 @@ async def test_the_retention_purges_old_keys_and_sent_commands_only(
         "UPDATE withdrawal.outbox SET sent_at = now() - interval '49 hours' WHERE body ->> 'saga_id' = $1",
         old,
     )
-    job = retention_job(service, service.settings, dedicated_connection(service.settings, get_settings()))
+    job = retention_job(service, service.settings, database_spec(service.settings).dedicated(get_settings()))
     assert await job.run_once()
     remaining = await owner.fetch("SELECT body ->> 'saga_id' AS s FROM withdrawal.outbox")
     assert [r["s"] for r in remaining] == [fresh]  # the unsent one stays, however old

@@ -24,12 +24,11 @@ from fastapi import FastAPI
 from hiwallet.bank.client import BankClient, BankUnavailable
 from hiwallet.bank.handler import CONSUMER_NAME, TransferHandler
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.pool import database_of
+from hiwallet.bank.pool import database_spec
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, OUTBOX_TABLE, BankStore, StoreUnavailable
 from hiwallet.contracts.withdrawals import withdrawals_topology
-from hiwallet.core import db
 from hiwallet.core.broker import Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
 from hiwallet.core.http import serve, settle_heap_once_started
@@ -37,7 +36,7 @@ from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
 from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
+from hiwallet.core.service import Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
 
 log = structlog.get_logger(__name__)
@@ -189,7 +188,7 @@ def service_spec(
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("bank"), settings.db_pool_max_size),
+        database=database_spec(settings),
         messaging=Messaging(topology),
         # the command in hand finishes (its bank call included); past this it is given back
         consumer_stop_timeout_s=settings.stop_timeout_s,

@@ -14,7 +14,7 @@ from rich.console import Console
 from hiwallet.bank.adapter import reconcile_job
 from hiwallet.bank.client import BankClient
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.pool import create_bank_pool, dedicated_connection
+from hiwallet.bank.pool import database_spec
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore
@@ -29,7 +29,7 @@ console = Console(emoji=False, soft_wrap=True)
 async def reconcile_once(settings: BankSettings) -> int | None:
     """One round; None when another instance holds the round's lock (it is running one)."""
     core = get_settings()
-    pool = await create_bank_pool(settings, core, max_size=2)
+    pool = await database_spec(settings).create_pool(core, max_size=2)
     bank = BankClient.from_settings(settings)
     # what it records wakes bank-adapter's relay (in another process: one NOTIFY after commits)
     hint = RelayHint(pool, OUTBOX_CHANNEL)
@@ -47,7 +47,7 @@ async def reconcile_once(settings: BankSettings) -> int | None:
             found.append(await reconciler.run())
             return found[-1]
 
-        job = reconcile_job(round_, settings, dedicated_connection(settings, core))
+        job = reconcile_job(round_, settings, database_spec(settings).dedicated(core))
         return found[0] if await job.run_once() else None
     finally:
         await hint.aclose()

@@ -25,14 +25,13 @@ from fastapi.responses import Response
 
 from hiwallet.bank import errors
 from hiwallet.bank.metrics import WebhookMetrics
-from hiwallet.bank.pool import database_of
+from hiwallet.bank.pool import database_spec
 from hiwallet.bank.settings import BankSettings, get_bank_settings
 from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore, Received, StoreUnavailable, Unstorable
-from hiwallet.core import db
 from hiwallet.core.http import LeanRoute, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.relay_hint import RelayHint
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
+from hiwallet.core.service import Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.core.text import has_control_characters
 from hiwallet.core.webhooks import StandardWebhookSignature, VerificationFailed
@@ -175,7 +174,7 @@ def service_spec(settings: BankSettings, verifier: StandardWebhookSignature) -> 
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("bank"), settings.db_pool_max_size),
+        database=database_spec(settings),
         routers=(router,),
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,

@@ -204,6 +204,24 @@ class DatabaseSpec:
     # Run on each new connection of the pool (the ledger's codecs: ledger.init_connection).
     init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
 
+    async def create_pool(
+        self, settings: Settings | None = None, *, max_size: int | None = None
+    ) -> asyncpg.Pool:
+        """A pool on the database as the role: the service's own (the builder's), or a small
+        one for a command or a test (``max_size``)."""
+        return await db.create_pool(
+            self.name,
+            role=self.role,
+            settings=settings or get_settings(),
+            max_size=max_size or self.pool_max_size,
+            init=self.init,
+        )
+
+    def dedicated(self, settings: Settings | None = None) -> Callable[[], Awaitable[asyncpg.Connection]]:
+        """Connections of their own, as the role (a relay's session lock and LISTEN, each job
+        round's lock: never a pooled one)."""
+        return db.dedicated_connection(self.name, self.role, settings or get_settings())
+
 
 @dataclass
 class Runtime:
@@ -352,15 +370,8 @@ def service_lifespan(
         pool: asyncpg.Pool | None = None
         connect: Callable[[], Awaitable[asyncpg.Connection]] | None = None
         if spec.database is not None:
-            database = spec.database
-            pool = await db.create_pool(
-                database.name,
-                role=database.role,
-                settings=core,
-                max_size=database.pool_max_size,
-                init=database.init,
-            )
-            connect = db.dedicated_connection(database.name, database.role, core)
+            pool = await spec.database.create_pool(core)
+            connect = spec.database.dedicated(core)
             ready_pool = pool
 
             async def database_ready() -> None:

@@ -6,7 +6,7 @@ personal data, sealed field by field in its own database. docs/onboarding.md."""
 from hiwallet.onboarding.clients import DependencyUnavailable, PersonalAccount, ServiceToken, WalletApi
 from hiwallet.onboarding.crypto import Hasher, KeyRing
 from hiwallet.onboarding.settings import OnboardingSettings, get_onboarding_settings
-from hiwallet.onboarding.store import TIERS, create_onboarding_pool, customer_by_wallet, record_tier
+from hiwallet.onboarding.store import TIERS, customer_by_wallet, database_spec, record_tier
 
 __all__ = [
     "TIERS",
@@ -17,8 +17,8 @@ __all__ = [
     "PersonalAccount",
     "ServiceToken",
     "WalletApi",
-    "create_onboarding_pool",
     "customer_by_wallet",
+    "database_spec",
     "get_onboarding_settings",
     "record_tier",
 ]

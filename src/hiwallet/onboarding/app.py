@@ -10,13 +10,12 @@ import httpx
 import structlog
 from fastapi import FastAPI
 
-from hiwallet.core import db
 from hiwallet.core.auth import TrustedIssuer
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.service import Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings
 from hiwallet.onboarding.clients import IdentityAdmin, ServiceToken, Sms, WalletApi
 from hiwallet.onboarding.crypto import Hasher, KeyRing
@@ -26,7 +25,7 @@ from hiwallet.onboarding.registry import Registry
 from hiwallet.onboarding.routes import router
 from hiwallet.onboarding.service import OnboardingService
 from hiwallet.onboarding.settings import OnboardingSettings, check_production, get_onboarding_settings
-from hiwallet.onboarding.store import database_of
+from hiwallet.onboarding.store import database_spec
 from hiwallet.onboarding.wires import WiresSettings, wires_consumer, wires_topology
 
 log = structlog.get_logger(__name__)
@@ -108,7 +107,7 @@ def service_spec(settings: OnboardingSettings, wires: WiresSettings) -> ServiceS
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("onboarding"), settings.db_pool_max_size),
+        database=database_spec(settings),
         issuers=lambda: issuers_of(settings),
         # Off: onboarding runs without a broker (the wires wait in their queue).
         messaging=Messaging(wires_topology(wires)) if wires.wires_enabled else None,

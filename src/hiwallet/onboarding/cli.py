@@ -16,7 +16,7 @@ from hiwallet.core.settings import get_settings
 from hiwallet.onboarding.crypto import KeyRing
 from hiwallet.onboarding.rekey import count_rows, rekey
 from hiwallet.onboarding.settings import get_onboarding_settings
-from hiwallet.onboarding.store import create_onboarding_pool
+from hiwallet.onboarding.store import database_spec
 
 __all__ = ["onboarding_app"]
 
@@ -31,7 +31,7 @@ def rekey_command(batch: Annotated[int, typer.Option(min=1, max=10_000)] = 500) 
     ring = KeyRing.parse(settings.data_keys.get_secret_value())
 
     async def main() -> tuple[int, int]:
-        pool = await create_onboarding_pool(settings, get_settings(), max_size=2)
+        pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
         try:
             total = await count_rows(pool)
             columns = (

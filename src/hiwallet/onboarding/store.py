@@ -11,7 +11,7 @@ import asyncpg
 from hiwallet.contracts.databases import DATABASES
 from hiwallet.core import db
 from hiwallet.core.queries import load_queries
-from hiwallet.core.settings import Settings
+from hiwallet.core.service import DatabaseSpec
 from hiwallet.onboarding.settings import OnboardingSettings
 
 Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
@@ -22,21 +22,11 @@ TIERS = ["unknown", "unverified", "verified", "contracted"]
 Executor: TypeAlias = asyncpg.Pool | asyncpg.Connection
 
 
-def database_of(settings: OnboardingSettings) -> str:
-    return settings.database or DATABASES["onboarding"]
-
-
-async def create_onboarding_pool(
-    settings: OnboardingSettings, core: Settings, *, max_size: int | None = None
-) -> asyncpg.Pool:
-    # As the onboarding database's application role whatever the database's name (tests use
-    # clones): db.create_pool refuses the owner or a superuser.
-    return await db.create_pool(
-        database_of(settings),
-        role=db.app_role("onboarding"),
-        settings=core,
-        max_size=max_size or settings.db_pool_max_size,
-    )
+def database_spec(settings: OnboardingSettings) -> DatabaseSpec:
+    """The onboarding database (``settings.database``: a clone, in tests) as its application role,
+    whatever the database's name (core.db.create_pool refuses the owner or a superuser)."""
+    database = settings.database or DATABASES["onboarding"]
+    return DatabaseSpec(database, db.app_role("onboarding"), settings.db_pool_max_size)
 
 
 async def customer_by_wallet(conn: Executor, wallet_id: str) -> asyncpg.Record | None:

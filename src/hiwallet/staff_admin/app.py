@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import httpx
 import structlog
 from fastapi import FastAPI
@@ -32,21 +31,11 @@ SERVICE = "staff-admin"
 BOOTSTRAP_RETRY_S = 5.0
 
 
-def database_of(settings: StaffAdminSettings) -> str:
-    return settings.database or DATABASES["staff_admin"]
-
-
-async def create_staff_admin_pool(
-    settings: StaffAdminSettings, core: Settings, *, max_size: int | None = None
-) -> asyncpg.Pool:
-    # As the staff-admin database's application role whatever the database's name (tests use
-    # clones): db.create_pool refuses the owner or a superuser.
-    return await db.create_pool(
-        database_of(settings),
-        role=db.app_role("staff_admin"),
-        settings=core,
-        max_size=max_size or settings.db_pool_max_size,
-    )
+def database_spec(settings: StaffAdminSettings) -> DatabaseSpec:
+    """The staff_admin database (``settings.database``: a clone, in tests) as its application role,
+    whatever the database's name (core.db.create_pool refuses the owner or a superuser)."""
+    database = settings.database or DATABASES["staff_admin"]
+    return DatabaseSpec(database, db.app_role("staff_admin"), settings.db_pool_max_size)
 
 
 def issuers_of(settings: StaffAdminSettings) -> list[TrustedIssuer]:
@@ -90,7 +79,7 @@ def service_spec(
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("staff_admin"), settings.db_pool_max_size),
+        database=database_spec(settings),
         issuers=lambda: issuers_of(settings),
     )
 

@@ -22,7 +22,7 @@ from hiwallet.core.actors import operator_actor
 from hiwallet.core.cli import run_command
 from hiwallet.core.http import PROBLEM_REFUSALS
 from hiwallet.core.settings import get_settings
-from hiwallet.staff_admin.app import create_staff_admin_pool
+from hiwallet.staff_admin.app import database_spec
 from hiwallet.staff_admin.identity import StaffRealm
 from hiwallet.staff_admin.login import LoginFailed, StaffClient, staff_token
 from hiwallet.staff_admin.service import StaffAdmin
@@ -44,7 +44,7 @@ def operator() -> str:
 
 @asynccontextmanager
 async def staff_service(settings: StaffAdminSettings) -> AsyncIterator[StaffAdmin]:
-    pool = await create_staff_admin_pool(settings, get_settings(), max_size=2)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
     realm = StaffRealm(settings)
     try:
         yield StaffAdmin(pool, settings, realm)

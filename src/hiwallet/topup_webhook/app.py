@@ -41,29 +41,11 @@ RECONCILE_LOCK_KEY = 0x6877_7463  # "hwtc"
 RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
 
 
-def database_of(settings: TopupWebhookSettings) -> str:
-    return settings.database or DATABASES["topup"]
-
-
-async def create_topup_pool(
-    settings: TopupWebhookSettings, core: Settings, *, max_size: int | None = None
-) -> asyncpg.Pool:
-    # As the top-up database's application role whatever the database's name (tests use
-    # clones): db.create_pool refuses the owner or a superuser.
-    return await db.create_pool(
-        database_of(settings),
-        role=db.app_role("topup"),
-        settings=core,
-        max_size=max_size or settings.db_pool_max_size,
-    )
-
-
-def dedicated_connection(
-    settings: TopupWebhookSettings, core: Settings
-) -> Callable[[], Awaitable[asyncpg.Connection]]:
-    """A connection of its own, as the application role (the relay's session lock and LISTEN,
-    each job round's lock: never a pooled one)."""
-    return db.dedicated_connection(database_of(settings), db.app_role("topup"), core)
+def database_spec(settings: TopupWebhookSettings) -> DatabaseSpec:
+    """The topup database (``settings.database``: a clone, in tests) as its application role,
+    whatever the database's name (core.db.create_pool refuses the owner or a superuser)."""
+    database = settings.database or DATABASES["topup"]
+    return DatabaseSpec(database, db.app_role("topup"), settings.db_pool_max_size)
 
 
 def topup_jobs(
@@ -143,7 +125,7 @@ def service_spec(
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("topup"), settings.db_pool_max_size),
+        database=database_spec(settings),
         messaging=Messaging(topology or topups_topology()),
     )
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import RelayHint
 from hiwallet.core.settings import get_settings
-from hiwallet.topup_webhook.app import RECONCILE_LOCK_KEY, create_topup_pool, dedicated_connection
+from hiwallet.topup_webhook.app import RECONCILE_LOCK_KEY, database_spec
 from hiwallet.topup_webhook.metrics import TopupMetrics
 from hiwallet.topup_webhook.reconcile import Reconciler, listings_for, provider_clients
 from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL
@@ -32,7 +32,7 @@ console = Console(emoji=False, soft_wrap=True)
 async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
     """One round; None when another instance holds the round's lock (it is running one)."""
     core = get_settings()
-    pool = await create_topup_pool(settings, core, max_size=2)
+    pool = await database_spec(settings).create_pool(core, max_size=2)
     clients = provider_clients(settings)
     # what it records wakes the service's relay (by a pg_notify: no relay runs here)
     hint = RelayHint(pool, OUTBOX_CHANNEL)
@@ -54,7 +54,7 @@ async def reconcile_once(settings: TopupWebhookSettings) -> int | None:
             settings.reconcile_interval_s,
             RECONCILE_LOCK_KEY,
             round_,
-            dedicated_connection(settings, core),
+            database_spec(settings).dedicated(core),
         )
         return found[0] if await job.run_once() else None
     finally:

@@ -54,29 +54,11 @@ STUCK_SCAN_LOCK_KEY = 0x6877_7773  # "hwws"
 RETENTION_LOCK_KEY = 0x6877_7764  # "hwwd"
 
 
-def database_of(settings: WithdrawalSettings) -> str:
-    return settings.database or DATABASES["withdrawal"]
-
-
-async def create_withdrawal_pool(
-    settings: WithdrawalSettings, core: Settings, *, max_size: int | None = None
-) -> asyncpg.Pool:
-    # As the withdrawal database's application role whatever the database's name (tests use
-    # clones): db.create_pool refuses the owner or a superuser.
-    return await db.create_pool(
-        database_of(settings),
-        role=db.app_role("withdrawal"),
-        settings=core,
-        max_size=max_size or settings.db_pool_max_size,
-    )
-
-
-def dedicated_connection(
-    settings: WithdrawalSettings, core: Settings
-) -> Callable[[], Awaitable[asyncpg.Connection]]:
-    """A connection of its own, as the application role (the relay's session lock and LISTEN,
-    each job round's lock: never a pooled one)."""
-    return db.dedicated_connection(database_of(settings), db.app_role("withdrawal"), core)
+def database_spec(settings: WithdrawalSettings) -> DatabaseSpec:
+    """The withdrawal database (``settings.database``: a clone, in tests) as its application role,
+    whatever the database's name (core.db.create_pool refuses the owner or a superuser)."""
+    database = settings.database or DATABASES["withdrawal"]
+    return DatabaseSpec(database, db.app_role("withdrawal"), settings.db_pool_max_size)
 
 
 def issuers_of(settings: WithdrawalSettings) -> list[TrustedIssuer]:
@@ -208,7 +190,7 @@ def service_spec(
     return ServiceSpec(
         SERVICE,
         setup,
-        database=DatabaseSpec(database_of(settings), db.app_role("withdrawal"), settings.db_pool_max_size),
+        database=database_spec(settings),
         issuers=lambda: issuers_of(settings),
         messaging=Messaging(withdrawals_topology()),
         routers=(lean_router, router, staff_router),

@@ -24,7 +24,7 @@ from hiwallet.core.http import PROBLEM_REFUSALS
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.outbox import RelayHint
 from hiwallet.core.settings import get_settings
-from hiwallet.withdrawals.app import STUCK_SCAN_LOCK_KEY, create_withdrawal_pool, dedicated_connection
+from hiwallet.withdrawals.app import STUCK_SCAN_LOCK_KEY, database_spec
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
 from hiwallet.withdrawals.service import OUTBOX_CHANNEL, WithdrawalService, view
 from hiwallet.withdrawals.settings import WithdrawalSettings, get_withdrawal_settings
@@ -38,7 +38,7 @@ T = TypeVar("T")
 @asynccontextmanager
 async def withdrawals_service(settings: WithdrawalSettings) -> AsyncIterator[WithdrawalService]:
     """The service on a small pool of its own; what it commits wakes the service's relay."""
-    pool = await create_withdrawal_pool(settings, get_settings(), max_size=2)
+    pool = await database_spec(settings).create_pool(get_settings(), max_size=2)
     hint = RelayHint(pool, OUTBOX_CHANNEL)
     try:
         yield WithdrawalService(pool, settings, WithdrawalMetrics(), on_committed=hint.committed)
@@ -70,7 +70,7 @@ async def scan_once(settings: WithdrawalSettings) -> int | None:
             settings.stuck_scan_interval_s,
             STUCK_SCAN_LOCK_KEY,
             round_,
-            dedicated_connection(settings, get_settings()),
+            database_spec(settings).dedicated(get_settings()),
         )
         return found[0] if await job.run_once() else None
 
