@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
+.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,9 +35,15 @@ lint: install
 # worker left a core idle half the time), so two halve it; --dist loadfile keeps each file on one
 # worker (a module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one
 # process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
-test: install lint
+test: install lint browser
 	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
 	$(BIN)/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+
+# Debian's chromium, which the browser tests drive with Playwright (tests/browser): installed when
+# missing (as root, as the broker plugin is; apt's lists are refreshed only if the first try fails).
+browser:
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null)
 
 # migrations/<db>/schema.sql, the live schema, from freshly migrated databases: run after adding
 # a migration (tests/core/test_schema.py fails until the committed files match).
