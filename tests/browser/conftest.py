@@ -1,7 +1,7 @@
 """A real browser for the tests of pages: Debian's chromium (``make browser`` installs it),
-driven by Playwright's async API (on the tests' one event loop: the sync API would run a loop of
-its own in the thread, which pytest-asyncio's loop cannot share), as a person would use the pages; each page checked with
-axe-core and photographed at a desktop's and a phone's width.
+driven by Playwright's async API (on the tests' one event loop: the sync API would run a loop
+of its own in the thread, which pytest-asyncio's loop cannot share), as a person would use the
+pages; each page checked with axe-core and photographed at a desktop's and a phone's width.
 
 Screenshots are the run's artifacts, kept in ``$HIWALLET_TEST_ARTIFACTS`` (default
 ``test-artifacts/`` at the repository's root, not committed)."""
@@ -78,7 +78,7 @@ async def blocking_violations(page: Page) -> list[str]:
 
 async def check_page(page: Page, name: str) -> None:
     """The page passes axe-core at each width and is photographed there (the run's artifacts)."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, before the pages load)
     original = page.viewport_size
     try:
         for width in WIDTHS:

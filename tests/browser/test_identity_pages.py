@@ -78,7 +78,8 @@ async def test_a_customer_signs_in_through_the_pages(page: Page, customer_idp: I
 
     form = {"grant_type": "authorization_code", "code": code, "redirect_uri": CALLBACK}
     auth = (CLIENT, SECRETS[CLIENT])
-    wrong = httpx.post(customer_idp.token_url, data={**form, "code_verifier": "x" * 43}, auth=auth)
+    async with httpx.AsyncClient(auth=auth) as client:
+        wrong = await client.post(customer_idp.token_url, data={**form, "code_verifier": "x" * 43})
     assert wrong.status_code == 400, wrong.text
     # A code is used once: the refused try above spent it (RFC 6749 §4.1.2), so sign in again.
     await page.goto(_login_url(customer_idp, challenge, state))
@@ -87,9 +88,10 @@ async def test_a_customer_signs_in_through_the_pages(page: Page, customer_idp: I
     await page.get_by_role("button", name="Sign in").click()
     await page.wait_for_url(f"{CALLBACK}**")
     code = parse_qs(urlsplit(reached[-1]).query)["code"][0]
-    tokens = httpx.post(
-        customer_idp.token_url, data={**form, "code": code, "code_verifier": verifier}, auth=auth
-    )
+    async with httpx.AsyncClient(auth=auth) as client:
+        tokens = await client.post(
+            customer_idp.token_url, data={**form, "code": code, "code_verifier": verifier}
+        )
     assert tokens.status_code == 200, tokens.text
     assert {"access_token", "refresh_token", "id_token"} <= set(tokens.json())
 
