@@ -1,0 +1,35 @@
+"""What every BFF needs, knowing no business word: sealed cookies (:mod:`.seal`), its OpenID
+Connect client (:mod:`.oidc`), sessions with refresh, logout and the CSRF check (:mod:`.session`)
+and the pages' security headers (:mod:`.headers`). docs/architecture.md, "The BFFs"."""
+
+from hiwallet.core.bff.headers import SecurityHeaders, content_security_policy
+from hiwallet.core.bff.oidc import GrantRefused, IdentityUnavailable, OidcClient, OidcClientConfig, Tokens
+from hiwallet.core.bff.seal import KEY_BYTES, Sealer, SealError, parse_key_ring
+from hiwallet.core.bff.session import (
+    BffSessions,
+    CsrfRefused,
+    Session,
+    SessionCookies,
+    is_local_http,
+    safe_return_path,
+)
+
+__all__ = [
+    "KEY_BYTES",
+    "BffSessions",
+    "CsrfRefused",
+    "GrantRefused",
+    "IdentityUnavailable",
+    "OidcClient",
+    "OidcClientConfig",
+    "SealError",
+    "Sealer",
+    "SecurityHeaders",
+    "Session",
+    "SessionCookies",
+    "Tokens",
+    "content_security_policy",
+    "is_local_http",
+    "parse_key_ring",
+    "safe_return_path",
+]
