@@ -93,6 +93,8 @@ async def check_page(page: Page, name: str) -> None:
 
 
 # identity's servers (the sign-in pages every BFF sends a person to)
+# the outside institutions' fakes and a receiver of their webhooks (stripe-fake's hosted checkout)
+from tests.fakes.conftest import receiver, stripe_fake, stripe_overrides, stripe_settings  # noqa: E402, F401
 from tests.identity.conftest import (  # noqa: E402, F401
     customer_idp,
     identity_factory,

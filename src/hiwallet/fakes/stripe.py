@@ -24,11 +24,12 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from html import escape
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -36,6 +37,9 @@ from hiwallet.fakes.delivery import Deliverer, DeliverySettings, Notification, c
 from hiwallet.fakes.serving import serve
 
 __all__ = [
+    "TEST_CARD_DECLINED",
+    "TEST_CARD_SUCCEEDS",
+    "Checkout",
     "StripeFake",
     "StripeFakeSettings",
     "create_stripe_fake_app",
@@ -62,6 +66,9 @@ class StripeFakeSettings(DeliverySettings):
         default=["whsec_dev_stripe_fake_0123456789abcdef"], min_length=1, max_length=5
     )
     api_key: str = "sk_test_hiwallet_dev"
+    # Where a person's browser reaches the hosted checkout pages (a Checkout Session's ``url``).
+    public_url: str = "http://127.0.0.1:8096"
+    checkout_lifetime_s: int = Field(default=86_400, ge=60, le=86_400)
     # The api_version the events carry (the stripe client this repository pins).
     api_version: str = "2026-10-28.endive"
     max_body_bytes: int = 16_384
@@ -135,6 +142,7 @@ class StripeFake:
         self.payment_intents: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.events: OrderedDict[str, _StoredEvent] = OrderedDict()
         self._idempotent: OrderedDict[str, tuple[str, str]] = OrderedDict()  # key -> (fingerprint, pi)
+        self.checkout_sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def _sign(self, notification: Notification, timestamp: int) -> Mapping[str, str]:
         return {
@@ -158,22 +166,48 @@ class StripeFake:
                 )
             if pi_id in self.payment_intents:
                 return self.payment_intents[pi_id]
-        now = int(time.time())
-        currency = request.currency.lower()
+        request_info = {"id": random_id("req_", 14), "idempotency_key": idempotency_key}
         metadata = {"wallet": request.wallet} if request.wallet is not None else {}
+        intent, _ = self.pay(
+            amount=request.amount,
+            currency=request.currency,
+            metadata=metadata,
+            description=request.description,
+            request_info=request_info,
+        )
+        if idempotency_key is not None:
+            self._idempotent[idempotency_key] = (fingerprint, intent["id"])
+            self._bound(self._idempotent)
+        return intent
+
+    def pay(
+        self,
+        *,
+        amount: int,
+        currency: str,
+        metadata: Mapping[str, str],
+        description: str | None,
+        request_info: Mapping[str, Any],
+        session: dict[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A card payment that succeeded: its PaymentIntent, its Checkout Session (``session``,
+        completed here, or one made for it) and the two events, sent moments later."""
+        now = int(time.time())
+        currency = currency.lower()
+        metadata = dict(metadata)
         pi_id = random_id("pi_")
         intent: dict[str, Any] = {
             "id": pi_id,
             "object": "payment_intent",
-            "amount": request.amount,
+            "amount": amount,
             "amount_capturable": 0,
-            "amount_received": request.amount,
+            "amount_received": amount,
             "capture_method": "automatic",
             "confirmation_method": "automatic",
             "created": now,
             "currency": currency,
             "customer": None,
-            "description": request.description,
+            "description": description,
             "latest_charge": random_id("ch_"),
             "livemode": False,
             "metadata": metadata,
@@ -181,26 +215,25 @@ class StripeFake:
             "payment_method_types": ["card"],
             "status": "succeeded",
         }
-        session: dict[str, Any] = {
-            "id": random_id("cs_test_", 56),
-            "object": "checkout.session",
-            "amount_subtotal": request.amount,
-            "amount_total": request.amount,
-            "client_reference_id": request.wallet,
-            "created": now,
-            "currency": currency,
-            "customer": None,
-            "expires_at": now + 86_400,
-            "livemode": False,
-            "metadata": metadata,
-            "mode": "payment",
-            "payment_intent": pi_id,
-            "payment_method_types": ["card"],
-            "payment_status": "paid",
-            "status": "complete",
-            "success_url": None,
-        }
-        request_info = {"id": random_id("req_", 14), "idempotency_key": idempotency_key}
+        if session is None:
+            session = {
+                "id": random_id("cs_test_", 56),
+                "object": "checkout.session",
+                "amount_subtotal": amount,
+                "amount_total": amount,
+                "client_reference_id": metadata.get("wallet"),
+                "created": now,
+                "currency": currency,
+                "customer": None,
+                "expires_at": now + 86_400,
+                "livemode": False,
+                "metadata": metadata,
+                "mode": "payment",
+                "payment_method_types": ["card"],
+                "success_url": None,
+                "url": None,
+            }
+        session.update(payment_intent=pi_id, payment_status="paid", status="complete", url=None)
         batch = []
         for event_type, obj in ((CHECKOUT_COMPLETED, session), (PAYMENT_SUCCEEDED, intent)):
             event_id = random_id("evt_")
@@ -212,7 +245,7 @@ class StripeFake:
                 "data": {"object": obj},
                 "livemode": False,
                 "pending_webhooks": 1,
-                "request": request_info,
+                "request": dict(request_info),
                 "type": event_type,
             }
             # Stripe's bodies are pretty-printed, two spaces: a receiver must verify the raw bytes.
@@ -220,20 +253,17 @@ class StripeFake:
             self.events[event_id] = _StoredEvent(event_id, now, event_type, body)
             batch.append(Notification(event_id, event_type, self.settings.webhook_url, body))
         self.payment_intents[pi_id] = intent
-        if idempotency_key is not None:
-            self._idempotent[idempotency_key] = (fingerprint, pi_id)
-            self._bound(self._idempotent)
         self._bound(self.payment_intents)
         self._bound(self.events)
         log.info(
             "payment accepted",
             payment_intent=pi_id,
-            amount=request.amount,
+            amount=amount,
             currency=currency,
             events=[n.event_id for n in batch],
         )
         self.deliverer.submit(batch)
-        return intent
+        return intent, session
 
     def list_events(self, query: Mapping[str, str]) -> dict[str, Any]:
         limit = _int_param(query, "limit", 10)
@@ -346,6 +376,195 @@ async def _read_topup(request: Request, max_body_bytes: int) -> _TopupRequest:
         raise _StripeError(400, f"{error['msg']}: {param}", code=code, param=param) from exc
 
 
+# ---------------------------------------------------------------------------------------------
+# Stripe Checkout: a session made by the merchant's server, paid by a person on a hosted page
+# ---------------------------------------------------------------------------------------------
+
+# Stripe's test cards: this one succeeds, the other is declined (card_declined).
+TEST_CARD_SUCCEEDS = "4242424242424242"
+TEST_CARD_DECLINED = "4000000000000002"
+_MAX_URL = 2_000
+
+
+def _checked_url(fields: Mapping[str, str], name: str, *, required: bool) -> str | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise _StripeError(400, f"Missing required param: {name}.", code="parameter_missing", param=name)
+        return None
+    if len(value) > _MAX_URL or not value.startswith(("http://", "https://")):
+        raise _StripeError(400, f"Not a valid URL: {name}", code="url_invalid", param=name)
+    return value
+
+
+def _line_item_amount(fields: Mapping[str, str]) -> tuple[int, str, str | None]:
+    """The session's amount and currency, from its one line item (``price_data``), as the
+    merchant's form-encoded call gives it; the fake sells one thing at a time."""
+    prefix = "line_items[0]"
+    try:
+        unit = int(fields[f"{prefix}[price_data][unit_amount]"])
+        quantity = int(fields.get(f"{prefix}[quantity]", "1"))
+        currency = fields[f"{prefix}[price_data][currency]"]
+    except KeyError as exc:
+        raise _StripeError(400, f"Missing required param: {exc.args[0]}.", code="parameter_missing") from exc
+    except ValueError as exc:
+        raise _StripeError(400, "Invalid integer in line_items.", code="parameter_invalid_integer") from exc
+    amount = unit * quantity
+    if not (unit > 0 and 0 < quantity <= 1_000 and amount <= 99_999_999):
+        raise _StripeError(400, "The amount must be between 1 and 99999999.", code="amount_too_large")
+    if len(currency) != 3 or not currency.isalpha():
+        raise _StripeError(400, "Invalid currency.", code="parameter_invalid", param="currency")
+    name = fields.get(f"{prefix}[price_data][product_data][name]")
+    return amount, currency.lower(), name[:200] if name else None
+
+
+def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
+    html = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)} · stripe-fake</title>
+<style>
+body{{font-family:system-ui,sans-serif;background:#f6f9fc;color:#1a1f36;margin:0;padding:1rem}}
+main{{max-width:26rem;margin:2rem auto;background:#fff;border-radius:8px;padding:1.5rem;
+box-shadow:0 2px 8px rgba(0,0,0,.08)}}
+label{{display:block;margin-top:1rem;font-weight:600}}
+input{{width:100%;box-sizing:border-box;padding:.6rem;font-size:1rem;border:1px solid #8792a2;
+border-radius:4px}}
+button{{margin-top:1.5rem;width:100%;padding:.8rem;font-size:1rem;background:#4f46e5;color:#fff;border:0;
+border-radius:4px}}
+.error{{color:#a4031f;font-weight:600}} .amount{{font-size:1.6rem;font-weight:700}} a{{color:#3730a3}}
+</style></head>
+<body><main>{body}</main></body></html>"""
+    headers = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+    return HTMLResponse(html, status_code=status, headers=headers)
+
+
+class Checkout:
+    """Checkout Sessions and their hosted pages, on the fake's state."""
+
+    def __init__(self, fake: StripeFake) -> None:
+        self.fake = fake
+        self.settings = fake.settings
+
+    def create(self, fields: Mapping[str, str]) -> dict[str, Any]:
+        if fields.get("mode", "payment") != "payment":
+            raise _StripeError(400, "Only mode=payment is supported.", code="parameter_invalid", param="mode")
+        success_url = _checked_url(fields, "success_url", required=True)
+        cancel_url = _checked_url(fields, "cancel_url", required=False)
+        amount, currency, product = _line_item_amount(fields)
+        metadata = {
+            k[len("metadata[") : -1]: v[:500]
+            for k, v in fields.items()
+            if k.startswith("metadata[") and k.endswith("]")
+        }
+        reference = fields.get("client_reference_id")
+        if reference is not None and len(reference) > 200:
+            raise _StripeError(400, "client_reference_id is too long.", param="client_reference_id")
+        if reference is not None and "wallet" not in metadata:
+            metadata["wallet"] = reference
+        now = int(time.time())
+        session_id = random_id("cs_test_", 56)
+        session: dict[str, Any] = {
+            "id": session_id,
+            "object": "checkout.session",
+            "amount_subtotal": amount,
+            "amount_total": amount,
+            "cancel_url": cancel_url,
+            "client_reference_id": reference,
+            "created": now,
+            "currency": currency,
+            "customer": None,
+            "expires_at": now + self.settings.checkout_lifetime_s,
+            "livemode": False,
+            "metadata": metadata,
+            "mode": "payment",
+            "payment_intent": None,
+            "payment_method_types": ["card"],
+            "payment_status": "unpaid",
+            "status": "open",
+            "success_url": success_url,
+            "url": f"{self.settings.public_url.rstrip('/')}/c/pay/{session_id}",
+            "_product": product,
+        }
+        self.fake.checkout_sessions[session_id] = session
+        self.fake._bound(self.fake.checkout_sessions)
+        log.info("checkout session created", session=session_id, amount=amount, currency=currency)
+        return self.public(session)
+
+    @staticmethod
+    def public(session: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in session.items() if not k.startswith("_")}
+
+    def get(self, session_id: str) -> dict[str, Any]:
+        session = self.fake.checkout_sessions.get(session_id)
+        if session is None:
+            raise _StripeError(
+                404, f"No such checkout.session: '{session_id}'", code="resource_missing", param="id"
+            )
+        if session["status"] == "open" and session["expires_at"] <= time.time():
+            session.update(status="expired", url=None)
+        return session
+
+    def page(self, session_id: str, error: str | None = None, status: int = 200) -> HTMLResponse:
+        try:
+            session = self.get(session_id)
+        except _StripeError:
+            return _page("Not found", "<h1>This checkout does not exist</h1>", 404)
+        if session["status"] != "open":
+            return _page("Closed", "<h1>This checkout is no longer open</h1>", 410)
+        shown = f"{session['amount_total'] / 100:,.2f} {session['currency'].upper()}"
+        product = escape(session.get("_product") or "Payment")
+        alert = f'<p class="error" role="alert">{escape(error)}</p>' if error else ""
+        cancel = session.get("cancel_url")
+        back = f'<p><a href="{escape(cancel)}">Cancel and go back</a></p>' if cancel else ""
+        body = f"""<h1>Pay with card</h1>
+<p>{product}</p><p class="amount">{escape(shown)}</p>{alert}
+<form method="post" action="/c/pay/{escape(session_id)}">
+<label for="card">Card number</label>
+<input id="card" name="card_number" inputmode="numeric" autocomplete="cc-number" required>
+<label for="expiry">Expiry (MM / YY)</label>
+<input id="expiry" name="expiry" autocomplete="cc-exp" required>
+<label for="cvc">CVC</label>
+<input id="cvc" name="cvc" inputmode="numeric" autocomplete="cc-csc" required>
+<button type="submit">Pay {escape(shown)}</button>
+</form>{back}
+<p><small>Test mode: card {TEST_CARD_SUCCEEDS[:4]} {TEST_CARD_SUCCEEDS[4:8]} … succeeds,
+{TEST_CARD_DECLINED[:4]} {TEST_CARD_DECLINED[4:8]} … is declined.</small></p>"""
+        return _page("Pay", body, status)
+
+    def submit(self, session_id: str, fields: Mapping[str, str]) -> HTMLResponse | RedirectResponse:
+        try:
+            session = self.get(session_id)
+        except _StripeError:
+            return _page("Not found", "<h1>This checkout does not exist</h1>", 404)
+        if session["status"] != "open":
+            return _page("Closed", "<h1>This checkout is no longer open</h1>", 410)
+        card = "".join(ch for ch in fields.get("card_number", "") if ch.isdigit())
+        if card == TEST_CARD_DECLINED:
+            log.info("checkout card declined", session=session_id)
+            return self.page(session_id, "Your card was declined.", 402)
+        if card != TEST_CARD_SUCCEEDS or not fields.get("expiry") or not fields.get("cvc"):
+            return self.page(session_id, "Check the card number, expiry and CVC.", 400)
+        self.fake.pay(
+            amount=session["amount_total"],
+            currency=session["currency"],
+            metadata=session["metadata"],
+            description=session.get("_product"),
+            request_info={"id": None, "idempotency_key": None},
+            session=session,
+        )
+        target = str(session["success_url"]).replace("{CHECKOUT_SESSION_ID}", session_id)
+        return RedirectResponse(target, status_code=303)
+
+
+async def _form_fields(request: Request, max_body_bytes: int) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > max_body_bytes:
+        raise _StripeError(413, "Request body too large.")
+    form = await request.form()
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
 def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAPI:
     """The app; ``app.state.fake`` is its :class:`StripeFake` (tests read it)."""
     settings = settings or get_stripe_fake_settings()
@@ -396,6 +615,27 @@ def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAP
                 404, f"No such payment_intent: '{intent_id}'", code="resource_missing", param="id"
             )
         return intent
+
+    checkout = Checkout(fake)
+
+    @app.post("/v1/checkout/sessions")
+    async def create_checkout_session(request: Request) -> dict[str, Any]:
+        require_key(request)
+        return checkout.create(await _form_fields(request, settings.max_body_bytes))
+
+    @app.get("/v1/checkout/sessions/{session_id}")
+    async def get_checkout_session(session_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        return checkout.public(checkout.get(session_id))
+
+    # The hosted page a person pays on (no API key: the session's id is the capability).
+    @app.get("/c/pay/{session_id}", response_model=None)
+    async def checkout_page(session_id: str) -> HTMLResponse:
+        return checkout.page(session_id)
+
+    @app.post("/c/pay/{session_id}", response_model=None)
+    async def checkout_submit(session_id: str, request: Request) -> HTMLResponse | RedirectResponse:
+        return checkout.submit(session_id, await _form_fields(request, settings.max_body_bytes))
 
     @app.get("/v1/events")
     async def list_events(request: Request) -> dict[str, Any]:
