@@ -181,7 +181,8 @@ async def running_front(kind: str, **settings: Any) -> AsyncIterator[Front]:
         app = create_personal_mobile_api_app(PersonalMobileApiSettings(**settings))
     else:
         app = create_business_api_app(BusinessApiSettings(**settings))
-    url, server, thread = serve(app, f"{kind}-front", timeout_graceful_shutdown=1)
+    # proxy_headers=False: as core.http.serve runs a service (a client cannot claim an address)
+    url, server, thread = serve(app, f"{kind}-front", timeout_graceful_shutdown=1, proxy_headers=False)
     try:
         yield Front(url, app, server, thread)
     finally:
@@ -211,6 +212,18 @@ class People:
 
     def merchant_token(self) -> str:
         return client_token(self.idp, "merchant-demo")
+
+    def staff_token(self) -> str:
+        """An employee's token (the staff realm, TOTP), made once per staff realm: its user has
+        one fixed name."""
+        from tests.identity.test_verifier import staff_person_token
+
+        if self.staff_idp.base_url not in _STAFF_TOKENS:
+            _STAFF_TOKENS[self.staff_idp.base_url] = staff_person_token(self.staff_idp)
+        return _STAFF_TOKENS[self.staff_idp.base_url]
+
+
+_STAFF_TOKENS: dict[str, str] = {}
 
 
 @pytest.fixture
