@@ -125,7 +125,7 @@ class FrontDoor:
             exc.headers = {**decision.headers, **exc.headers}
             raise
         content = None
-        if reshape is not None and 200 <= answer.status_code < 300:
+        if reshape is not None and 200 <= answer.status < 300:
             content = orjson.dumps(reshape(orjson.loads(answer.content)))
         return relayed(answer, content, decision.headers)
 
