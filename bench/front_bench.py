@@ -17,10 +17,8 @@ process (business-api after a few hundred requests of its own). Results: bench/r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,20 +49,7 @@ if kind == "personal":
     from hiwallet.personal_mobile_api.app import run_personal_mobile_api as run
 else:
     from hiwallet.business_api.app import run_business_api as run
-if os.environ.get("FRONT_BENCH_PROFILE") and kind == "personal":
-    # a look at where the front's CPU goes: bench/front_bench.py --profile FILE
-    # (dumped every 2 s: uvicorn ends the process by its signal, past any atexit)
-    import cProfile, threading
-    profile = cProfile.Profile()
-    def dump():
-        while True:
-            threading.Event().wait(2)
-            profile.disable(); profile.dump_stats(os.environ["FRONT_BENCH_PROFILE"]); profile.enable()
-    threading.Thread(target=dump, daemon=True).start()
-    profile.enable()
-    run(int(port), "127.0.0.1")
-else:
-    run(int(port), "127.0.0.1")
+run(int(port), "127.0.0.1")
 """
 
 
@@ -76,7 +61,9 @@ async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int)
     """business-api's RSS after 300 requests of a merchant's token (its accounts)."""
     token_url = f"{idp}/realms/hiwallet/protocol/openid-connect/token"
     answer = await client.post(
-        token_url, auth=("merchant-demo", "dev-merchant-demo-secret"), data={"grant_type": "client_credentials"}
+        token_url,
+        auth=("merchant-demo", "dev-merchant-demo-secret"),
+        data={"grant_type": "client_credentials"},
     )
     answer.raise_for_status()
     headers = {"Authorization": f"Bearer {answer.json()['access_token']}"}
@@ -94,7 +81,9 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
     front, business = f"http://127.0.0.1:{front_port}", f"http://127.0.0.1:{business_port}"
     procs = [wb._start(wb._IDENTITY, str(idp_port), identity_db)]
-    pool = await db.create_pool(wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection)
+    pool = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
+    )
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
     try:
         async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
@@ -107,7 +96,9 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
             await wb._wait_ready(client, business, procs[3])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             people = await wb._customers(client, idp, api, ledger, concurrency)
-            receivers = [w for _, _, w in people] + await wb._receivers(client, idp, api, wb.WALLETS - len(people))
+            receivers = [w for _, _, w in people] + await wb._receivers(
+                client, idp, api, wb.WALLETS - len(people)
+            )
             for token, wallet, _ in people:  # warm: each token verified once by both
                 headers = {"Authorization": f"Bearer {token}"}
                 (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
@@ -115,11 +106,17 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
             direct: list[dict[str, Any]] = []
             through: list[dict[str, Any]] = []
             for r in range(rounds):
-                with benchlog.phase(f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s):
-                    direct.append(await wb._run(api, people, receivers, concurrency, duration_s, procs[1].pid))
+                with benchlog.phase(
+                    f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s
+                ):
+                    direct.append(
+                        await wb._run(api, people, receivers, concurrency, duration_s, procs[1].pid)
+                    )
                 api_before = await _mean_time(client, api)
                 front_before = await _mean_time(client, front)
-                with benchlog.phase(f"through personal-mobile-api, concurrency {concurrency}, round {r + 1}", duration_s):
+                with benchlog.phase(
+                    f"through personal-mobile-api, concurrency {concurrency}, round {r + 1}", duration_s
+                ):
                     run = await wb._run(front, people, receivers, concurrency, duration_s, procs[2].pid)
                 api_after = await _mean_time(client, api)
                 front_after = await _mean_time(client, front)
@@ -145,7 +142,11 @@ def _total(runs: list[dict[str, Any]], key: str) -> float:
 
 
 def _summary(
-    concurrency: int, direct: list[dict[str, Any]], through: list[dict[str, Any]], business_rss: float, ok: bool
+    concurrency: int,
+    direct: list[dict[str, Any]],
+    through: list[dict[str, Any]],
+    business_rss: float,
+    ok: bool,
 ) -> dict[str, Any]:
     d_tps, t_tps = _total(direct, "transfers_per_s"), _total(through, "transfers_per_s")
     return {
@@ -182,10 +183,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--profile", help="write personal-mobile-api's cProfile stats to this file")
     args = parser.parse_args()
-    if args.profile:
-        os.environ["FRONT_BENCH_PROFILE"] = str(Path(args.profile).resolve())
     benchlog.to_file()
     started = datetime.now(UTC)
     results = [uvloop.run(measure(c, args.duration, args.rounds)) for c in args.concurrency]
@@ -206,5 +204,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    time.sleep(0)
     main()
