@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
+.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
