@@ -34,6 +34,7 @@ from hiwallet.business_api.settings import BusinessApiSettings
 from hiwallet.personal_mobile_api.app import create_personal_mobile_api_app
 from hiwallet.personal_mobile_api.settings import PersonalMobileApiSettings
 from tests.identity.conftest import IdentityServer
+from tests.onboarding.conftest import fakes, onb, onboarding_settings  # noqa: F401 (fixtures)
 from tests.servers import free_port, serve, stop
 from tests.waiting import until_sync
 from tests.wallet_api.conftest import (  # noqa: F401 (fixtures)
