@@ -1,13 +1,8 @@
 """Forwarding a request to an internal service, and its answer back.
 
-One pooled aiohttp session per upstream, with bounded connections and connect, read and pool
-timeouts. Why aiohttp and not httpx (the platform's usual client): measured on this machine
-(docs/performance.md, "Front doors"), one forwarded transfer cost 973 µs of CPU through an
-httpx AsyncClient over core.http.AiohttpTransport (httpx's own pool costs more still) and 252 µs
-through aiohttp alone, on the same keep-alive connection to the same upstream: httpx's request
-and response models, URL parsing and header normalisation cost three times the exchange itself,
-on a path where the whole edge must stay under a few ms at p99 and within 0.8x of wallet-api's
-throughput on 2 shared cores.
+A pool of keep-alive connections per upstream (:mod:`.wire`: HTTP/1.1 parsed by httptools;
+why not httpx or aiohttp is measured there), bounded connections, connect, read and pool
+timeouts.
 
 What goes up: the method, the path the front API maps to, the query it passes on, the body's
 bytes as the client sent them (not parsed here: the internal service validates, and its 400 or
@@ -28,17 +23,17 @@ is 503 ``upstream-unavailable`` with ``Retry-After``: never a 500, never a hang.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
 
-import aiohttp
 import structlog
 from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter
 
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ServiceUnavailable
+from hiwallet.core.edge.wire import HttpPool, UpstreamError
 from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
@@ -52,7 +47,9 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 # Request headers passed on as they came (lower case, as ASGI gives them).
-FORWARDED_REQUEST_HEADERS = frozenset({"authorization", "idempotency-key", "accept-language", "content-type"})
+FORWARDED_REQUEST_HEADERS = frozenset(
+    {b"authorization", b"idempotency-key", b"accept-language", b"content-type"}
+)
 # Answer headers passed back (the rest, e.g. the internal request id or server, stay inside).
 RETURNED_HEADERS = ("retry-after", "idempotent-replayed", "location", "www-authenticate", "content-language")
 
@@ -62,23 +59,17 @@ class UpstreamUnavailable(ServiceUnavailable):
     title = "A service behind this API is not available"
 
 
+@dataclass(frozen=True)
 class UpstreamTimeouts:
-    def __init__(self, connect_s: float, read_s: float, pool_s: float) -> None:
-        # connect: a pooled connection found (pool_s) and a new one made (connect_s); sock_read:
-        # no byte of the answer for read_s; total: the whole exchange, so an upstream that
-        # trickles bytes cannot hold a request forever.
-        self.timeout = aiohttp.ClientTimeout(
-            total=connect_s + pool_s + 2 * read_s,
-            connect=connect_s + pool_s,
-            sock_connect=connect_s,
-            sock_read=read_s,
-        )
+    connect_s: float  # a new connection made
+    read_s: float  # the whole answer, once the request is written
+    pool_s: float  # a free connection found while all are in use
 
 
 @dataclass(frozen=True)
 class UpstreamAnswer:
     status: int
-    headers: Mapping[str, str]  # case-insensitive (aiohttp's)
+    headers: Mapping[str, str]  # names in lower case
     content: bytes
 
 
@@ -100,17 +91,19 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.retry_after_s = retry_after_s
         self._failures = failures
-        self.max_response_bytes = max_response_bytes
-        self.timeout = timeouts.timeout
-        # Made in the running loop (the front API's start); no cookies kept, no redirect
-        # followed, bodies passed as they are (no decompression), no header added but Host and
-        # Content-Length.
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=15.0),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
-            trust_env=False,
+        url = urlsplit(base_url)
+        if url.scheme != "http" or not url.hostname or (url.path or "/") != "/":
+            raise ValueError(
+                f"{name}: an upstream is http://host:port (the internal network), not {base_url!r}"
+            )
+        self.pool = HttpPool(
+            url.hostname,
+            url.port or 80,
+            max_connections=max_connections,
+            connect_s=timeouts.connect_s,
+            read_s=timeouts.read_s,
+            pool_s=timeouts.pool_s,
+            max_response_bytes=max_response_bytes,
         )
 
     @staticmethod
@@ -123,7 +116,7 @@ class Upstream:
         )
 
     async def aclose(self) -> None:
-        await self.session.close()
+        await self.pool.aclose()
 
     def _unavailable(self, reason: str, retry_after: str | None = None) -> UpstreamUnavailable:
         self._failures.labels(self.name, reason).inc()
@@ -143,44 +136,32 @@ class Upstream:
     ) -> UpstreamAnswer:
         """``method path`` on this upstream with the request's forwarded headers; its answer
         unless it is 5xx (503 :class:`UpstreamUnavailable`, as for no answer at all)."""
-        headers = {
-            name.decode("latin-1"): value.decode("latin-1")
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in request.scope["headers"]
-            if name.decode("latin-1") in FORWARDED_REQUEST_HEADERS
-        }
+            if name in FORWARDED_REQUEST_HEADERS
+        ]
         request_id = REQUEST_ID.get()
         if isinstance(request_id, str):
-            headers["x-request-id"] = request_id
+            headers.append(("x-request-id", request_id))
         if request.client is not None:
-            headers["x-forwarded-for"] = request.client.host
+            headers.append(("x-forwarded-for", request.client.host))
+        target = f"{path}?{urlencode(params)}" if params else path
         try:
-            async with self.session.request(
-                method,
-                self.base_url + path,
-                params=params or None,
-                data=body or None,
-                headers=headers,
-                allow_redirects=False,
-                timeout=self.timeout,
-            ) as answer:
-                if (answer.content_length or 0) > self.max_response_bytes:
-                    raise aiohttp.ClientPayloadError("the answer is larger than allowed")
-                content = bytearray()
-                async for chunk in answer.content.iter_any():
-                    content += chunk
-                    if len(content) > self.max_response_bytes:
-                        raise aiohttp.ClientPayloadError("the answer is larger than allowed")
-                status, answer_headers = answer.status, answer.headers
-        except TimeoutError as exc:  # aiohttp's connect, socket-read and total timeouts
+            status, raw_headers, content = await self.pool.request(method, target, headers, body)
+        except TimeoutError as exc:
             log.warning("upstream timed out", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("timeout") from exc
-        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as exc:
+        except (UpstreamError, OSError) as exc:
             log.warning("upstream not reachable", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("unreachable") from exc
+        answer_headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw_headers
+        }
         if status >= 500:
             log.warning("upstream answered a server error", upstream=self.name, status=status)
             raise self._unavailable(f"status-{status}", answer_headers.get("retry-after"))
-        return UpstreamAnswer(status, answer_headers, bytes(content))
+        return UpstreamAnswer(status, answer_headers, content)
 
 
 def relayed(
