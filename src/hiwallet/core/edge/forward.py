@@ -32,8 +32,8 @@ from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter
 
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ServiceUnavailable
 from hiwallet.core.edge.wire import HttpPool, UpstreamError
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ServiceUnavailable
 from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
