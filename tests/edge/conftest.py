@@ -26,7 +26,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hiwallet.business_api.app import create_business_api_app
@@ -130,6 +130,15 @@ def stub_app(seen: list[dict[str, Any]]) -> Starlette:
                 return JSONResponse(problem, status_code=status, media_type="application/problem+json")
             if segment == "hang":
                 await asyncio.sleep(3600)
+            if segment == "chunked":
+
+                async def parts() -> Any:
+                    for part in (b'{"parts": ', b'"in pieces"', b"}"):
+                        yield part
+
+                return StreamingResponse(parts(), media_type="application/json")
+            if segment == "close":
+                return JSONResponse({"closing": True}, headers={"Connection": "close"})
         return JSONResponse(
             {"path": request.url.path, "query": str(request.url.query), "headers": dict(request.headers)}
         )

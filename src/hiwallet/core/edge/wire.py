@@ -174,8 +174,18 @@ class HttpPool:
             self._waiters.append(waiter)
             try:
                 handed = await asyncio.wait_for(waiter, self.pool_s)
-            except TimeoutError:
-                raise TimeoutError("no connection to the upstream free in time") from None
+            except BaseException as exc:
+                # Timed out or cancelled just as a connection (or a slot) was handed over: pass
+                # it on, or it would be lost to the pool.
+                if waiter.done() and not waiter.cancelled():
+                    given = waiter.result()
+                    if given is not None:
+                        self._release(given, True)
+                    else:
+                        self._wake(None)
+                if isinstance(exc, TimeoutError):
+                    raise TimeoutError("no connection to the upstream free in time") from None
+                raise
             if handed is not None:
                 return handed
         self._count += 1
