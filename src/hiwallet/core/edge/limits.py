@@ -30,7 +30,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from hiwallet.core.edge.resp import RedisUnavailable, RespClient
-from hiwallet.core.http import ProblemError
+from hiwallet.core.http import TooManyRequests
 
 __all__ = ["LocalWindows", "RateDecision", "RateLimited", "RateLimiter", "RatePolicy"]
 
@@ -73,10 +73,8 @@ class RateDecision:
         }
 
 
-class RateLimited(ProblemError):
-    status = 429
-    slug = "rate-limited"
-    title = "Too many requests"
+class RateLimited(TooManyRequests):
+    """The front API's limit per customer or per address (the platform's one rate-limited type)."""
 
 
 class LocalWindows:
