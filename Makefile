@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
+.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -57,13 +57,15 @@ schema: install
 # `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
 # `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
 # `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4");
-# `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60").
+# `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60");
+# `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
 	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
+	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -81,3 +83,8 @@ bench-onboarding: install
 # (STAFF_BENCH_ARGS, e.g. "--duration 60").
 bench-staff: install
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
+
+# transfers through personal-mobile-api against wallet-api alone, in the same run, at 8 and 32
+# (FRONT_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
+bench-front: install
+	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)

@@ -59,10 +59,16 @@ CHILDREN = (
     "bank-adapter",
     "bank-webhook",
     "onboarding",
+    "personal-mobile-api",
+    "business-api",
+    "business-web-bff",
 )
+FRONTS = ("personal-mobile-api", "business-api", "business-web-bff")
 # The stop order's tiers (up.Deployable.tier): highest first.
 TIERS = {
-    name: 2
+    name: 3
+    if name in FRONTS
+    else 2
     if "fake" in name or name in ("mail-catcher", "withdrawal-orchestrator", "onboarding")
     else 0
     if name.startswith("identity")
@@ -145,6 +151,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "nvi",
             "onboarding",
             "staff-admin",
+            *FRONTS,
         )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
@@ -196,6 +203,16 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_WALLET_API_DATABASE": databases["wallet"],
         "HIWALLET_WALLET_API_CUSTOMER_ISSUER_BASE": customer,
         "HIWALLET_WALLET_API_STAFF_ISSUER_BASE": staff,
+        "HIWALLET_PERSONAL_MOBILE_API_PORT": str(ports["personal-mobile-api"]),
+        "HIWALLET_PERSONAL_MOBILE_API_ISSUER_BASE": customer,
+        "HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL": f"http://127.0.0.1:{ports['wallet-api']}",
+        "HIWALLET_PERSONAL_MOBILE_API_WITHDRAWALS_URL": f"http://127.0.0.1:{ports['withdrawal-orchestrator']}",
+        "HIWALLET_PERSONAL_MOBILE_API_ONBOARDING_URL": f"http://127.0.0.1:{ports['onboarding']}",
+        "HIWALLET_BUSINESS_API_PORT": str(ports["business-api"]),
+        "HIWALLET_BUSINESS_API_ISSUER_BASE": customer,
+        "HIWALLET_BUSINESS_API_WALLET_API_URL": f"http://127.0.0.1:{ports['wallet-api']}",
+        "HIWALLET_BUSINESS_API_WITHDRAWALS_URL": f"http://127.0.0.1:{ports['withdrawal-orchestrator']}",
+        "HIWALLET_BUSINESS_WEB_BFF_PORT": str(ports["business-web-bff"]),
         "HIWALLET_WITHDRAWAL_PORT": str(ports["withdrawal-orchestrator"]),
         "HIWALLET_WITHDRAWAL_DATABASE": databases["withdrawal"],
         "HIWALLET_WITHDRAWAL_CUSTOMER_ISSUER_BASE": customer,
@@ -317,6 +334,9 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
     me = {"Authorization": f"Bearer {demo_token(ports['identity'])}"}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports['wallet-api']}", timeout=5) as api:
         assert (await api.get("/v1/accounts", headers=me)).status_code == 200
+        # and through the mobile app's front door, the same token
+        front = await api.get(f"http://127.0.0.1:{ports['personal-mobile-api']}/v1/me/accounts", headers=me)
+        assert front.status_code == 200, front.text
 
         os.kill(wallet_pid, signal.SIGKILL)
         # Until wallet-api is back (a new pid, ready), identity answers every probe.

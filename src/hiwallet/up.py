@@ -400,6 +400,7 @@ def _usage(
     withdrawal_url: str = "http://127.0.0.1:8011",
     onboarding_url: str = "http://127.0.0.1:8012",
     mail_url: str = "http://127.0.0.1:8025",
+    front_url: str = "http://127.0.0.1:8001",
 ) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
@@ -436,8 +437,8 @@ def _usage(
   curl -s -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" \\
     -H 'Content-Type: application/json' \\
     -d '{{"from_wallet":"{customer["id"]}","to_wallet_number":"{business["number"]}","amount":1250}}' \\
-    {wallet_url}/v1/transfers
-  curl -s -H "Authorization: Bearer $TOKEN" {wallet_url}/v1/wallets/{customer["id"]}/statement
+    {front_url}/v1/transfers
+  curl -s -H "Authorization: Bearer $TOKEN" {front_url}/v1/wallets/{customer["id"]}/movements
 
   Top up by card at stripe-fake, and by a wire at bank-fake (each reports it to topup-webhook,
   which wallet-consumer credits through RabbitMQ):
@@ -452,8 +453,8 @@ def _usage(
   curl -s -H "Authorization: Bearer $TOKEN" -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" \\
     -H 'Content-Type: application/json' \\
     -d '{withdrawal}' \\
-    {withdrawal_url}/v1/withdrawals
-  curl -s -H "Authorization: Bearer $TOKEN" "{withdrawal_url}/v1/withdrawals?wallet={customer["id"]}"
+    {front_url}/v1/withdrawals
+  curl -s -H "Authorization: Bearer $TOKEN" "{front_url}/v1/withdrawals?wallet={customer["id"]}"
 
   Register a customer at onboarding (the code arrives at the mail catcher, {mail_url}/api/v1/messages;
   the whole way to Verified: docs/tour.md, "Register a customer"):
@@ -632,6 +633,7 @@ def up() -> None:
                 supervisor.child("withdrawal-orchestrator").deployable.url,
                 supervisor.child("onboarding").deployable.url,
                 supervisor.child("mail-catcher").deployable.url,
+                supervisor.child("personal-mobile-api").deployable.url,
             )
             _staff_usage(staff, supervisor.child("staff-admin").deployable.url, wallet.url)
             status = supervisor.run(stop)

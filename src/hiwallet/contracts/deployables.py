@@ -148,6 +148,28 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "hiwallet.onboarding.app:run_onboarding", "hiwallet.onboarding.settings:get_onboarding_settings",
         database="onboarding", consumes=("hiwallet.onboarding.wires",), tier=2,
     ),
+    # The front doors (docs/front-apis.md): no database, no broker; they call the internal
+    # services while they serve, so they stop first of ours (3), while those still answer.
+    _D(
+        "personal-mobile-api", 8001, "public",
+        "the mobile app's one door: verifies the customer's token, limits, forwards it unchanged",
+        "hiwallet.personal_mobile_api.app:run_personal_mobile_api",
+        "hiwallet.personal_mobile_api.settings:get_personal_mobile_api_settings",
+        tier=3,
+    ),
+    _D(
+        "business-api", 8003, "public",
+        "merchants' systems' door (client credentials): verifies, limits, forwards the token unchanged",
+        "hiwallet.business_api.app:run_business_api",
+        "hiwallet.business_api.settings:get_business_api_settings",
+        tier=3,
+    ),
+    _D(
+        "business-web-bff", 8004, "public", "the merchant panel's BFF: its health endpoints for now",
+        "hiwallet.business_web_bff.app:run_business_web_bff",
+        "hiwallet.business_web_bff.settings:get_business_web_bff_settings",
+        tier=3,
+    ),
     # The outside institutions: they send webhooks (stripe-fake, bank-fake) or only answer; all
     # stop first.
     _D(

@@ -16,10 +16,9 @@ class RegistrationNotFound(http.NotFound):
     title = "No such registration, or it has expired"
 
 
-class RateLimited(ProblemError):
-    status = 429
-    slug = "rate-limited"
-    title = "Too many requests; try again later"
+class RateLimited(http.TooManyRequests):
+    """Too many registrations or codes from one address or for one e-mail (the platform's one
+    rate-limited type, as the front APIs answer it)."""
 
 
 class CodeInvalid(ProblemError):

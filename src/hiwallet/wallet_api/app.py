@@ -30,6 +30,7 @@ from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.identities import CustomerIdentities
+from hiwallet.wallet_api.limits import limits_router
 from hiwallet.wallet_api.routes import document, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
@@ -137,6 +138,7 @@ def create_wallet_api_app(
     )
     app.include_router(lean_router)
     app.include_router(router)
+    app.include_router(limits_router)
     app.include_router(staff_router)
     app.include_router(staff_money_router)
     # The schemas the document refers to by hand, the supported currencies, the links.

@@ -604,6 +604,7 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
     ("/v1/accounts/{account_id}", "get", "200"): {
         "GetWallet": ("/v1/wallets/{wallet_id}", "get", _FIRST_WALLET),
         "OpenWallet": ("/v1/accounts/{account_id}/wallets", "post", {"account_id": "$response.body#/id"}),
+        "GetLimits": ("/v1/accounts/{account_id}/limits", "get", {"account_id": "$response.body#/id"}),
     },
     **{
         ("/v1/accounts/{account_id}/wallets", "post", status): {

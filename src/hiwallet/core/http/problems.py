@@ -87,6 +87,15 @@ class PayloadTooLarge(ProblemError):
     title = "Request body too large"
 
 
+class TooManyRequests(ProblemError):
+    """429: a rate limit (onboarding's per address, the front APIs' per customer); carries
+    ``Retry-After``."""
+
+    status = 429
+    slug = "rate-limited"
+    title = "Too many requests; try again later"
+
+
 class ServiceUnavailable(ProblemError):
     status = 503
     slug = "service-unavailable"

@@ -1,0 +1,207 @@
+"""The front doors' benchmark: transfers through personal-mobile-api against wallet-api alone, in
+the same run, with real tokens, real Redis (the shared rate limit is asked on every request)
+and real processes.
+
+    .venv/bin/python bench/front_bench.py [--duration 10] [--concurrency 8 32] [--rounds 2]
+
+For each concurrency it starts the identity service, wallet-api, personal-mobile-api and
+business-api as their own processes (fresh databases), opens funded customers as
+bench/wallet_api_bench.py does, then alternates ``rounds`` times: p2p transfers straight to
+wallet-api, then the same through personal-mobile-api (same customers, same receivers), each
+for ``duration`` seconds. It reports both sides' transfers/s, p50 and p99, the ratio, what the
+front door adds (p50 and p99 differences, and the front's own time per request from its
+/metrics beside wallet-api's), the front's CPU per transfer and the peak RSS of each front
+process (business-api after a few hundred requests of its own). Results: bench/results/front-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvloop
+
+import benchlog
+import wallet_api_bench as wb
+from hiwallet.contracts import databases
+from hiwallet.core import db
+from hiwallet.ledger.service import Fees, Ledger
+from hiwallet.ledger.store import LedgerStore, init_connection
+
+RESULTS = Path(__file__).parent / "results"
+
+# As `hiwallet run personal-mobile-api` / `business-api` run them, pointed at this run's
+# identity and wallet-api; the per-customer limit far above what the bench sends (the Redis
+# round trip is still made on every request).
+_FRONT = """
+import os, sys
+kind, port, idp, api = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+prefix = {"personal": "HIWALLET_PERSONAL_MOBILE_API_", "business": "HIWALLET_BUSINESS_API_"}[kind]
+os.environ.update({prefix + "PORT": port, prefix + "ISSUER_BASE": idp, prefix + "WALLET_API_URL": api,
+                   prefix + "RATE_LIMIT_SUBJECT": str(10**9)})
+if kind == "personal":
+    from hiwallet.personal_mobile_api.app import run_personal_mobile_api as run
+else:
+    from hiwallet.business_api.app import run_business_api as run
+run(int(port), "127.0.0.1")
+"""
+
+
+async def _mean_time(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
+    return await wb._server_time(client, url)
+
+
+async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int) -> float:
+    """business-api's RSS after 300 requests of a merchant's token (its accounts)."""
+    token_url = f"{idp}/realms/hiwallet/protocol/openid-connect/token"
+    answer = await client.post(
+        token_url,
+        auth=("merchant-demo", "dev-merchant-demo-secret"),
+        data={"grant_type": "client_credentials"},
+    )
+    answer.raise_for_status()
+    headers = {"Authorization": f"Bearer {answer.json()['access_token']}"}
+    for _ in range(300):
+        await client.get(f"{url}/v1/accounts", headers=headers)
+    return wb.rss_mb(pid)
+
+
+async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str, Any]:
+    tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
+    await databases.migrate("wallet", database=wallet_db)
+    await databases.migrate("identity", database=identity_db)
+    idp_port, api_port, front_port, business_port = (wb.free_port() for _ in range(4))
+    idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
+    front, business = f"http://127.0.0.1:{front_port}", f"http://127.0.0.1:{business_port}"
+    procs = [wb._start(wb._IDENTITY, str(idp_port), identity_db)]
+    pool = await db.create_pool(
+        wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
+    )
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    try:
+        async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
+            await wb._wait_ready(client, idp, procs[0])
+            procs.append(wb._start(wb._WALLET_API, str(api_port), wallet_db, idp))
+            await wb._wait_ready(client, api, procs[1])
+            procs.append(wb._start(_FRONT, "personal", str(front_port), idp, api))
+            procs.append(wb._start(_FRONT, "business", str(business_port), idp, api))
+            await wb._wait_ready(client, front, procs[2])
+            await wb._wait_ready(client, business, procs[3])
+            ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
+            people = await wb._customers(client, idp, api, ledger, concurrency)
+            receivers = [w for _, _, w in people] + await wb._receivers(
+                client, idp, api, wb.WALLETS - len(people)
+            )
+            for token, wallet, _ in people:  # warm: each token verified once by both
+                headers = {"Authorization": f"Bearer {token}"}
+                (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
+                (await client.get(f"{front}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
+            direct: list[dict[str, Any]] = []
+            through: list[dict[str, Any]] = []
+            for r in range(rounds):
+                with benchlog.phase(
+                    f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s
+                ):
+                    direct.append(
+                        await wb._run(api, people, receivers, concurrency, duration_s, procs[1].pid)
+                    )
+                api_before = await _mean_time(client, api)
+                front_before = await _mean_time(client, front)
+                with benchlog.phase(
+                    f"through personal-mobile-api, concurrency {concurrency}, round {r + 1}", duration_s
+                ):
+                    run = await wb._run(front, people, receivers, concurrency, duration_s, procs[2].pid)
+                api_after = await _mean_time(client, api)
+                front_after = await _mean_time(client, front)
+                if api_after[1] > api_before[1] and front_after[1] > front_before[1]:
+                    api_ms = 1000 * (api_after[0] - api_before[0]) / (api_after[1] - api_before[1])
+                    front_ms = 1000 * (front_after[0] - front_before[0]) / (front_after[1] - front_before[1])
+                    run["wallet_api_server_mean_ms"] = round(api_ms, 2)
+                    run["front_server_mean_ms"] = round(front_ms, 2)
+                    run["front_own_mean_ms"] = round(front_ms - api_ms, 2)
+                through.append(run)
+            business_rss = await _business_rss(client, idp, business, procs[3].pid)
+        verified = await ledger.store.verify()
+        return _summary(concurrency, direct, through, business_rss, verified.ok)
+    finally:
+        await pool.close()
+        for proc in reversed(procs):
+            wb._stop(proc)
+        await wb._drop(wallet_db, identity_db)
+
+
+def _total(runs: list[dict[str, Any]], key: str) -> float:
+    return sum(r[key] for r in runs) / len(runs)
+
+
+def _summary(
+    concurrency: int,
+    direct: list[dict[str, Any]],
+    through: list[dict[str, Any]],
+    business_rss: float,
+    ok: bool,
+) -> dict[str, Any]:
+    d_tps, t_tps = _total(direct, "transfers_per_s"), _total(through, "transfers_per_s")
+    return {
+        "concurrency": concurrency,
+        "wallet_api_alone": {
+            "transfers_per_s": round(d_tps, 1),
+            "p50_ms": round(_total(direct, "p50_ms"), 2),
+            "p99_ms": round(_total(direct, "p99_ms"), 2),
+        },
+        "through_personal_mobile_api": {
+            "transfers_per_s": round(t_tps, 1),
+            "p50_ms": round(_total(through, "p50_ms"), 2),
+            "p99_ms": round(_total(through, "p99_ms"), 2),
+            "front_cpu_us_per_transfer": round(_total(through, "server_cpu_us")),
+            "front_own_mean_ms": round(_total(through, "front_own_mean_ms"), 2)
+            if all("front_own_mean_ms" in r for r in through)
+            else None,
+        },
+        "ratio": round(t_tps / d_tps, 3) if d_tps else None,
+        "edge_adds_p50_ms": round(_total(through, "p50_ms") - _total(direct, "p50_ms"), 2),
+        "edge_adds_p99_ms": round(_total(through, "p99_ms") - _total(direct, "p99_ms"), 2),
+        "rss_mb": {
+            "personal-mobile-api": round(max(r["rss_mb"] for r in through), 1),
+            "business-api": round(business_rss, 1),
+        },
+        "errors": {"direct": sum(r["errors"] for r in direct), "through": sum(r["errors"] for r in through)},
+        "rounds": {"direct": direct, "through": through},
+        "ledger_verified": ok,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    benchlog.to_file()
+    started = datetime.now(UTC)
+    results = [uvloop.run(measure(c, args.duration, args.rounds)) for c in args.concurrency]
+    result = {
+        "bench": "front",
+        "started": started.isoformat(),
+        "duration_s": args.duration,
+        "rounds": args.rounds,
+        "machine": {"cpus": os.cpu_count()},
+        "results": results,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"front-{started:%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    for r in results:
+        print(json.dumps({k: v for k, v in r.items() if k != "rounds"}), flush=True)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""business-api, declared: a front API (core.edge) with no database and no broker, its upstreams
+(wallet-api, withdrawal-orchestrator), clients' service-account tokens only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from hiwallet.business_api import webhooks
+from hiwallet.business_api.models import ProgrammeIn, PromoIn, RefundIn
+from hiwallet.business_api.routes import WALLET, WITHDRAWALS, router
+from hiwallet.business_api.settings import BusinessApiSettings, get_business_api_settings
+from hiwallet.contracts.currency import declare_currencies
+from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
+from hiwallet.core.auth import TokenVerifier
+from hiwallet.core.edge import front_spec
+from hiwallet.core.edge.document import document_security
+from hiwallet.core.http import document_models, serve, settle_heap_once_started
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.service import ServiceSpec, build_app
+from hiwallet.core.settings import refuse_insecure_start
+
+__all__ = ["SERVICE", "create_business_api_app", "run_business_api", "service_spec"]
+
+SERVICE = "business-api"
+
+
+def _document(settings: BusinessApiSettings) -> Any:
+    def openapi(app: FastAPI) -> None:
+        document_models(app, Problem, TransferIn, WithdrawalIn, PromoIn, ProgrammeIn, RefundIn)
+        document_security(
+            app,
+            "A client-credentials access token (the merchant's client, customer realm) whose audience "
+            f"holds {SERVICE!r} and 'hiwallet-api'.",
+        )
+        generate = app.openapi
+
+        def with_currencies() -> dict[str, Any]:
+            schema = generate()
+            declare_currencies(schema, settings.currencies)
+            return schema
+
+        app.openapi = with_currencies  # type: ignore[method-assign]
+
+    return openapi
+
+
+def service_spec(settings: BusinessApiSettings, *, verifier: TokenVerifier | None = None) -> ServiceSpec:
+    upstreams = {WALLET: settings.wallet_api_url, WITHDRAWALS: settings.withdrawals_url}
+    return front_spec(
+        SERVICE,
+        settings,
+        upstreams,
+        "service_account",
+        [router, webhooks.router],
+        openapi=_document(settings),
+        verifier=verifier,
+    )
+
+
+def create_business_api_app(
+    settings: BusinessApiSettings | None = None, *, verifier: TokenVerifier | None = None
+) -> FastAPI:
+    settings = settings or get_business_api_settings()
+    return build_app(service_spec(settings, verifier=verifier))
+
+
+def run_business_api(port: int | None, host: str) -> None:
+    """Serve business-api (the process entry point)."""
+    configure_logging(SERVICE)
+    settings = get_business_api_settings()
+    refuse_insecure_start(settings)
+    serve(settle_heap_once_started(create_business_api_app(settings)), host=host, port=port or settings.port)

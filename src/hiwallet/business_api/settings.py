@@ -1,0 +1,25 @@
+"""business-api settings: ``HIWALLET_BUSINESS_API_*`` with local defaults."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from hiwallet.core.edge import EdgeSettings
+
+
+class BusinessApiSettings(EdgeSettings):
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_BUSINESS_API_", extra="ignore")
+
+    port: int = 8003
+    wallet_api_url: str = "http://127.0.0.1:8010"
+    withdrawals_url: str = "http://127.0.0.1:8011"
+    # The currencies the document names (as wallet-api's and the orchestrator's settings).
+    currencies: list[str] = Field(default_factory=lambda: ["TRY", "EUR", "USD"])
+
+
+@lru_cache(maxsize=1)
+def get_business_api_settings() -> BusinessApiSettings:
+    return BusinessApiSettings()

@@ -1,0 +1,221 @@
+"""What the front APIs show their clients: the public shapes of wallet-api's and the
+withdrawal orchestrator's answers and requests, as personal-mobile-api and business-api
+document them (services do not import each other; the two front APIs share these).
+
+They say what the internal services accept and answer, field for field, minus what a client
+must not see (a transfer's legs name ledger accounts: dropped, :func:`public_transfer`). The
+patterns are the internal services' own (tests/edge/test_documents.py compares the documents),
+so a request the front API documents as valid is one the internal service takes, and one it
+documents as invalid is refused there with the same 422.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
+
+from hiwallet.contracts.currency import Currency
+from hiwallet.core.text import PrintableText
+
+__all__ = [
+    "ACCOUNT_ID_PATTERN",
+    "IDEMPOTENCY_KEY_PATTERN",
+    "MAX_AMOUNT_MINOR",
+    "MAX_STATEMENT_PAGE",
+    "TRANSFER_ID_PATTERN",
+    "WALLET_ID_PATTERN",
+    "WALLET_NUMBER_PATTERN",
+    "WITHDRAWAL_ID_PATTERN",
+    "WITHDRAWAL_WALLET_PATTERN",
+    "AccountOut",
+    "AccountsOut",
+    "Amount",
+    "MovementOut",
+    "MovementsOut",
+    "Problem",
+    "PromoBatchOut",
+    "PromoBatchesOut",
+    "Reference",
+    "TransferIn",
+    "TransferOut",
+    "WalletId",
+    "WalletNumber",
+    "WalletOut",
+    "WalletRefOut",
+    "WithdrawalIn",
+    "WithdrawalOut",
+    "WithdrawalsOut",
+    "public_transfer",
+]
+
+ACCOUNT_ID_PATTERN = r"^[0-9]{4}:a:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+WALLET_ID_PATTERN = r"^[0-9]{4}:w:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+TRANSFER_ID_PATTERN = r"^[0-9]{4}:[A-Za-z0-9:_.\-]{1,95}$"
+WALLET_NUMBER_PATTERN = r"^[0-9]{16}$"
+WITHDRAWAL_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+WITHDRAWAL_WALLET_PATTERN = r"^[A-Za-z0-9:_.\-|]{1,200}$"
+IDEMPOTENCY_KEY_PATTERN = (
+    r'^(?:"[\x21-\x7e]{1,255}"|[\x21-\x7e]|[\x21\x23-\x7e][\x21-\x7e]|"[\x21\x23-\x7e]|[\x21-\x7e]{3,255})$'
+)
+MAX_AMOUNT_MINOR = 10**15
+MAX_STATEMENT_PAGE = 500
+
+
+def _whole_number(value: object) -> object:
+    # JSON has one number type: 1250.0 is the integer 1250 (as the internal services read it).
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Amount = Annotated[
+    StrictInt,
+    Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
+    BeforeValidator(_whole_number),
+]
+Reference = Annotated[PrintableText, Field(min_length=1, max_length=140)]
+WalletId = Annotated[StrictStr, Field(pattern=WALLET_ID_PATTERN)]
+WalletNumber = Annotated[
+    StrictStr, Field(pattern=WALLET_NUMBER_PATTERN, description="16 digits, the last a Luhn check digit.")
+]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TransferIn(_In):
+    from_wallet: WalletId
+    to_wallet_number: WalletNumber
+    amount: Amount
+    currency: Currency = "TRY"
+    reference: Reference | None = None
+
+
+class WithdrawalIn(_In):
+    wallet: Annotated[StrictStr, Field(pattern=WITHDRAWAL_WALLET_PATTERN)]
+    amount_minor: Annotated[
+        StrictInt,
+        Field(gt=0, le=10**15, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
+        BeforeValidator(_whole_number),
+    ]
+    currency: Currency
+    destination_iban: Annotated[
+        StrictStr, Field(min_length=15, max_length=50, description="The IBAN, with or without spaces.")
+    ]
+
+
+class WalletRefOut(BaseModel):
+    id: str
+    number: str
+    currency: str
+
+
+class AccountOut(BaseModel):
+    id: str
+    kind: Literal["personal", "business"]
+    tier: Literal["unknown", "unverified", "verified", "contracted"] | None
+    name: str | None
+    created_at: datetime
+    wallets: list[WalletRefOut]
+
+
+class AccountsOut(BaseModel):
+    accounts: list[AccountOut]
+
+
+class WalletOut(WalletRefOut):
+    account_id: str
+    cash: int
+    promo: int
+    held: int
+    available: int
+
+
+class MovementOut(BaseModel):
+    transaction_id: str = Field(description="The transfer: GET /v1/transfers/{transaction_id}.")
+    type: str
+    reference: str
+    amount: int
+    currency: str
+    balance_after: int
+    version: int
+    posted_at: datetime
+
+
+class MovementsOut(BaseModel):
+    wallet_id: str
+    purse: Literal["cash", "promo"]
+    lines: list[MovementOut]
+    next_cursor: str | None
+
+
+class PromoBatchOut(BaseModel):
+    id: str
+    funded_by: str
+    amount: int
+    remaining: int
+    expires_at: datetime
+    grant_transaction_id: str
+
+
+class PromoBatchesOut(BaseModel):
+    wallet_id: str
+    batches: list[PromoBatchOut]
+
+
+class TransferOut(BaseModel):
+    """A transfer as a client sees it: who paid whom, how much, the fee; not its ledger legs."""
+
+    id: str
+    type: str
+    status: Literal["posted"]
+    from_wallet: str | None
+    to_wallet: str | None
+    amount: int
+    currency: str
+    fee: int
+    promo_used: int
+    reference: str
+    refund_of: str | None
+    posted_at: datetime
+    expires_at: datetime | None = None
+
+
+class WithdrawalOut(BaseModel):
+    id: str
+    state: str
+    wallet: str
+    amount_minor: int
+    fee_minor: int | None
+    currency: str
+    destination_iban: str = Field(description="Masked: the country and the last four characters.")
+    reason: str | None
+    created_at: str
+    state_changed_at: str
+
+
+class WithdrawalsOut(BaseModel):
+    wallet: str
+    withdrawals: list[WithdrawalOut]
+    next_cursor: str | None
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; extra members carry what a client needs (e.g. ``balance``)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+
+
+def public_transfer(body: Any) -> Any:
+    """wallet-api's transfer without its legs (they name the ledger's accounts)."""
+    if isinstance(body, dict):
+        body.pop("legs", None)
+    return body

@@ -1,0 +1,183 @@
+"""Forwarding a request to an internal service, and its answer back.
+
+A pool of keep-alive connections per upstream (:mod:`.wire`: HTTP/1.1 parsed by httptools;
+why not httpx or aiohttp is measured there), bounded connections, connect, read and pool
+timeouts.
+
+What goes up: the method, the path the front API maps to, the query it passes on, the body's
+bytes as the client sent them (not parsed here: the internal service validates, and its 400 or
+422 comes back unchanged), and only these headers: ``Authorization`` (the caller's token, as
+it came: the internal service verifies it again), ``Idempotency-Key``, ``Accept-Language``,
+``Content-Type``, the request id (the one the edge set for this request) and
+``X-Forwarded-For`` (the client's address as this process saw it, for the internal services'
+own per-address limits). Nothing else a client sends is forwarded: ``X-User-Id``,
+``X-Forwarded-User`` or any header a client invents never reaches an internal service (and
+internal services believe only the token anyway).
+
+What comes back: the internal status, its body and its content type unchanged (a problem+json
+of 400/401/403/404/409/422/429 passes as it is), with the headers a client needs
+(``Retry-After``, ``Idempotent-Replayed``, ``Location``, ``WWW-Authenticate``). An upstream
+that cannot be reached, refuses the connection, times out, breaks the exchange or answers 5xx
+is 503 ``upstream-unavailable`` with ``Retry-After``: never a 500, never a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlencode, urlsplit
+
+import structlog
+from fastapi import Request
+from fastapi.responses import Response
+from prometheus_client import CollectorRegistry, Counter
+
+from hiwallet.core.edge.wire import HttpPool, UpstreamError
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ServiceUnavailable
+from hiwallet.core.logging import REQUEST_ID
+
+__all__ = [
+    "FORWARDED_REQUEST_HEADERS",
+    "RETURNED_HEADERS",
+    "Upstream",
+    "UpstreamTimeouts",
+    "UpstreamUnavailable",
+]
+
+log = structlog.get_logger(__name__)
+
+# Request headers passed on as they came (lower case, as ASGI gives them).
+FORWARDED_REQUEST_HEADERS = frozenset(
+    {b"authorization", b"idempotency-key", b"accept-language", b"content-type"}
+)
+# Answer headers passed back (the rest, e.g. the internal request id or server, stay inside).
+RETURNED_HEADERS = ("retry-after", "idempotent-replayed", "location", "www-authenticate", "content-language")
+
+
+class UpstreamUnavailable(ServiceUnavailable):
+    slug = "upstream-unavailable"
+    title = "A service behind this API is not available"
+
+
+@dataclass(frozen=True)
+class UpstreamTimeouts:
+    connect_s: float  # a new connection made
+    read_s: float  # the whole answer, once the request is written
+    pool_s: float  # a free connection found while all are in use
+
+
+@dataclass(frozen=True)
+class UpstreamAnswer:
+    status: int
+    headers: Mapping[str, str]  # names in lower case
+    content: bytes
+
+
+class Upstream:
+    """One internal service: its base URL and its pooled client."""
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        timeouts: UpstreamTimeouts,
+        *,
+        max_connections: int,
+        max_response_bytes: int,
+        retry_after_s: int,
+        failures: Counter,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self.retry_after_s = retry_after_s
+        self._failures = failures
+        url = urlsplit(base_url)
+        if url.scheme != "http" or not url.hostname or (url.path or "/") != "/":
+            raise ValueError(
+                f"{name}: an upstream is http://host:port (the internal network), not {base_url!r}"
+            )
+        self.pool = HttpPool(
+            url.hostname,
+            url.port or 80,
+            max_connections=max_connections,
+            connect_s=timeouts.connect_s,
+            read_s=timeouts.read_s,
+            pool_s=timeouts.pool_s,
+            max_response_bytes=max_response_bytes,
+        )
+
+    @staticmethod
+    def failures_counter(registry: CollectorRegistry | None) -> Counter:
+        return Counter(
+            "edge_upstream_unavailable_total",
+            "Requests answered 503 because an upstream was unreachable, timed out or answered 5xx",
+            ["upstream", "reason"],
+            registry=registry,
+        )
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+    def _unavailable(self, reason: str, retry_after: str | None = None) -> UpstreamUnavailable:
+        self._failures.labels(self.name, reason).inc()
+        return UpstreamUnavailable(
+            f"{self.name} is not available; retry later",
+            headers={"Retry-After": retry_after or str(self.retry_after_s)},
+        )
+
+    async def call(
+        self,
+        request: Request,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> UpstreamAnswer:
+        """``method path`` on this upstream with the request's forwarded headers; its answer
+        unless it is 5xx (503 :class:`UpstreamUnavailable`, as for no answer at all)."""
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in request.scope["headers"]
+            if name in FORWARDED_REQUEST_HEADERS
+        ]
+        request_id = REQUEST_ID.get()
+        if isinstance(request_id, str):
+            headers.append(("x-request-id", request_id))
+        if request.client is not None:
+            headers.append(("x-forwarded-for", request.client.host))
+        target = f"{path}?{urlencode(params)}" if params else path
+        try:
+            status, raw_headers, content = await self.pool.request(method, target, headers, body)
+        except TimeoutError as exc:
+            log.warning("upstream timed out", upstream=self.name, error=type(exc).__name__)
+            raise self._unavailable("timeout") from exc
+        except (UpstreamError, OSError) as exc:
+            log.warning("upstream not reachable", upstream=self.name, error=type(exc).__name__)
+            raise self._unavailable("unreachable") from exc
+        answer_headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw_headers
+        }
+        if status >= 500:
+            log.warning("upstream answered a server error", upstream=self.name, status=status)
+            raise self._unavailable(f"status-{status}", answer_headers.get("retry-after"))
+        return UpstreamAnswer(status, answer_headers, content)
+
+
+def relayed(
+    answer: UpstreamAnswer, content: bytes | None = None, extra: Mapping[str, str] | None = None
+) -> Response:
+    """The upstream's answer as this API's: its status and content type, ``content`` (its own
+    body when None) and the headers a client needs."""
+    headers = {name: answer.headers[name] for name in RETURNED_HEADERS if name in answer.headers}
+    if extra:
+        headers.update(extra)
+    media_type = answer.headers.get("content-type")
+    if answer.status in (204, 304):
+        return Response(status_code=answer.status, headers=headers)
+    return Response(
+        answer.content if content is None else content,
+        status_code=answer.status,
+        headers=headers,
+        media_type=media_type or PROBLEM_CONTENT_TYPE,
+    )

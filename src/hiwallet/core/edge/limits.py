@@ -1,0 +1,194 @@
+"""Rate limits shared by every instance of a front API, in Redis, with a local stand-in.
+
+The algorithm: a fixed window per key, counted in Redis by one Lua script (INCR, and PEXPIRE on
+the window's first request) in one round trip. Why this and not a sliding log or GCRA: one
+atomic call and one small key per client and window whatever the rate, and what it counts is
+exactly what the IETF RateLimit headers say (``r`` requests left in this window, ``t`` seconds
+until it resets). The price, a burst of up to twice the limit across a window's edge, is
+acceptable for an abuse guard (the internal services keep the money rules).
+
+Redis away (refused, unreachable, slower than ``timeout_s``) must not take the API down: a
+local limiter (the same windows, in this process) takes over, the outage is logged once
+(and once more when Redis is back) and every locally decided request is counted
+(``edge_rate_limit_local_total``). While Redis is away it is asked again at most every
+``retry_s``, so requests do not each pay its timeout. With N instances each limiting locally, a
+client may get up to N times its limit during the outage: the price of staying up.
+
+Headers (draft-ietf-httpapi-ratelimit-headers, structured fields):
+``RateLimit-Policy: "subject";q=600;w=60`` and ``RateLimit: "subject";r=599;t=42``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from hiwallet.core.edge.resp import RedisUnavailable, RespClient
+from hiwallet.core.http import TooManyRequests
+
+__all__ = ["LocalWindows", "RateDecision", "RateLimited", "RateLimiter", "RatePolicy"]
+
+log = structlog.get_logger(__name__)
+
+# KEYS[1] the window's key; ARGV[1] the window in ms. The count after this request.
+_COUNT = b"""
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+# The local windows kept at most; past it the expired ones are dropped (and, if still too many,
+# all: a flood of distinct keys must not grow the process).
+LOCAL_MAX_KEYS = 100_000
+
+
+@dataclass(frozen=True)
+class RatePolicy:
+    name: str  # a structured-field token: the policy in the headers and in the Redis key
+    quota: int  # requests per window
+    window_s: int
+
+    @property
+    def policy_header(self) -> str:
+        return f'"{self.name}";q={self.quota};w={self.window_s}'
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    policy: RatePolicy
+    remaining: int
+    reset_s: int
+    allowed: bool
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {
+            "RateLimit-Policy": self.policy.policy_header,
+            "RateLimit": f'"{self.policy.name}";r={self.remaining};t={self.reset_s}',
+        }
+
+
+class RateLimited(TooManyRequests):
+    """The front API's limit per customer or per address (the platform's one rate-limited type)."""
+
+
+class LocalWindows:
+    """The same fixed windows, counted in this process."""
+
+    def __init__(self, max_keys: int = LOCAL_MAX_KEYS) -> None:
+        self._counts: dict[str, int] = {}
+        self._max_keys = max_keys
+
+    def count(self, key: str, window_index: int) -> int:
+        full = f"{key}:{window_index}"
+        n = self._counts.get(full, 0) + 1
+        self._counts[full] = n
+        if len(self._counts) > self._max_keys:
+            suffix = f":{window_index}"
+            self._counts = {k: v for k, v in self._counts.items() if k.endswith(suffix)}
+            if len(self._counts) > self._max_keys:
+                self._counts = {full: n}
+        return n
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        prefix: str,
+        timeout_s: float,
+        retry_s: float,
+        counters: Any = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # No retries: a Redis that does not answer in timeout_s is away, and this request is
+        # decided locally at once (.resp says why not redis-py: its CPU per call).
+        self.redis = RespClient(redis_url, timeout_s=timeout_s)
+        self.prefix = prefix
+        self.retry_s = retry_s
+        self.local = LocalWindows()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._down_since: float | None = None  # monotonic; None while Redis answers
+        self._next_try = 0.0
+        # ``counters``: local_decisions and store_outages (:meth:`counters`, made once per app:
+        # a registry refuses the same name twice); unregistered ones when not given.
+        if counters is None:
+            self.local_decisions, self.outages = self.counters(None)
+        else:
+            self.local_decisions, self.outages = counters.local_decisions, counters.store_outages
+
+    @staticmethod
+    def counters(registry: CollectorRegistry | None) -> tuple[Counter, Counter]:
+        local = Counter(
+            "edge_rate_limit_local_total",
+            "Rate-limit decisions taken in this process because Redis was not reachable",
+            registry=registry,
+        )
+        outages = Counter(
+            "edge_rate_limit_store_outages_total",
+            "Times the shared rate-limit store (Redis) was found unreachable",
+            registry=registry,
+        )
+        return local, outages
+
+    @property
+    def shared(self) -> bool:
+        """Whether decisions are currently shared through Redis."""
+        return self._down_since is None
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    async def check(self, policy: RatePolicy, who: str) -> RateDecision:
+        now = self._clock()
+        window_index = int(now // policy.window_s)
+        reset_s = max(1, math.ceil((window_index + 1) * policy.window_s - now))
+        key = f"{self.prefix}:{policy.name}:{who}"
+        count = await self._count(key, window_index, policy.window_s)
+        allowed = count <= policy.quota
+        return RateDecision(policy, max(0, policy.quota - count), reset_s, allowed)
+
+    def enforce(self, decision: RateDecision) -> None:
+        if not decision.allowed:
+            raise RateLimited(
+                f"at most {decision.policy.quota} requests per {decision.policy.window_s} s; "
+                f"retry in {decision.reset_s} s",
+                headers={**decision.headers, "Retry-After": str(decision.reset_s)},
+            )
+
+    async def _count(self, key: str, window_index: int, window_s: int) -> int:
+        if self._down_since is None or self._monotonic() >= self._next_try:
+            try:
+                n = await self.redis.eval_int(_COUNT, f"{key}:{window_index}", window_s * 2000)
+            except (RedisUnavailable, OSError, TimeoutError) as exc:
+                self._went_away(exc)
+            else:
+                if self._down_since is not None:
+                    log.info(
+                        "rate-limit store back; limits shared again",
+                        away_s=round(self._monotonic() - self._down_since, 3),
+                    )
+                    self._down_since = None
+                return int(n)
+        self.local_decisions.inc()
+        return self.local.count(key, window_index)
+
+    def _went_away(self, exc: Exception) -> None:
+        self._next_try = self._monotonic() + self.retry_s
+        if self._down_since is None:
+            self._down_since = self._monotonic()
+            self.outages.inc()
+            # Once per outage (not per request): the error's class, never the URL's password.
+            log.warning(
+                "rate-limit store unreachable; limiting in this process until it answers",
+                error=type(exc).__name__,
+                retry_s=self.retry_s,
+            )
