@@ -92,14 +92,28 @@ async def test_internal_refusals_pass_through_unchanged(
     assert "RateLimit" in answer.headers and "RateLimit-Policy" in answer.headers
 
 
-@pytest.mark.parametrize("status", [500, 502, 503, 504])
-async def test_an_internal_server_error_is_503_with_retry_after(
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_an_internal_service_unavailable_is_503_with_retry_after(
     stub: Stub, people: People, redis_server: RedisServer, status: int
 ) -> None:
     settings = edge_settings(people.idp, redis_server.url, **upstreams("personal", stub.url))
     async with running_front("personal", **settings) as front, httpx.AsyncClient(base_url=front.url) as http:
         answer = await http.get(f"/v1/wallets/status-{status}", headers=bearer(people.customer_token()))
     _assert_unavailable(answer)
+
+
+@pytest.mark.parametrize("status", [500, 501])
+async def test_an_internal_failure_is_502_without_retry_after(
+    stub: Stub, people: People, redis_server: RedisServer, status: int
+) -> None:
+    """A defect behind the door is not "retry later" (fail closed): 502, nothing of its body."""
+    settings = edge_settings(people.idp, redis_server.url, **upstreams("personal", stub.url))
+    async with running_front("personal", **settings) as front, httpx.AsyncClient(base_url=front.url) as http:
+        answer = await http.get(f"/v1/wallets/status-{status}", headers=bearer(people.customer_token()))
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["type"].endswith("/upstream-failed")
+    assert "retry-after" not in answer.headers
+    assert "stub" not in answer.text
 
 
 async def test_an_upstream_that_hangs_is_503_after_the_read_timeout(

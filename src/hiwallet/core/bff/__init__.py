@@ -3,7 +3,7 @@ Connect client (:mod:`.oidc`), sessions with refresh, logout and the CSRF check 
 and the pages' security headers (:mod:`.headers`). docs/architecture.md, "The BFFs"."""
 
 from hiwallet.core.bff.headers import SecurityHeaders, content_security_policy
-from hiwallet.core.bff.oidc import GrantRefused, IdentityUnavailable, OidcClient, OidcClientConfig, Tokens
+from hiwallet.core.bff.oidc import GrantRefused, OidcClient, OidcClientConfig, SignInUnavailable, Tokens
 from hiwallet.core.bff.seal import KEY_BYTES, Sealer, SealError, parse_key_ring
 from hiwallet.core.bff.session import (
     BffSessions,
@@ -19,7 +19,6 @@ __all__ = [
     "BffSessions",
     "CsrfRefused",
     "GrantRefused",
-    "IdentityUnavailable",
     "OidcClient",
     "OidcClientConfig",
     "SealError",
@@ -27,6 +26,7 @@ __all__ = [
     "SecurityHeaders",
     "Session",
     "SessionCookies",
+    "SignInUnavailable",
     "Tokens",
     "content_security_policy",
     "is_local_http",

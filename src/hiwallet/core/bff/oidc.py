@@ -28,9 +28,9 @@ from hiwallet.core.http import ServiceUnavailable, Unauthorized
 
 __all__ = [
     "GrantRefused",
-    "IdentityUnavailable",
     "OidcClient",
     "OidcClientConfig",
+    "SignInUnavailable",
     "Tokens",
 ]
 
@@ -40,10 +40,10 @@ log = structlog.get_logger(__name__)
 RETRY_AFTER_S = 5
 
 
-class IdentityUnavailable(ServiceUnavailable):
+class SignInUnavailable(ServiceUnavailable):
     """The identity provider did not answer, or answered with a server error: retry later."""
 
-    slug = "identity-unavailable"
+    slug = "sign-in-unavailable"
     title = "Sign-in is not available right now"
 
     def __init__(self, detail: str | None = None) -> None:
@@ -126,10 +126,10 @@ class OidcClient:
             response = await self._http.post(f"{self._base}/token", data=form, auth=auth)
         except httpx.HTTPError as exc:
             log.warning("identity provider unreachable", error=type(exc).__name__)
-            raise IdentityUnavailable("the identity provider did not answer") from exc
+            raise SignInUnavailable("the identity provider did not answer") from exc
         if response.status_code >= 500:
             log.warning("identity provider failed", status=response.status_code)
-            raise IdentityUnavailable("the identity provider failed")
+            raise SignInUnavailable("the identity provider failed")
         if response.status_code != 200:
             try:
                 error = str(response.json().get("error", "?"))

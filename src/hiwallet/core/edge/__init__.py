@@ -12,6 +12,7 @@ from hiwallet.core.edge.forward import (
     FORWARDED_REQUEST_HEADERS,
     RETURNED_HEADERS,
     Upstream,
+    UpstreamFailed,
     UpstreamTimeouts,
     UpstreamUnavailable,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "RatePolicy",
     "Reshape",
     "Upstream",
+    "UpstreamFailed",
     "UpstreamTimeouts",
     "UpstreamUnavailable",
     "door",

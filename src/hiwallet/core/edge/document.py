@@ -30,6 +30,7 @@ _DESCRIPTIONS = {
     413: "Body too large",
     422: "Refused: invalid input, funds, limits, tier, key reused",
     429: "Too many requests (Retry-After, RateLimit)",
+    502: "A service behind this API failed (a defect there: retrying does not help)",
     503: "A service behind this API is not available; retry (with the same key)",
 }
 _RATE_HEADERS = {
@@ -42,7 +43,10 @@ _RATE_HEADERS = {
 
 
 def answers(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """problem+json answers with these statuses (a route's ``responses``)."""
+    """problem+json answers with these statuses (a route's ``responses``). A route that
+    forwards (503: its upstream away) may also answer 502 (its upstream failed)."""
+    if 503 in statuses and 502 not in statuses:
+        statuses = (*statuses, 502)
     return {
         status: {
             "description": _DESCRIPTIONS[status],

@@ -17,8 +17,11 @@ internal services believe only the token anyway).
 What comes back: the internal status, its body and its content type unchanged (a problem+json
 of 400/401/403/404/409/422/429 passes as it is), with the headers a client needs
 (``Retry-After``, ``Idempotent-Replayed``, ``Location``, ``WWW-Authenticate``). An upstream
-that cannot be reached, refuses the connection, times out, breaks the exchange or answers 5xx
-is 503 ``upstream-unavailable`` with ``Retry-After``: never a 500, never a hang.
+that cannot be reached, refuses the connection, times out, breaks the exchange or says it is
+unavailable (502, 503, 504) is 503 ``upstream-unavailable`` with ``Retry-After``: never a 500,
+never a hang. An upstream's own failure (500, or another 5xx) is a defect there, which a retry
+does not cure: 502 ``upstream-failed``, logged, without ``Retry-After`` (fail closed: only what
+a retry can cure is "unavailable").
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter
 
 from hiwallet.core.edge.wire import HttpPool, UpstreamError
-from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ServiceUnavailable
+from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ProblemError, ServiceUnavailable
 from hiwallet.core.logging import REQUEST_ID
 
 __all__ = [
     "FORWARDED_REQUEST_HEADERS",
     "RETURNED_HEADERS",
     "Upstream",
+    "UpstreamFailed",
     "UpstreamTimeouts",
     "UpstreamUnavailable",
 ]
@@ -57,6 +61,17 @@ RETURNED_HEADERS = ("retry-after", "idempotent-replayed", "location", "www-authe
 class UpstreamUnavailable(ServiceUnavailable):
     slug = "upstream-unavailable"
     title = "A service behind this API is not available"
+
+
+class UpstreamFailed(ProblemError):
+    status = 502
+    slug = "upstream-failed"
+    title = "A service behind this API failed"
+
+
+# The answers of an upstream that say "not now" (a gateway's, a draining or starting process's):
+# a retry may cure them. Any other 5xx is the upstream's own failure.
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -110,7 +125,7 @@ class Upstream:
     def failures_counter(registry: CollectorRegistry | None) -> Counter:
         return Counter(
             "edge_upstream_unavailable_total",
-            "Requests answered 503 because an upstream was unreachable, timed out or answered 5xx",
+            "Requests answered 503 or 502: an upstream unreachable, timed out, unavailable or failed",
             ["upstream", "reason"],
             registry=registry,
         )
@@ -135,7 +150,8 @@ class Upstream:
         body: bytes | None = None,
     ) -> UpstreamAnswer:
         """``method path`` on this upstream with the request's forwarded headers; its answer
-        unless it is 5xx (503 :class:`UpstreamUnavailable`, as for no answer at all)."""
+        unless it is 5xx (503 :class:`UpstreamUnavailable`, as for no answer at all, or 502
+        :class:`UpstreamFailed`)."""
         headers = [
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in request.scope["headers"]
@@ -158,9 +174,13 @@ class Upstream:
         answer_headers = {
             name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw_headers
         }
-        if status >= 500:
-            log.warning("upstream answered a server error", upstream=self.name, status=status)
+        if status in _UNAVAILABLE_STATUSES:
+            log.warning("upstream unavailable", upstream=self.name, status=status)
             raise self._unavailable(f"status-{status}", answer_headers.get("retry-after"))
+        if status >= 500:
+            log.error("upstream failed", upstream=self.name, status=status)
+            self._failures.labels(self.name, f"status-{status}").inc()
+            raise UpstreamFailed(f"{self.name} failed")
         return UpstreamAnswer(status, answer_headers, content)
 
 
