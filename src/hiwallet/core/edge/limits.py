@@ -28,8 +28,11 @@ from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
-from hiwallet.core.edge.resp import RedisUnavailable, RespClient
 from hiwallet.core.http import TooManyRequests
 
 __all__ = ["LocalWindows", "RateDecision", "RateLimited", "RateLimiter", "RatePolicy"]
@@ -37,11 +40,13 @@ __all__ = ["LocalWindows", "RateDecision", "RateLimited", "RateLimiter", "RatePo
 log = structlog.get_logger(__name__)
 
 # KEYS[1] the window's key; ARGV[1] the window in ms. The count after this request.
-_COUNT = b"""
+_COUNT = """
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return n
 """
+# Connections to Redis per process: a check holds one for one round trip.
+REDIS_MAX_CONNECTIONS = 32
 # The local windows kept at most; past it the expired ones are dropped (and, if still too many,
 # all: a flood of distinct keys must not grow the process).
 LOCAL_MAX_KEYS = 100_000
@@ -108,9 +113,17 @@ class RateLimiter:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        # No retries: a Redis that does not answer in timeout_s is away, and this request is
-        # decided locally at once (.resp says why not redis-py: its CPU per call).
-        self.redis = RespClient(redis_url, timeout_s=timeout_s)
+        # redis-py's asyncio client (EVALSHA of the script, loaded once, EVAL if Redis forgot
+        # it). No retries: a Redis that does not answer in timeout_s is away, and this request is
+        # decided locally at once. Its pool is bounded: a stalled Redis holds few sockets.
+        self.redis: Redis = Redis.from_url(
+            redis_url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            max_connections=REDIS_MAX_CONNECTIONS,
+        )
+        self._script = self.redis.register_script(_COUNT)
         self.prefix = prefix
         self.retry_s = retry_s
         self.local = LocalWindows()
@@ -167,8 +180,8 @@ class RateLimiter:
     async def _count(self, key: str, window_index: int, window_s: int) -> int:
         if self._down_since is None or self._monotonic() >= self._next_try:
             try:
-                n = await self.redis.eval_int(_COUNT, f"{key}:{window_index}", window_s * 2000)
-            except (RedisUnavailable, OSError, TimeoutError) as exc:
+                n = await self._script(keys=[f"{key}:{window_index}"], args=[window_s * 2000])
+            except (RedisError, OSError, TimeoutError) as exc:
                 self._went_away(exc)
             else:
                 if self._down_since is not None:
