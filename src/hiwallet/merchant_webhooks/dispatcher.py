@@ -161,7 +161,8 @@ class Dispatcher:
         return rows
 
     async def round(self) -> bool:
-        """One round; True when there may be more to do at once (a full fan-out or claim)."""
+        """One round; True when there may be more to do at once: a full fan-out, or any
+        delivery claimed (its outcome may free the next delivery of its resource)."""
         self.rounds += 1
         now = self.now()
         fanned = await self.fan_out(now)
@@ -169,7 +170,7 @@ class Dispatcher:
         if claimed:
             attempts = await self.send_all(claimed)
             await self.record(claimed, attempts)
-        return fanned >= self.settings.fan_out_batch or len(claimed) >= self.settings.batch_size
+        return fanned >= self.settings.fan_out_batch or bool(claimed)
 
     async def send_all(self, claimed: Sequence[asyncpg.Record]) -> list[Attempt]:
         limit = asyncio.Semaphore(max(1, self.settings.concurrency))
