@@ -25,21 +25,32 @@ from hiwallet.core import db
 from hiwallet.merchant_webhooks.dispatcher import Dispatcher
 from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings
 from tests.servers import serve, stop
+from tests.waiting import Clock
 from tests.wallet_api.conftest import (  # noqa: F401 (fixtures)
     Business,
     WalletApi,
-    api,
     customer_idp,
     idps,
+    running_api,
     staff_idp,
 )
-from tests.waiting import Clock
 
 
 @pytest.fixture
 def wallet_api_settings() -> dict[str, Any]:
     # The receivers are on 127.0.0.1: development's setting (refused in production).
     return {"webhook_allow_private_targets": True}
+
+
+@pytest.fixture
+async def api(
+    wallet_db: str,
+    customer_idp: Any,  # noqa: F811
+    staff_idp: Any,  # noqa: F811
+    wallet_api_settings: dict[str, Any],
+) -> AsyncIterator[WalletApi]:
+    async with running_api(wallet_db, customer_idp, staff_idp, **wallet_api_settings) as running:
+        yield running
 
 
 @dataclass

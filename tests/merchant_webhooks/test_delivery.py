@@ -23,8 +23,8 @@ from tests.merchant_webhooks.conftest import (
     start_receiver,
 )
 from tests.servers import stop
-from tests.wallet_api.conftest import TL, WalletApi
 from tests.waiting import Clock
+from tests.wallet_api.conftest import TL, WalletApi
 
 
 def signed_by(secret: str, got: Received) -> bool:
@@ -122,7 +122,8 @@ async def test_during_a_rotation_both_secrets_sign_and_after_it_only_the_new(
     # the overlap over: the clock past it
     async with api.owner_connection() as conn:
         until = await conn.fetchval(
-            "SELECT extract(epoch FROM previous_secret_until)::float8 FROM wallet.webhook_endpoints WHERE id = $1",
+            "SELECT extract(epoch FROM previous_secret_until)::float8"
+            " FROM wallet.webhook_endpoints WHERE id = $1",
             endpoint["id"],
         )
     assert until > clock() + 23 * 3600  # the overlap is 24 h by default

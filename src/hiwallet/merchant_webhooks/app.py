@@ -35,7 +35,18 @@ def service_spec(
     settings: MerchantWebhooksSettings, *, database: str | None = None, clock: Clock = time.time
 ) -> ServiceSpec:
     async def setup(rt: Runtime) -> None:
-        dispatcher = rt.app.state.dispatcher = Dispatcher(rt.db, settings, clock=clock, on_attempt=_count)
+        # The app's own registry (several apps fit in one test process).
+        attempts = Counter(
+            "hiwallet_webhook_attempts",
+            "Webhook delivery attempts, by outcome",
+            ["outcome"],
+            registry=rt.app.state.metrics_registry,
+        )
+
+        def count(attempt: Attempt) -> None:
+            attempts.labels("delivered" if attempt.ok else "failed").inc()
+
+        dispatcher = rt.app.state.dispatcher = Dispatcher(rt.db, settings, clock=clock, on_attempt=count)
         rt.close(dispatcher.aclose)
         connect = rt.connect()
 

@@ -1,6 +1,7 @@
 """The dispatcher: events fanned out to deliveries, due deliveries claimed, sent, recorded.
 
-A round (:meth:`Dispatcher.round`), at the clock's ``now``:
+A round (:meth:`Dispatcher.round`, the tests' step; the process pumps the same steps without
+waiting for a batch's attempts: :meth:`Dispatcher.pump`), at the clock's ``now``:
 
 1. fan-out: undispatched events, oldest first, become one delivery per subscribed enabled
    endpoint (one statement; one instance at a time);
@@ -139,6 +140,8 @@ class Dispatcher:
         self.on_attempt = on_attempt or (lambda _attempt: None)
         self.wake = asyncio.Event()
         self.rounds = 0
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._done: list[tuple[asyncpg.Record, Attempt]] = []
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -154,9 +157,9 @@ class Dispatcher:
         rows = await self.pool.fetch(Q["fan_out"], self.settings.fan_out_batch, now, FAN_OUT_LOCK_KEY)
         return len(rows)
 
-    async def claim(self, now: datetime) -> list[asyncpg.Record]:
+    async def claim(self, now: datetime, size: int | None = None) -> list[asyncpg.Record]:
         lease_end = now + timedelta(seconds=self.settings.lease_s)
-        size = self.settings.batch_size
+        size = self.settings.batch_size if size is None else size
         rows: list[asyncpg.Record] = await self.pool.fetch(Q["claim"], now, size, lease_end)
         return rows
 
@@ -171,6 +174,35 @@ class Dispatcher:
             attempts = await self.send_all(claimed)
             await self.record(claimed, attempts)
         return fanned >= self.settings.fan_out_batch or bool(claimed)
+
+    async def pump(self) -> bool:
+        """What the process runs (:meth:`run`): fan out, claim as many as there is room for in
+        flight (``concurrency``), start their attempts without waiting for them, and record the
+        attempts that ended since the last pump (their endings wake the loop). A slow receiver
+        holds only its own attempts, never the others'. True when there may be more at once."""
+        now = self.now()
+        fanned = await self.fan_out(now)
+        room = min(self.settings.batch_size, self.settings.concurrency - len(self._inflight))
+        claimed = await self.claim(now, room) if room > 0 else []
+        for row in claimed:
+            task = asyncio.create_task(self._attempt(row))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+        await self.flush()
+        return fanned >= self.settings.fan_out_batch or (room > 0 and len(claimed) >= room)
+
+    async def _attempt(self, row: asyncpg.Record) -> None:
+        attempt = await self.send(row)
+        self._done.append((row, attempt))
+        self.wake.set()
+
+    async def flush(self) -> None:
+        """Record the attempts that ended (in one transaction). If it fails, they are sent again
+        once their lease ends (at least once)."""
+        if not self._done:
+            return
+        done, self._done = self._done, []
+        await self.record([row for row, _ in done], [attempt for _, attempt in done])
 
     async def send_all(self, claimed: Sequence[asyncpg.Record]) -> list[Attempt]:
         limit = asyncio.Semaphore(max(1, self.settings.concurrency))
@@ -330,11 +362,15 @@ class Dispatcher:
             await conn.add_listener(NOTIFY_CHANNEL, self._notified)
             while True:
                 self.wake.clear()
-                more = await self.round()
+                more = await self.pump()
                 if not more:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval_s)
         finally:
+            # What is in flight is left to its lease (sent again by whoever runs next).
+            for task in list(self._inflight):
+                task.cancel()
+            self._done.clear()
             with contextlib.suppress(Exception):
                 await conn.close()
 
