@@ -16,8 +16,8 @@ import httpx
 from hiwallet.contracts import merchant_events as me
 from tests.merchant_webhooks.conftest import Receiver, deliveries, register
 from tests.servers import free_port
-from tests.wallet_api.conftest import TL, WalletApi
 from tests.waiting import until
+from tests.wallet_api.conftest import TL, WalletApi
 
 HIWALLET = Path(sys.executable).parent / "hiwallet"
 
