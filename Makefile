@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff schema
+.PHONY: install up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-webhooks schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -51,13 +51,15 @@ schema: install
 # `make bench-topup` only the top-up path's (TOPUP_BENCH_ARGS, e.g. "--only bare");
 # `make bench-withdrawal` only the withdrawal saga's (WITHDRAWAL_BENCH_ARGS, e.g. "--duration 10");
 # `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4");
-# `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60").
+# `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60");
+# `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
 	$(BIN)/python bench/withdrawal_bench.py $(WITHDRAWAL_BENCH_ARGS)
 	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
+	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -75,3 +77,8 @@ bench-onboarding: install
 # (STAFF_BENCH_ARGS, e.g. "--duration 60").
 bench-staff: install
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
+
+# merchant-webhooks to a local receiver: deliveries/s of a burst, commit-to-delivery latency
+# (WEBHOOK_BENCH_ARGS, e.g. "--events 10000 --rate 400").
+bench-webhooks: install
+	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)

@@ -5,8 +5,9 @@ multicast, reserved, shared (CGNAT) or unspecified address, IPv4 inside IPv6 inc
 that resolves to one such address among public ones is refused (DNS rebinding answers both).
 
 Checked when the URL is given (the caller hears why at once) and again before every call, as
-names may resolve elsewhere tomorrow; :func:`resolve_public` returns the addresses checked, so
-the caller connects to one of them and not to a second resolution (``pinned``).
+names may resolve elsewhere tomorrow; and the connection itself resolves through
+:class:`PublicResolver`, which refuses a private address whatever the name answers at that
+moment (a name that rebinds between the check and the connection gets nowhere).
 
 ``allow_private`` (a development setting, refused in production) lets everything through but
 the scheme and user-information checks: tests and ``hiwallet up`` deliver to 127.0.0.1."""
@@ -19,7 +20,10 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-__all__ = ["ForbiddenTarget", "Target", "check_url", "is_public", "resolve_public"]
+from aiohttp.abc import ResolveResult
+from aiohttp.resolver import ThreadedResolver
+
+__all__ = ["ForbiddenTarget", "PublicResolver", "Target", "check_url", "is_public", "resolve_public"]
 
 MAX_URL_CHARS = 2048
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -111,3 +115,18 @@ async def resolve_public(target: Target, *, allow_private: bool, timeout_s: floa
                     "private-address", "the URL's host is or resolves to an address that is not public"
                 )
     return addresses
+
+
+class PublicResolver(ThreadedResolver):
+    """aiohttp's resolver (core.http.AiohttpTransport's ``resolver``) that refuses a name
+    resolving to any address that is not public: the connection goes only to addresses checked
+    at that very resolution. (A literal address in a URL is not resolved: check it first.)"""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await super().resolve(host, port, family)
+        for result in results:
+            if not is_public(ipaddress.ip_address(result["host"])):
+                raise OSError(f"{host} resolves to an address that is not public")
+        return results

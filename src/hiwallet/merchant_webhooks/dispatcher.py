@@ -9,7 +9,8 @@ waiting for a batch's attempts: :meth:`Dispatcher.pump`), at the clock's ``now``
    enabled and whose earlier deliveries of the same resource to the same endpoint are done (in
    order per resource), leased until ``now + lease_s``;
 3. send them, at most ``concurrency`` at once, each to an address checked again (SSRF: the name
-   may resolve elsewhere today) and pinned (the call goes to the address checked), signed in the
+   may resolve elsewhere today; the connection's own resolution refuses a private address as
+   well: core.egress.PublicResolver), signed in the
    Standard Webhooks scheme with the endpoint's secret and, during a rotation's overlap, the
    previous one too;
 4. record every attempt and each delivery's next step (delivered; again after the schedule's
@@ -31,7 +32,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,7 +46,8 @@ import orjson
 import structlog
 
 from hiwallet.contracts.merchant_events import ENDPOINT_DISABLED, NOTIFY_CHANNEL, event_id, secret_place
-from hiwallet.core.egress import ForbiddenTarget, Target, check_url, resolve_public
+from hiwallet.core.egress import ForbiddenTarget, PublicResolver, check_url, resolve_public
+from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.queries import load_queries
 from hiwallet.core.sealing import KeyRing, Unopenable
 from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings
@@ -62,6 +63,8 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 FAN_OUT_LOCK_KEY = 0x6877_6D66  # "hwmf"
 
 Clock = Callable[[], float]
+CHECK_TTL_S = 10.0
+CHECK_CACHE_SIZE = 10_000
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -95,23 +98,6 @@ class Attempt:
     attempted_at: datetime
 
 
-def _pinned(
-    target: Target, address: ipaddress.IPv4Address | ipaddress.IPv6Address
-) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """The URL to call ``address`` itself (not a second resolution of the name), the Host
-    header and, for https, the name the certificate must hold (SNI and its check)."""
-    host = f"[{address}]" if address.version == 6 else str(address)
-    parts = target.parts
-    netloc = f"{host}:{target.port}"
-    url = parts._replace(netloc=netloc).geturl()
-    default_port = 443 if parts.scheme == "https" else 80
-    host_header = target.host if target.port == default_port else f"{target.host}:{target.port}"
-    if ":" in target.host and target.literal is None:  # never: names have no colon
-        raise ForbiddenTarget("malformed", "the host is not a valid name")
-    extensions: dict[str, Any] = {"sni_hostname": target.host} if parts.scheme == "https" else {}
-    return url, {"Host": host_header}, extensions
-
-
 class Dispatcher:
     def __init__(
         self,
@@ -128,14 +114,21 @@ class Dispatcher:
         self.clock = clock
         self.rng = rng or random.Random()
         self.keys = KeyRing.parse(settings.secret_keys.get_secret_value())
+        # httpx's API over aiohttp's pool (core.http.AiohttpTransport: a fifth of httpx's own
+        # pool's CPU a request); its resolver refuses private addresses at connection time.
         self.client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=settings.concurrency, max_keepalive_connections=settings.concurrency
+            transport=AiohttpTransport(
+                max_connections=settings.concurrency,
+                max_response_bytes=settings.max_response_bytes,
+                resolver=None if settings.allow_private_targets else PublicResolver,
             ),
+            timeout=httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s),
             follow_redirects=False,  # a redirect could lead anywhere, past the SSRF check
             trust_env=False,
         )
+        # host -> (until, the refusal or None): the check before each call, kept as long as
+        # aiohttp keeps a resolution (its DNS cache, 10 s).
+        self._checked: dict[str, tuple[float, ForbiddenTarget | None]] = {}
         self._own_client = client is None
         self.on_attempt = on_attempt or (lambda _attempt: None)
         self.wake = asyncio.Event()
@@ -221,6 +214,28 @@ class Dispatcher:
             secrets.append(self.keys.open(row["previous_secret_sealed"], place).decode())
         return secrets
 
+    async def _check(self, url: str) -> None:
+        """The SSRF rule again before the call (the name may resolve elsewhere today)."""
+        target = check_url(url)
+        key = f"{target.host}:{target.port}"
+        cached = self._checked.get(key)
+        monotonic = time.monotonic()
+        if cached is None or cached[0] < monotonic:
+            refusal: ForbiddenTarget | None = None
+            try:
+                await resolve_public(
+                    target,
+                    allow_private=self.settings.allow_private_targets,
+                    timeout_s=self.settings.dns_timeout_s,
+                )
+            except ForbiddenTarget as exc:
+                refusal = exc
+            if len(self._checked) > CHECK_CACHE_SIZE:
+                self._checked.clear()
+            cached = self._checked[key] = (monotonic + CHECK_TTL_S, refusal)
+        if cached[1] is not None:
+            raise cached[1]
+
     async def send(self, row: asyncpg.Record) -> Attempt:
         """One attempt of one delivery; never raises (its failure is the attempt's outcome)."""
         now = self.now()
@@ -244,21 +259,9 @@ class Dispatcher:
                 "webhook-timestamp": str(timestamp),
                 "webhook-signature": signatures,
             }
-            target = check_url(row["url"])
-            addresses = await resolve_public(
-                target,
-                allow_private=self.settings.allow_private_targets,
-                timeout_s=self.settings.dns_timeout_s,
-            )
-            url: str = row["url"]
-            extensions: dict[str, Any] = {}
-            if not self.settings.allow_private_targets:
-                url, host, extensions = _pinned(target, addresses[0])
-                headers.update(host)
-            async with self.client.stream(
-                "POST", url, content=body, headers=headers, extensions=extensions
-            ) as r:
-                code = r.status_code  # the body is never read: a receiver's answer is its status
+            await self._check(row["url"])
+            response = await self.client.post(row["url"], content=body, headers=headers)
+            code = response.status_code  # a receiver's answer is its status; its body is ignored
             if not 200 <= code < 300:
                 error = f"status {code}"
         except ForbiddenTarget as exc:

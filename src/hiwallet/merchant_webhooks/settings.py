@@ -44,6 +44,8 @@ class MerchantWebhooksSettings(BaseSettings):
     # A claimed delivery is claimed again after this long if its attempt was never recorded (the
     # process died): longer than any attempt can take.
     lease_s: float = 120.0
+    # A receiver's answer is read up to this (its body is ignored; a larger one fails).
+    max_response_bytes: int = 65_536
     # Events made into deliveries a round.
     fan_out_batch: int = 1000
     # Woken by pg_notify after a writer's commit; polls this often anyway (a lost hint, a retry
