@@ -248,7 +248,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         )
         attempts = await owner.fetchval("SELECT count(*) FROM wallet.webhook_attempts")
         return {
-            "what": "merchant-webhooks to a local receiver: a burst's deliveries/s, commit-to-delivery latency",
+            "what": "merchant-webhooks, local receiver: deliveries/s of a burst, commit-to-delivery latency",
             "businesses": BUSINESSES,
             "burst": burst,
             "latency": latency,
