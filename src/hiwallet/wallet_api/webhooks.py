@@ -240,18 +240,15 @@ class Webhooks:
         description: str | None,
     ) -> JSON:
         bucket = _account_bucket(account_id)
+        # Who may first (a 404 says nothing of the URL), then the URL (outside a transaction:
+        # its name is resolved), then the insert, the account's count checked again under it.
+        await self._business(self.pool, caller, bucket, account_id)
         url = await self._checked_url(url)
         endpoint_id = _endpoint_id(bucket)
         secret = new_secret()
         sealed = self.keys.seal(secret.encode(), me.secret_place(endpoint_id))
         async with self.pool.acquire() as conn, conn.transaction():
-            account = await conn.fetchrow(
-                W["business_of_member"], bucket, account_id, caller.issuer, caller.subject
-            )
-            if account is None:
-                raise errors.NotFound("no such account")
-            if account["kind"] != "business":
-                raise errors.NotABusiness("only a business registers webhook endpoints", operation="webhooks")
+            account = await self._business(conn, caller, bucket, account_id)
             if account["endpoints"] >= self.settings.webhook_max_endpoints_per_account:
                 raise errors.TooManyEndpoints(
                     "the account has as many webhook endpoints as it may",
@@ -269,6 +266,18 @@ class Webhooks:
                 self._now(),
             )
         return endpoint_view(row, secret)
+
+    async def _business(
+        self, db: asyncpg.Pool | asyncpg.Connection, caller: Caller, bucket: int, account_id: str
+    ) -> asyncpg.Record:
+        account = await db.fetchrow(
+            W["business_of_member"], bucket, account_id, caller.issuer, caller.subject
+        )
+        if account is None:
+            raise errors.NotFound("no such account")
+        if account["kind"] != "business":
+            raise errors.NotABusiness("only a business registers webhook endpoints", operation="webhooks")
+        return account
 
     async def endpoints(self, caller: Caller) -> list[JSON]:
         rows = await self.pool.fetch(
@@ -292,6 +301,7 @@ class Webhooks:
         """``changes``: any of url, event_types, description, enabled (what the request set)."""
         bucket = _bucket_of(endpoint_id, "we")
         if "url" in changes:
+            await self.endpoint(caller, endpoint_id)  # a 404 first, saying nothing of the URL
             changes["url"] = await self._checked_url(changes["url"])
         async with self.pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
