@@ -135,6 +135,7 @@ class Dispatcher:
         self.rounds = 0
         self._inflight: set[asyncio.Task[None]] = set()
         self._done: list[tuple[asyncpg.Record, Attempt]] = []
+        self._ended = asyncio.Event()
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -170,9 +171,10 @@ class Dispatcher:
 
     async def pump(self) -> bool:
         """What the process runs (:meth:`run`): fan out, claim as many as there is room for in
-        flight (``concurrency``), start their attempts without waiting for them, and record the
-        attempts that ended since the last pump (their endings wake the loop). A slow receiver
-        holds only its own attempts, never the others'. True when there may be more at once."""
+        flight (``concurrency``) and start their attempts without waiting for them; the
+        recorder (:meth:`_recorder`) records them as they end, beside it. A slow receiver holds
+        only its own attempts, never the others', and recording never delays the next event's
+        claim. True when there may be more at once."""
         now = self.now()
         fanned = await self.fan_out(now)
         room = min(self.settings.batch_size, self.settings.concurrency - len(self._inflight))
@@ -181,13 +183,27 @@ class Dispatcher:
             task = asyncio.create_task(self._attempt(row))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
-        await self.flush()
         return fanned >= self.settings.fan_out_batch or (room > 0 and len(claimed) >= room)
 
     async def _attempt(self, row: asyncpg.Record) -> None:
         attempt = await self.send(row)
         self._done.append((row, attempt))
-        self.wake.set()
+        self._ended.set()
+
+    async def _recorder(self) -> None:
+        """Records the attempts that ended, a batch at a time, then wakes the pump (a recorded
+        delivery may free the next one of its resource). A failed recording is logged: its
+        deliveries are sent again once their lease ends (at least once)."""
+        while True:
+            await self._ended.wait()
+            self._ended.clear()
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("recording webhook attempts failed; they are sent again after their lease")
+            self.wake.set()
 
     async def flush(self) -> None:
         """Record the attempts that ended (in one transaction). If it fails, they are sent again
@@ -361,6 +377,7 @@ class Dispatcher:
         after ``poll_interval_s``. A failed round raises (the service's Background logs it and
         starts the dispatcher again after a pause)."""
         conn = await connect()
+        recorder = asyncio.create_task(self._recorder())
         try:
             await conn.add_listener(NOTIFY_CHANNEL, self._notified)
             while True:
@@ -371,6 +388,7 @@ class Dispatcher:
                         await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval_s)
         finally:
             # What is in flight is left to its lease (sent again by whoever runs next).
+            recorder.cancel()
             for task in list(self._inflight):
                 task.cancel()
             self._done.clear()
