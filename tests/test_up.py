@@ -145,6 +145,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "nvi",
             "onboarding",
             "staff-admin",
+            "merchant-webhooks",
         )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
@@ -158,6 +159,8 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{ports['bank']}",
         "HIWALLET_WALLET_CONSUMER_PORT": str(ports["wallet-consumer"]),
         "HIWALLET_WALLET_CONSUMER_DATABASE": databases["wallet"],
+        "HIWALLET_MERCHANT_WEBHOOKS_PORT": str(ports["merchant-webhooks"]),
+        "HIWALLET_MERCHANT_WEBHOOKS_DATABASE": databases["wallet"],
         "STRIPE_FAKE_PORT": str(ports["stripe"]),
         "STRIPE_FAKE_WEBHOOK_URL": f"{topup}/stripe",
         "BANK_FAKE_PORT": str(ports["bank"]),
