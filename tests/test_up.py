@@ -49,6 +49,7 @@ CHILDREN = (
     "wallet-api",
     "staff-admin",
     "wallet-consumer",
+    "merchant-webhooks",
     "topup-webhook",
     "stripe-fake",
     "bank-fake",
@@ -405,12 +406,14 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
                     "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1", databases[key]
                 )
                 assert [r["usename"] for r in roles] == [db.app_role(key)], (key, roles)
-            # The wallet database: wallet-api's role and wallet-consumer's, each its own.
+            # The wallet database: wallet-api's role, merchant-webhooks' and wallet-consumer's,
+            # each its own.
             roles = await owner.fetch(
                 "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1 ORDER BY 1",
                 databases["wallet"],
             )
             assert [r["usename"] for r in roles] == [
+                db.app_role("wallet", "merchant_webhooks"),
                 db.app_role("wallet"),
                 db.app_role("wallet", "wallet_consumer"),
             ], roles

@@ -184,10 +184,7 @@ class TooManyEndpoints(ProblemError):
     title = "The account has as many webhook endpoints as it may"
 
 
-class InvalidCursor(ProblemError):
-    status = 422
-    slug = "invalid-cursor"
-    title = "The cursor is not one this service gave"
+InvalidCursor = problems.InvalidCursor
 
 
 class Unavailable(http.ServiceUnavailable):

@@ -21,7 +21,16 @@ EventType = Literal[
 ]
 assert set(EventType.__args__) == set(EVENT_TYPES)  # type: ignore[attr-defined]
 EventTypes = Annotated[list[EventType], Field(min_length=1, max_length=16)]
-Url = Annotated[StrictStr, Field(min_length=1, max_length=2048, description="http(s); a public address")]
+# No space or control character (the SSRF check refuses them too; the document says it).
+Url = Annotated[
+    StrictStr,
+    Field(
+        min_length=1,
+        max_length=2048,
+        pattern=r"^[^\x00-\x20\x7f-\x9f]+$",
+        description="http(s); a public address",
+    ),
+]
 Description = Annotated[PrintableText, Field(min_length=1, max_length=200)]
 _ENDPOINT_ID = r"^[0-9]{4}:we:[0-9a-f-]{36}$"
 _DELIVERY_ID = r"^[0-9]{4}:wd:[0-9a-f-]{36}$"
