@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front schema
+.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -59,6 +59,7 @@ schema: install
 # `make bench-onboarding` only the registrations' (ONBOARDING_BENCH_ARGS, e.g. "--concurrency 4");
 # `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60");
 # `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
+# `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
@@ -66,6 +67,7 @@ bench: install
 	$(BIN)/python bench/onboarding_bench.py $(ONBOARDING_BENCH_ARGS)
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
 	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
+	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -88,3 +90,8 @@ bench-staff: install
 # (FRONT_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
 bench-front: install
 	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
+
+# merchant-webhooks to a local receiver: deliveries/s of a burst, commit-to-delivery latency
+# (WEBHOOK_BENCH_ARGS, e.g. "--events 10000 --rate 400").
+bench-webhooks: install
+	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)

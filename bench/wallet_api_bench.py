@@ -249,8 +249,23 @@ async def _receivers(client: httpx.AsyncClient, idp: str, api: str, count: int) 
     return numbers
 
 
-async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
-    """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``."""
+async def _businesses(pool: asyncpg.Pool, count: int) -> list[str]:
+    """Wallet numbers of ``count`` business accounts (as an operator opens them): a payment to
+    one writes its merchant event (payment.received) in the transfer's statement."""
+    from hiwallet.wallet_api.service import WalletService
+    from hiwallet.wallet_api.settings import WalletApiSettings
+
+    service = WalletService(pool, LedgerStore.from_settings(pool), Fees.from_settings(), WalletApiSettings())
+    numbers = []
+    for i in range(count):
+        account = await service.open_business(f"Bench shop {i}", operator="operator:bench")
+        numbers.append(account["wallets"][0]["number"])
+    return numbers
+
+
+async def measure(concurrency: int, duration_s: float, *, to_businesses: bool = False) -> dict[str, Any]:
+    """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``;
+    ``to_businesses``: payments to 100 businesses instead of p2p (each writes its event)."""
     if not 1 <= concurrency <= 256 or not 0 < duration_s <= MAX_DURATION_S:
         raise ValueError("concurrency must be 1..256 and duration 0..300 s")
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
@@ -274,6 +289,8 @@ async def measure(concurrency: int, duration_s: float) -> dict[str, Any]:
             # As in the ledger core's spread run, money goes among 1,000 wallets: the senders
             # and receivers opened through onboarding (no login needed to receive).
             receivers = [w for _, _, w in people] + await _receivers(client, idp, api, WALLETS - len(people))
+            if to_businesses:
+                receivers = await _businesses(pool, 100)
             # Warm up: every sender's token is verified once (JWKS fetched, plans prepared).
             for token, wallet, _ in people[:concurrency]:
                 headers = {"Authorization": f"Bearer {token}"}
@@ -400,10 +417,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    parser.add_argument(
+        "--to-businesses", action="store_true", help="payments to businesses (each with its merchant event)"
+    )
     args = parser.parse_args()
     benchlog.to_file()
     for c in args.concurrency:
-        print(json.dumps(uvloop.run(measure(c, args.duration))), flush=True)
+        result = uvloop.run(measure(c, args.duration, to_businesses=args.to_businesses))
+        print(json.dumps({**result, "to_businesses": args.to_businesses}), flush=True)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from hiwallet.core.settings import InsecureSettings, Settings, insecure_settings
 from hiwallet.identity import cli as identity_cli
 from hiwallet.identity.realm import client_secrets, load_realm
 from hiwallet.identity.settings import REALMS_DIR, IdentitySettings
+from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings
 from hiwallet.onboarding.settings import OnboardingSettings
 from hiwallet.onboarding.settings import check_production as onboarding_check
 from hiwallet.onboarding.wires import WiresSettings
@@ -67,6 +68,11 @@ DEPLOYABLES: dict[str, tuple[tuple[str, ...], tuple[type[BaseSettings], ...], Ch
     "wallet-api": (("wallet-api",), (WalletApiSettings,), _plain(WalletApiSettings)),
     "staff-admin": (("staff-admin",), (StaffAdminSettings,), _plain(StaffAdminSettings)),
     "wallet-consumer": (("wallet-consumer",), (WalletConsumerSettings,), _plain(WalletConsumerSettings)),
+    "merchant-webhooks": (
+        ("merchant-webhooks",),
+        (MerchantWebhooksSettings,),
+        _plain(MerchantWebhooksSettings),
+    ),
     "topup-webhook": (("topup-webhook",), (TopupWebhookSettings,), _plain(TopupWebhookSettings)),
     "withdrawal-orchestrator": (
         ("withdrawal-orchestrator",),
@@ -114,7 +120,7 @@ def expected(name: str) -> set[str]:
 
 def _real_secret(env: str) -> str:
     key = base64.b64encode(secrets.token_bytes(32)).decode()
-    if env.endswith("DATA_KEYS"):
+    if env.endswith("DATA_KEYS") or env.endswith("SECRET_KEYS"):
         return f"k2026:{key}"
     return f"whsec_{key}" if "WEBHOOK" in env or env.endswith("_SECRETS") else key
 
@@ -197,6 +203,23 @@ def test_identity_refuses_an_empty_staff_allow_list(
     monkeypatch.setenv(STAFF_NETWORKS, "[]")
     with pytest.raises(InsecureSettings, match=STAFF_NETWORKS):
         identity_cli.check_production(realm, IdentitySettings(), core=Settings())
+
+
+@pytest.mark.parametrize(
+    ("variable", "check"),
+    [
+        ("HIWALLET_WALLET_API_WEBHOOK_ALLOW_PRIVATE_TARGETS", _plain(WalletApiSettings)),
+        ("HIWALLET_MERCHANT_WEBHOOKS_ALLOW_PRIVATE_TARGETS", _plain(MerchantWebhooksSettings)),
+    ],
+)
+def test_webhooks_to_private_addresses_are_refused_in_production(
+    production: dict[str, str], monkeypatch: pytest.MonkeyPatch, variable: str, check: Check
+) -> None:
+    """Development's switch (a laptop's receivers on 127.0.0.1) lowers the SSRF guard."""
+    check(Settings())
+    monkeypatch.setenv(variable, "true")
+    with pytest.raises(InsecureSettings, match=variable):
+        check(Settings())
 
 
 def test_a_development_secret_of_another_service_is_refused(production: dict[str, str]) -> None:

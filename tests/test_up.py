@@ -49,6 +49,7 @@ CHILDREN = (
     "wallet-api",
     "staff-admin",
     "wallet-consumer",
+    "merchant-webhooks",
     "topup-webhook",
     "stripe-fake",
     "bank-fake",
@@ -152,6 +153,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
             "onboarding",
             "staff-admin",
             *FRONTS,
+            "merchant-webhooks",
         )
     }
     customer, staff = (f"http://127.0.0.1:{ports[k]}" for k in ("identity", "staff"))
@@ -165,6 +167,8 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{ports['bank']}",
         "HIWALLET_WALLET_CONSUMER_PORT": str(ports["wallet-consumer"]),
         "HIWALLET_WALLET_CONSUMER_DATABASE": databases["wallet"],
+        "HIWALLET_MERCHANT_WEBHOOKS_PORT": str(ports["merchant-webhooks"]),
+        "HIWALLET_MERCHANT_WEBHOOKS_DATABASE": databases["wallet"],
         "STRIPE_FAKE_PORT": str(ports["stripe"]),
         "STRIPE_FAKE_WEBHOOK_URL": f"{topup}/stripe",
         "BANK_FAKE_PORT": str(ports["bank"]),
@@ -422,12 +426,14 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
                     "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1", databases[key]
                 )
                 assert [r["usename"] for r in roles] == [db.app_role(key)], (key, roles)
-            # The wallet database: wallet-api's role and wallet-consumer's, each its own.
+            # The wallet database: wallet-api's role, merchant-webhooks' and wallet-consumer's,
+            # each its own.
             roles = await owner.fetch(
                 "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = $1 ORDER BY 1",
                 databases["wallet"],
             )
             assert [r["usename"] for r in roles] == [
+                db.app_role("wallet", "merchant_webhooks"),
                 db.app_role("wallet"),
                 db.app_role("wallet", "wallet_consumer"),
             ], roles

@@ -15,13 +15,13 @@
 --    CREATE on public before PostgreSQL 15), nor any earlier grant.
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 REVOKE ALL ON SCHEMA ledger, ledger_api, wallet
-    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"readonly_role";
+    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"merchant_webhooks_role", :"readonly_role";
 REVOKE ALL ON ALL TABLES IN SCHEMA ledger, ledger_api, wallet, public
-    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"readonly_role";
+    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"merchant_webhooks_role", :"readonly_role";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA ledger, ledger_api, wallet, public
-    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"readonly_role";
+    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"merchant_webhooks_role", :"readonly_role";
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA ledger, ledger_api, wallet
-    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"readonly_role";
+    FROM PUBLIC, :"app_role", :"wallet_consumer_role", :"merchant_webhooks_role", :"readonly_role";
 
 -- 2. Reading the ledger: every table, for the ledger's own code (hiwallet.ledger), which runs
 --    on each service's connection; and its SQL interface (ledger_api, migration 0015), which
@@ -90,6 +90,32 @@ GRANT INSERT, UPDATE (granted_minor) ON wallet.promo_programme_receivers TO :"ap
 GRANT INSERT, UPDATE (status, approved_by, approved_at, transaction_id) ON wallet.goodwill_credits
     TO :"app_role";
 GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
+
+-- 3e. The merchants' webhooks (migrations/wallet/0016, docs/webhooks.md). wallet-api: the
+--     endpoints its members register (no delete of anything else), and the events of its
+--     movements (payment.received in the statement of wallet.transfer_batch, payment.refunded
+--     and promo.granted in their posting's transaction), which it never changes; it reads the
+--     deliveries and their attempts (listing) and re-queues one (replay: its status and
+--     schedule only). wallet-consumer: the withdrawals' events, written in the command's
+--     transaction, nothing else. merchant-webhooks: it reads the events and the endpoints,
+--     marks events dispatched, disables a failing endpoint (its state columns only) and adds
+--     endpoint.disabled events, makes and updates deliveries and records attempts; nothing of
+--     the ledger, nothing of wallet-api's other records.
+GRANT SELECT, INSERT, DELETE, UPDATE (url, event_types, description, enabled, disabled_reason,
+    disabled_at, secret_sealed, previous_secret_sealed, previous_secret_until, failing_since, updated_at)
+    ON wallet.webhook_endpoints TO :"app_role";
+GRANT SELECT, INSERT ON wallet.webhook_events TO :"app_role";
+GRANT SELECT, UPDATE (status, attempts, next_attempt_at, updated_at) ON wallet.webhook_deliveries
+    TO :"app_role";
+GRANT SELECT ON wallet.webhook_attempts TO :"app_role";
+GRANT INSERT ON wallet.webhook_events TO :"wallet_consumer_role";
+GRANT USAGE ON SCHEMA wallet TO :"merchant_webhooks_role";
+GRANT SELECT, UPDATE (enabled, disabled_reason, disabled_at, failing_since, updated_at)
+    ON wallet.webhook_endpoints TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, UPDATE (dispatched_at) ON wallet.webhook_events TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, UPDATE (status, attempts, next_attempt_at, last_status_code, last_error,
+    updated_at, delivered_at) ON wallet.webhook_deliveries TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT ON wallet.webhook_attempts TO :"merchant_webhooks_role";
 
 -- 4. The ledger is written only by its functions, which check what they write: a service
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the

@@ -1466,6 +1466,101 @@ CREATE TABLE wallet.wallets (
     CONSTRAINT wallets_number_format CHECK (((number ~ '^[0-9]{16}$'::text) AND (substr(number, 1, 4) = lpad((bucket)::text, 4, '0'::text))))
 );
 
+-- Name: webhook_attempts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.webhook_attempts (
+    bucket smallint NOT NULL,
+    delivery_id text NOT NULL,
+    n bigint NOT NULL,
+    attempted_at timestamp with time zone NOT NULL,
+    status_code integer,
+    error text,
+    duration_ms integer NOT NULL
+);
+
+-- Name: webhook_attempts_n_seq; Type: SEQUENCE; Schema: wallet; Owner: -
+
+ALTER TABLE wallet.webhook_attempts ALTER COLUMN n ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME wallet.webhook_attempts_n_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- Name: webhook_deliveries; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.webhook_deliveries (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    endpoint_id text NOT NULL,
+    event_id text NOT NULL,
+    event_seq bigint NOT NULL,
+    event_type text NOT NULL,
+    resource_id text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone NOT NULL,
+    last_status_code integer,
+    last_error text,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    delivered_at timestamp with time zone,
+    CONSTRAINT webhook_deliveries_status CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'failed'::text])))
+);
+
+-- Name: webhook_endpoints; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.webhook_endpoints (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    account_id text NOT NULL,
+    url text NOT NULL,
+    event_types text[] NOT NULL,
+    description text,
+    enabled boolean DEFAULT true NOT NULL,
+    disabled_reason text,
+    disabled_at timestamp with time zone,
+    secret_sealed bytea NOT NULL,
+    previous_secret_sealed bytea,
+    previous_secret_until timestamp with time zone,
+    failing_since timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT webhook_endpoints_disabled_reason CHECK (((enabled AND (disabled_reason IS NULL)) OR ((NOT enabled) AND (disabled_reason = ANY (ARRAY['member'::text, 'failing'::text]))))),
+    CONSTRAINT webhook_endpoints_event_types_count CHECK (((cardinality(event_types) >= 1) AND (cardinality(event_types) <= 16))),
+    CONSTRAINT webhook_endpoints_previous_secret CHECK (((previous_secret_sealed IS NULL) = (previous_secret_until IS NULL))),
+    CONSTRAINT webhook_endpoints_url_length CHECK (((length(url) >= 1) AND (length(url) <= 2048)))
+);
+
+-- Name: webhook_events; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.webhook_events (
+    bucket smallint NOT NULL,
+    id text NOT NULL,
+    seq bigint NOT NULL,
+    account_id text NOT NULL,
+    type text NOT NULL,
+    resource_id text NOT NULL,
+    payload jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    dispatched_at timestamp with time zone,
+    CONSTRAINT webhook_events_payload_object CHECK ((jsonb_typeof(payload) = 'object'::text)),
+    CONSTRAINT webhook_events_type CHECK ((type = ANY (ARRAY['payment.received'::text, 'payment.refunded'::text, 'withdrawal.completed'::text, 'withdrawal.failed'::text, 'promo.granted'::text, 'endpoint.disabled'::text])))
+);
+
+-- Name: webhook_events_seq_seq; Type: SEQUENCE; Schema: wallet; Owner: -
+
+ALTER TABLE wallet.webhook_events ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME wallet.webhook_events_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- Name: withdrawal_counts; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.withdrawal_counts (
@@ -1610,6 +1705,31 @@ ALTER TABLE ONLY wallet.wallets
 ALTER TABLE ONLY wallet.wallets
     ADD CONSTRAINT wallets_pkey PRIMARY KEY (bucket, id);
 
+-- Name: webhook_attempts webhook_attempts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_attempts
+    ADD CONSTRAINT webhook_attempts_pkey PRIMARY KEY (bucket, delivery_id, n);
+
+-- Name: webhook_deliveries webhook_deliveries_once; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_once UNIQUE (bucket, endpoint_id, event_id);
+
+-- Name: webhook_deliveries webhook_deliveries_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (bucket, id);
+
+-- Name: webhook_endpoints webhook_endpoints_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_endpoints
+    ADD CONSTRAINT webhook_endpoints_pkey PRIMARY KEY (bucket, id);
+
+-- Name: webhook_events webhook_events_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_events
+    ADD CONSTRAINT webhook_events_pkey PRIMARY KEY (bucket, id);
+
 -- Name: withdrawal_counts withdrawal_counts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.withdrawal_counts
@@ -1666,6 +1786,26 @@ CREATE INDEX promo_programmes_proposed ON wallet.promo_programmes USING btree (p
 -- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX unattributed_topups_open ON wallet.unattributed_topups USING btree (created_at) WHERE (attributed_wallet IS NULL);
+
+-- Name: webhook_deliveries_due; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_deliveries_due ON wallet.webhook_deliveries USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+-- Name: webhook_deliveries_endpoint; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_deliveries_endpoint ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, created_at, id);
+
+-- Name: webhook_deliveries_pending_order; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_deliveries_pending_order ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, resource_id, event_seq) WHERE (status = 'pending'::text);
+
+-- Name: webhook_endpoints_account; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_endpoints_account ON wallet.webhook_endpoints USING btree (bucket, account_id);
+
+-- Name: webhook_events_undispatched; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_events_undispatched ON wallet.webhook_events USING btree (seq) WHERE (dispatched_at IS NULL);
 
 -- Name: accounts accounts_never_deleted; Type: TRIGGER; Schema: ledger; Owner: -
 
@@ -1764,6 +1904,26 @@ ALTER TABLE ONLY wallet.promo_programme_receivers
 ALTER TABLE ONLY wallet.wallets
     ADD CONSTRAINT wallets_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
 
+-- Name: webhook_attempts webhook_attempts_delivery_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_attempts
+    ADD CONSTRAINT webhook_attempts_delivery_fkey FOREIGN KEY (bucket, delivery_id) REFERENCES wallet.webhook_deliveries(bucket, id) ON DELETE CASCADE;
+
+-- Name: webhook_deliveries webhook_deliveries_endpoint_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_endpoint_fkey FOREIGN KEY (bucket, endpoint_id) REFERENCES wallet.webhook_endpoints(bucket, id) ON DELETE CASCADE;
+
+-- Name: webhook_deliveries webhook_deliveries_event_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_event_fkey FOREIGN KEY (bucket, event_id) REFERENCES wallet.webhook_events(bucket, id);
+
+-- Name: webhook_endpoints webhook_endpoints_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.webhook_endpoints
+    ADD CONSTRAINT webhook_endpoints_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
+
 -- Name: withdrawal_counts withdrawal_counts_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.withdrawal_counts
@@ -1786,6 +1946,7 @@ GRANT USAGE ON SCHEMA ledger_api TO hiwallet_wallet_readonly;
 GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_app;
 GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_consumer_app;
 GRANT USAGE ON SCHEMA wallet TO hiwallet_wallet_readonly;
+GRANT USAGE ON SCHEMA wallet TO hiwallet_merchant_webhooks_app;
 
 -- Name: FUNCTION assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]); Type: ACL; Schema: ledger; Owner: -
 
@@ -2142,6 +2303,116 @@ GRANT SELECT(currency) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
 -- Name: COLUMN wallets.closed_at; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT(closed_at) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
+
+-- Name: TABLE webhook_attempts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_readonly;
+GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_app;
+GRANT SELECT,INSERT ON TABLE wallet.webhook_attempts TO hiwallet_merchant_webhooks_app;
+
+-- Name: TABLE webhook_deliveries; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_readonly;
+GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
+GRANT SELECT,INSERT ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.status; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(status) ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
+GRANT UPDATE(status) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.attempts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(attempts) ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
+GRANT UPDATE(attempts) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.next_attempt_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(next_attempt_at) ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
+GRANT UPDATE(next_attempt_at) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.last_status_code; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(last_status_code) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.last_error; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(last_error) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.updated_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(updated_at) ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
+GRANT UPDATE(updated_at) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_deliveries.delivered_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(delivered_at) ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+
+-- Name: TABLE webhook_endpoints; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_endpoints.url; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(url) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.event_types; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(event_types) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.description; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(description) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.enabled; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(enabled) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT UPDATE(enabled) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_endpoints.disabled_reason; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(disabled_reason) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT UPDATE(disabled_reason) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_endpoints.disabled_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(disabled_at) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT UPDATE(disabled_at) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_endpoints.secret_sealed; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(secret_sealed) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.previous_secret_sealed; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(previous_secret_sealed) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.previous_secret_until; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(previous_secret_until) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+
+-- Name: COLUMN webhook_endpoints.failing_since; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(failing_since) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT UPDATE(failing_since) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_endpoints.updated_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(updated_at) ON TABLE wallet.webhook_endpoints TO hiwallet_wallet_app;
+GRANT UPDATE(updated_at) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_webhooks_app;
+
+-- Name: TABLE webhook_events; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.webhook_events TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_app;
+GRANT INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_consumer_app;
+GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
+
+-- Name: COLUMN webhook_events.dispatched_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(dispatched_at) ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
 
 -- Name: TABLE withdrawal_counts; Type: ACL; Schema: wallet; Owner: -
 

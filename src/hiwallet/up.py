@@ -597,6 +597,10 @@ def up() -> None:
     asyncio.run(migrate_all())
     # staff-admin's first administrator invitation: to the demo administrator unless configured.
     os.environ.setdefault("HIWALLET_STAFF_ADMIN_BOOTSTRAP_EMAIL", DEMO_STAFF_EMAIL)
+    # Merchants' webhooks to a receiver on this laptop (127.0.0.1): the local stand's choice,
+    # unless configured; the services' own default refuses private addresses (docs/webhooks.md).
+    os.environ.setdefault("HIWALLET_WALLET_API_WEBHOOK_ALLOW_PRIVATE_TARGETS", "true")
+    os.environ.setdefault("HIWALLET_MERCHANT_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
     stop = threading.Event()
     received: list[int] = []
 

@@ -29,6 +29,7 @@ from tests.ledger.conftest import FEES, TL, funded_wallet
 
 APP = db.app_role("wallet")  # wallet-api's
 CONSUMER = db.app_role("wallet", "wallet_consumer")
+MERCHANT_WEBHOOKS = db.app_role("wallet", "merchant_webhooks")
 READONLY = db.readonly_role("wallet")
 # The search path of a function a service may call that writes: the ledger's, and a service's
 # own (which leaves the ledger out: tests/test_ledger_boundary.py).
@@ -54,6 +55,12 @@ WALLET_API_TABLES = {
     "wallet.promo_programme_receivers",
     "wallet.goodwill_credits",
     "wallet.staff_daily_usage",
+    # the merchants' webhooks (migrations/wallet/0016): endpoints registered, events of its
+    # movements written, deliveries listed and replayed
+    "wallet.webhook_endpoints",
+    "wallet.webhook_events",
+    "wallet.webhook_deliveries",
+    "wallet.webhook_attempts",
 }
 # wallet-consumer's tables: what its role reads, and nothing of wallet-api's but the columns below.
 WALLET_CONSUMER_TABLES = {
@@ -81,8 +88,30 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.promo_programme_receivers": {"INSERT"},
     "wallet.goodwill_credits": {"INSERT"},
     "wallet.staff_daily_usage": {"INSERT"},
+    "wallet.webhook_endpoints": {"INSERT", "DELETE"},
+    "wallet.webhook_events": {"INSERT"},
 }
 WALLET_APP_COLUMNS = {
+    *(
+        ("wallet.webhook_endpoints", column, "UPDATE")
+        for column in (
+            "url",
+            "event_types",
+            "description",
+            "enabled",
+            "disabled_reason",
+            "disabled_at",
+            "secret_sealed",
+            "previous_secret_sealed",
+            "previous_secret_until",
+            "failing_since",
+            "updated_at",
+        )
+    ),
+    *(
+        ("wallet.webhook_deliveries", c, "UPDATE")
+        for c in ("status", "attempts", "next_attempt_at", "updated_at")
+    ),
     ("wallet.accounts", "tier", "UPDATE"),
     ("wallet.accounts", "updated_at", "UPDATE"),
     ("wallet.campaigns", "remaining_minor", "UPDATE"),
@@ -117,6 +146,8 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     # as its relay needs it (claim, mark sent, purge sent rows)
     "wallet.processed_messages": {"INSERT"},
     "wallet.outbox": {"INSERT", "DELETE"},
+    # the withdrawals' merchant events (migrations/wallet/0016), written, never read
+    "wallet.webhook_events": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
     ("public.processed_events", "outcome", "UPDATE"),
@@ -128,6 +159,38 @@ WALLET_CONSUMER_COLUMNS = {
     *(("wallet.wallets", c, "SELECT") for c in ("bucket", "id", "account_id", "currency", "closed_at")),
     *(("wallet.accounts", c, "SELECT") for c in ("bucket", "id", "kind", "tier")),
     *(("wallet.members", c, "SELECT") for c in ("bucket", "account_id", "issuer", "subject")),
+}
+# merchant-webhooks: the events and endpoints read, deliveries and attempts written, an endpoint
+# disabled (its state columns), nothing of the ledger or of wallet-api's other records.
+MERCHANT_WEBHOOKS_TABLES = {
+    "wallet.webhook_endpoints",
+    "wallet.webhook_events",
+    "wallet.webhook_deliveries",
+    "wallet.webhook_attempts",
+}
+MERCHANT_WEBHOOKS_WRITES: dict[str, set[str]] = {
+    "wallet.webhook_events": {"INSERT"},  # endpoint.disabled notices
+    "wallet.webhook_deliveries": {"INSERT"},
+    "wallet.webhook_attempts": {"INSERT"},
+}
+MERCHANT_WEBHOOKS_COLUMNS = {
+    *(
+        ("wallet.webhook_endpoints", c, "UPDATE")
+        for c in ("enabled", "disabled_reason", "disabled_at", "failing_since", "updated_at")
+    ),
+    ("wallet.webhook_events", "dispatched_at", "UPDATE"),
+    *(
+        ("wallet.webhook_deliveries", c, "UPDATE")
+        for c in (
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_status_code",
+            "last_error",
+            "updated_at",
+            "delivered_at",
+        )
+    ),
 }
 WALLET_CONSUMER_FUNCTIONS = {
     "ledger.post_batch",  # the ledger's code posting a top-up or a refund on its connection
@@ -314,7 +377,14 @@ async def test_the_application_role_may_do_exactly_what_the_service_needs(owner:
     assert await table_names(owner, "ledger_api") == LEDGER_API_VIEWS
     # every table of the wallet database is wallet-api's or wallet-consumer's (or migrate's)
     everything = await table_names(owner, "ledger", "ledger_api", "wallet", "public")
-    unowned = everything - ledger - LEDGER_API_VIEWS - WALLET_API_TABLES - WALLET_CONSUMER_TABLES
+    unowned = (
+        everything
+        - ledger
+        - LEDGER_API_VIEWS
+        - WALLET_API_TABLES
+        - WALLET_CONSUMER_TABLES
+        - MERCHANT_WEBHOOKS_TABLES
+    )
     assert unowned == {"public.schema_migrations"}
     assert await privileges(owner, APP) == expected(
         ledger | LEDGER_API_VIEWS | WALLET_API_TABLES,
@@ -336,6 +406,18 @@ async def test_wallet_consumers_role_may_do_exactly_what_it_needs(owner: asyncpg
         WALLET_CONSUMER_COLUMNS,
         WALLET_CONSUMER_FUNCTIONS,
         {"ledger", "ledger_api", "wallet", "public"},
+    )
+
+
+async def test_merchant_webhooks_role_may_do_exactly_what_it_needs(owner: asyncpg.Connection) -> None:
+    """The webhooks' tables only: not the ledger (not even read), nothing of wallet-api's or
+    wallet-consumer's records, no function."""
+    assert await privileges(owner, MERCHANT_WEBHOOKS) == expected(
+        MERCHANT_WEBHOOKS_TABLES,
+        MERCHANT_WEBHOOKS_WRITES,
+        MERCHANT_WEBHOOKS_COLUMNS,
+        set(),
+        {"wallet", "public"},
     )
 
 

@@ -27,11 +27,14 @@ MISSING = {
     "wallet_id": f"0001:w:{UUID}",
     "transfer_id": "0001:no-such-transfer",
     "programme_id": UUID,
+    "endpoint_id": f"0001:we:{UUID}",
+    "delivery_id": f"0001:wd:{UUID}",
 }
 VALID_BODIES: dict[str, Any] = {
     "TierIn": {"tier": "verified"},
     "OpenWalletIn": {"currency": "EUR"},
     "RefundIn": {},
+    "EndpointPatch": {},
 }
 MALFORMED = [
     "not-an-id",
@@ -76,8 +79,9 @@ async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: Walle
         (m, p, params) for m, p, params in routes_of(app_of(api)) if params and not p.startswith("/v1/staff/")
     ]
     literal = {p for _, p, params in routes_of(app_of(api)) if not params}
-    # Today: tier, account, limits, wallets, wallet, statement, promos, transfer, refund, programme.
-    assert len(with_ids) == 10, with_ids
+    # Today: tier, account, limits, wallets, wallet, statement, promos, transfer, refund, programme;
+    # a webhook endpoint (get, change, delete, rotate), a delivery (get, replay).
+    assert len(with_ids) == 16, with_ids
     document = (await api.http.get("/openapi.json")).json()
     before = await api.counts()
     for method, template, params in with_ids:
@@ -125,6 +129,8 @@ async def test_a_method_a_path_does_not_have_is_405(api: WalletApi) -> None:
         "programme_id": UUID,
         "campaign_id": UUID,
         "credit_id": UUID,
+        "endpoint_id": MISSING["endpoint_id"],
+        "delivery_id": MISSING["delivery_id"],
     }
     checked = 0
     for template, item in document["paths"].items():

@@ -40,7 +40,7 @@ DATABASES: dict[str, str] = {
 # Services that share a database with its first service, each with a role of its own: the
 # key's application role is the first service's (wallet-api's on "wallet"), these connect as
 # service_role(key, service) and grants.sql names them :"<service>_role".
-SERVICE_ROLES: dict[str, tuple[str, ...]] = {"wallet": ("wallet_consumer",)}
+SERVICE_ROLES: dict[str, tuple[str, ...]] = {"wallet": ("wallet_consumer", "merchant_webhooks")}
 
 # Databases that share one schema share one migrations folder: the staff realm's identity
 # database is the customer realm's schema on its own server.

@@ -111,6 +111,15 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "hiwallet.wallet_consumer.settings:get_wallet_consumer_settings",
         database="wallet", consumes=("hiwallet.topups.p*", "hiwallet.withdrawals.wallet"),
     ),
+    # The merchants' webhooks: reads the events wallet-api and wallet-consumer write, calls the
+    # merchants' endpoints (outside), no ingress.
+    _D(
+        "merchant-webhooks", 9103, "no-ingress",
+        "delivers the merchants' webhook events to their endpoints: signed, retried for 3 days, in order",
+        "hiwallet.merchant_webhooks.app:run_merchant_webhooks",
+        "hiwallet.merchant_webhooks.settings:get_merchant_webhooks_settings",
+        database="wallet",
+    ),
     _D(
         "topup-webhook", 8020, "ip-restricted",
         "verifies the card provider's and the bank's webhooks, keeps them, relays the top-ups",

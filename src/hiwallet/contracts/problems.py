@@ -10,10 +10,20 @@ from hiwallet.core.http import ProblemError, ServiceUnavailable
 __all__ = [
     "DependencyUnavailable",
     "IdentityUnavailable",
+    "InvalidCursor",
     "UnsupportedCurrency",
     "WebhookSignatureRefused",
     "WebhookUnreadable",
 ]
+
+
+class InvalidCursor(ProblemError):
+    """A page's cursor that the service did not give (staff-admin's audit, wallet-api's
+    webhook deliveries)."""
+
+    status = 422
+    slug = "invalid-cursor"
+    title = "The cursor is not one this service gave"
 
 
 class WebhookSignatureRefused(ProblemError):

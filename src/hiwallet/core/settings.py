@@ -72,6 +72,18 @@ class _NonEmptyInProduction:
 # ``Annotated[list[str], NON_EMPTY_IN_PRODUCTION]``: a setting whose empty value means "no
 # restriction" (an allow-list). Fine on a laptop, refused with production on.
 NON_EMPTY_IN_PRODUCTION = _NonEmptyInProduction()
+
+
+class _OffInProduction:
+    """The marker of :data:`OFF_IN_PRODUCTION`."""
+
+    def __repr__(self) -> str:
+        return "OFF_IN_PRODUCTION"
+
+
+# ``Annotated[bool, OFF_IN_PRODUCTION]``: a development switch that lowers a guard (webhooks to
+# private addresses, for a laptop's receivers). Refused on with production on.
+OFF_IN_PRODUCTION = _OffInProduction()
 # A shipped secret that is part of a longer value (a key ring "new:…,dev1:…" still holding the
 # development key) is refused too; shorter ones only when they are the whole value.
 _MIN_CONTAINED_CHARS = 8
@@ -127,13 +139,16 @@ def insecure_settings(settings: BaseSettings, development_values: Collection[str
     """What production refuses in ``settings``, one sentence per setting, naming its
     environment variable: a secret (a ``SecretStr`` or a list of them) that is empty, is its own
     default or is one of ``development_values`` (another service's shipped default for the same
-    thing); an empty :data:`NON_EMPTY_IN_PRODUCTION` setting; a set ``*fault*`` setting."""
+    thing); an empty :data:`NON_EMPTY_IN_PRODUCTION` setting; an :data:`OFF_IN_PRODUCTION` switch
+    on; a set ``*fault*`` setting."""
     problems: list[str] = []
     for name, field in type(settings).model_fields.items():
         value = getattr(settings, name)
         env = env_name(settings, name)
         if any(m is NON_EMPTY_IN_PRODUCTION for m in field.metadata) and not value:
             problems.append(f"{env} is empty (no restriction)")
+        if any(m is OFF_IN_PRODUCTION for m in field.metadata) and value:
+            problems.append(f"{env} is on (development only)")
         if "fault" in name and value:
             problems.append(f"{env} is a test fault hook")
         texts = _texts(value)

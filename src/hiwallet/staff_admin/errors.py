@@ -79,10 +79,7 @@ class InvitationNotPending(ProblemError):
     title = "The invitation is completed or revoked"
 
 
-class InvalidCursor(ProblemError):
-    status = 422
-    slug = "invalid-cursor"
-    title = "The cursor is not one this service gave"
+InvalidCursor = problems.InvalidCursor
 
 
 class IdentityUnavailable(problems.IdentityUnavailable):

@@ -37,6 +37,7 @@ from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_setti
 from hiwallet.wallet_api.staff_desk import StaffDesk
 from hiwallet.wallet_api.staff_money_routes import staff_money_router
 from hiwallet.wallet_api.staff_routes import staff_router
+from hiwallet.wallet_api.webhook_routes import webhook_router
 
 log = structlog.get_logger(__name__)
 
@@ -141,6 +142,7 @@ def create_wallet_api_app(
     app.include_router(limits_router)
     app.include_router(staff_router)
     app.include_router(staff_money_router)
+    app.include_router(webhook_router)
     # The schemas the document refers to by hand, the supported currencies, the links.
     document(app, settings.currencies)
     return app

@@ -169,6 +169,24 @@ class AlreadyDecided(ProblemError):
     title = "This was decided already"
 
 
+class WebhookUrlForbidden(ProblemError):
+    """A webhook endpoint's URL that may not be called (docs/webhooks.md, the SSRF rule):
+    ``reason`` is one of scheme, userinfo, malformed, too-long, unresolvable, private-address."""
+
+    status = 422
+    slug = "webhook-url-forbidden"
+    title = "The endpoint's URL may not be called"
+
+
+class TooManyEndpoints(ProblemError):
+    status = 409
+    slug = "too-many-webhook-endpoints"
+    title = "The account has as many webhook endpoints as it may"
+
+
+InvalidCursor = problems.InvalidCursor
+
+
 class Unavailable(http.ServiceUnavailable):
     """The wallet database could not be used: a retry cures it."""
 

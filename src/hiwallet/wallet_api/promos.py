@@ -7,17 +7,20 @@ from datetime import datetime
 import asyncpg
 
 from hiwallet import ledger
+from hiwallet.core.db import after_commit
 from hiwallet.core.http.idempotency import check_idempotency_key
 from hiwallet.core.ids import new_id
+from hiwallet.core.relay_hint import RelayHint
 from hiwallet.ledger import TxType
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, own_wallet, visible_transaction
-from hiwallet.wallet_api.adapters import Repo
+from hiwallet.wallet_api.adapters import Repo, WalletRow
 from hiwallet.wallet_api.domain import AccountKind, Caller
 from hiwallet.wallet_api.idempotency import Answer, idempotent, request_hash
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.staff_money import StaffMoney, check_expiry
 from hiwallet.wallet_api.views import view_of_post
+from hiwallet.wallet_api.webhooks import payment_refunded, promo_granted, write_event
 
 
 class Promos:
@@ -32,6 +35,12 @@ class Promos:
         self.ledger = the_ledger
         self.settings = settings
         self.staff_money = staff_money
+        # Wakes merchant-webhooks after a commit that wrote an event (set by the service).
+        self.events_hint: RelayHint | None = None
+
+    def _wake(self) -> None:
+        if self.events_hint is not None:
+            self.events_hint.committed()
 
     async def refund(
         self, caller: Caller, key: str | None, transfer_id: str, reference: str | None
@@ -55,6 +64,23 @@ class Promos:
             if result.replayed:
                 raise errors.AlreadyRefunded("this payment has been refunded already", refund_id=result.id)
             currency = original.tx.legs[0].currency
+            payee_bucket = domain.bucket_in(payee)
+            payee_account = await Repo(conn).account_of_wallet(payee_bucket, payee)
+            if payee_account is None:
+                raise AssertionError("a posted payment's payee wallet does not exist")
+            # The merchant's event, in the refund's transaction.
+            await write_event(
+                conn,
+                payment_refunded(
+                    transfer_id,
+                    result.id,
+                    WalletRow(payee, payee_bucket, payee_account, currency, "", result.posted_at),
+                    int(original.view["amount"]),
+                    currency,
+                    posting.ref,
+                ),
+            )
+            after_commit(self._wake, once=True)
             return Answer(201, view_of_post(result, TxType.REFUND, posting.ref, {}, currency, transfer_id))
 
         return await idempotent(self.pool, bucket, caller, key, request_hash("refund", payload), work)
@@ -126,6 +152,13 @@ class Promos:
             )
             # The promo batch lives in the customer's bucket, so the posting's home is there.
             result = await self.ledger.post(posting, conn=conn)
+            await write_event(
+                conn,
+                promo_granted(
+                    result.id, src.wallet, to_wallet_number, programme, amount, currency, expires, ref
+                ),
+            )
+            after_commit(self._wake, once=True)
             return Answer(201, view_of_post(result, TxType.PROMO_GRANT, ref, posting.metadata, currency))
 
         return await idempotent(self.pool, bucket, caller, key, request_hash("promo", payload), work)

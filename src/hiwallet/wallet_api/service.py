@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from hiwallet.contracts.merchant_events import NOTIFY_CHANNEL
+from hiwallet.core.relay_hint import RelayHint
 from hiwallet.ledger import Fees, Ledger, LedgerStore
 from hiwallet.wallet_api import idempotency
 from hiwallet.wallet_api.accounts import Accounts
@@ -27,6 +29,7 @@ from hiwallet.wallet_api.promos import Promos
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.staff_money import StaffMoney
 from hiwallet.wallet_api.transfers import Transfers
+from hiwallet.wallet_api.webhooks import Webhooks
 
 __all__ = ["WalletService"]
 
@@ -49,6 +52,11 @@ class WalletService:
         )
         staff = StaffMoney(pool, self.ledger, settings)
         promos = Promos(pool, self.ledger, settings, staff)
+        # The merchants' events of wallet-api's movements wake merchant-webhooks after their
+        # commit (one coalesced pg_notify; its poll finds what a lost hint did not say).
+        self.events_hint = RelayHint(pool, NOTIFY_CHANNEL)
+        transfers.events_hint = promos.events_hint = self.events_hint
+        self.webhooks = Webhooks(pool, settings)
         # accounts and wallets
         self.open_personal = accounts.open_personal
         self.open_business = accounts.open_business

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from functools import cached_property, lru_cache
+from typing import Annotated
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.contracts.merchant_events import DEV_SECRET_KEYS
+from hiwallet.core.settings import OFF_IN_PRODUCTION
 from hiwallet.wallet_api.domain import LimitKind, Tier
 
 
@@ -71,6 +74,19 @@ class WalletApiSettings(BaseSettings):
     # Idempotency records are kept at least this long, then purged by a periodic job.
     idempotency_retention_h: int = 48
     purge_interval_s: float = 600.0
+
+    # Merchants' webhooks (docs/webhooks.md). The endpoints' signing secrets are sealed at rest
+    # (AES-GCM, "kid:base64key,..."; the first seals, all open): merchant-webhooks must hold
+    # the same ring (HIWALLET_MERCHANT_WEBHOOKS_SECRET_KEYS) to sign. Endpoint URLs may name
+    # no private, loopback or link-local address unless allow_private_targets (development:
+    # `hiwallet up` and the tests deliver to 127.0.0.1; refused in production).
+    webhook_secret_keys: SecretStr = SecretStr(DEV_SECRET_KEYS)
+    webhook_allow_private_targets: Annotated[bool, OFF_IN_PRODUCTION] = False
+    # After a rotation, the previous secret still signs for this long (both signatures sent).
+    webhook_rotation_overlap_s: float = 24 * 3600.0
+    webhook_max_endpoints_per_account: int = 16
+    webhook_dns_timeout_s: float = 2.0
+    webhook_page_max: int = 100
 
     # Monthly limits in minor units, per currency, on what a personal account sends (transfer)
     # and pays to businesses (payment). Unknown moves nothing; Unverified sends no transfer.

@@ -18,6 +18,7 @@ from hiwallet.core.http import ProblemError
 from hiwallet.core.http.idempotency import check_idempotency_key, in_progress, reused
 from hiwallet.core.ids import new_id
 from hiwallet.core.logging import error_fields
+from hiwallet.core.relay_hint import RelayHint
 from hiwallet.ledger import Posting
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.access import check_currency, visible_transaction
@@ -28,6 +29,7 @@ from hiwallet.wallet_api.parties import PartyCache
 from hiwallet.wallet_api.retry import answer_for, problem_for
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, view_of_posted
+from hiwallet.wallet_api.webhooks import payment_received
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +65,9 @@ class TransferItem:
     limit: int | None
     view: JSON
     posting: Posting
+    # The merchant's event (wallet.webhook_events' row) when the payee is a business: written
+    # in the batch's own statement, for this transfer only if it posts (transfer_batch_events).
+    event: JSON | None = None
 
 
 class _DecideAgain(Exception):
@@ -82,6 +87,8 @@ class Transfers:
         self.ledger = the_ledger
         self.settings = settings
         self.parties = parties
+        # Wakes merchant-webhooks after a commit that wrote events (set by the service).
+        self.events_hint: RelayHint | None = None
         # Concurrent transfers share a statement and a commit; two of one source account never
         # share a batch (wallet.transfer_batch would answer "retry" to the second). One writer
         # drains; spares only beside a stalled batch (settings).
@@ -205,6 +212,9 @@ class Transfers:
         posting = self.ledger.transfer_posting(
             new_id(), src.wallet.id, dst.wallet.id, amount, currency, type_=type_, actor=caller.actor, ref=ref
         )
+        event = None
+        if dst.kind is AccountKind.BUSINESS:
+            event = payment_received(posting.id, type_.value, dst.wallet, amount, currency, ref)
         bucket, account = src.wallet.bucket, src.wallet.account_id
         month = _this_month()
         return TransferItem(
@@ -229,6 +239,7 @@ class Transfers:
             limit=self.settings.monthly_limit(src.tier, kind) if kind and src.tier else None,
             view={"type": type_.value, "ref": ref, "metadata": posting.metadata, "currency": currency},
             posting=posting,
+            event=event,
         )
 
     def _refused(self, item: TransferItem, answer: JSON) -> Answer:
@@ -280,14 +291,24 @@ class Transfers:
             self.ledger.batch_arguments([i.posting for i in items]),
         )
 
+        events = [i.event for i in items]
+        # A batch with a payment to a business writes its events in the same statement (one
+        # transaction: the movement and its event, or neither); the others pay nothing for it.
+        with_events = any(e is not None for e in events)
+        query = Q["transfer_batch_events"] if with_events else Q["transfer_batch"]
+        extra = (events,) if with_events else ()
+
         async def call(conn: asyncpg.Connection) -> list[JSON]:
-            answers: list[JSON] = await conn.fetchval(Q["transfer_batch"], *args)
+            answers: list[JSON] = await conn.fetchval(query, *args, *extra)
             return list(answers)
 
         try:
             # One autocommit statement (the same round trip as pool.fetchval), done again by the
             # unit of work's policy after a deadlock or serialization failure.
-            return list(await uow.in_transaction(self.pool, call, one_statement=True))
+            answers = list(await uow.in_transaction(self.pool, call, one_statement=True))
+            if with_events and self.events_hint is not None:
+                self.events_hint.committed()
+            return list[JSON | BaseException](answers)
         except uow.Unavailable as exc:
             if not uow.is_conflict(exc):  # a lost connection each time: the outage's answer
                 return [answer_for(exc.__cause__ or exc)] * len(items)

@@ -26,6 +26,7 @@ from fastapi import FastAPI
 
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.contracts.events import events_topology
+from hiwallet.contracts.merchant_events import NOTIFY_CHANNEL
 from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.core.broker import Topology, partition_queues, partitioned_topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
@@ -170,6 +171,9 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
         # below), else the leader elsewhere by one NOTIFY (wallet.outbox has no trigger).
         hint = RelayHint(pool, OUTBOX_CHANNEL)
         rt.close(hint.aclose)
+        # The merchants' withdrawal events wake merchant-webhooks the same way.
+        events_hint = RelayHint(pool, NOTIFY_CHANNEL)
+        rt.close(events_hint.aclose)
         command_handler = WithdrawalHandler(
             ledger,
             exchange=settings.withdrawals_exchange,
@@ -179,6 +183,7 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
             ),
             count=withdrawal_metrics.count,
             on_committed=hint.committed,
+            on_events=events_hint.committed,
         )
         app.state.withdrawals = rt.consumer(
             "withdrawals",

@@ -45,6 +45,7 @@ import orjson
 import structlog
 from pydantic import BaseModel, ValidationError
 
+from hiwallet.contracts.merchant_events import WITHDRAWAL_COMPLETED, WITHDRAWAL_FAILED, event_id
 from hiwallet.contracts.withdrawals import (
     DebitForWithdrawal,
     RefundWithdrawal,
@@ -167,6 +168,7 @@ class WithdrawalHandler:
         count: Callable[[str], None] | None = None,
         this_month: Callable[[], date] = _this_month,
         on_committed: Callable[[], None] | None = None,
+        on_events: Callable[[], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.exchange = exchange
@@ -176,6 +178,8 @@ class WithdrawalHandler:
         # After a commit that wrote wallet.outbox: wakes the relay (a RelayHint's committed;
         # wallet.outbox has no NOTIFY trigger, migrations/wallet/0014).
         self._on_committed = on_committed or (lambda: None)
+        # After a commit that wrote merchants' events: wakes merchant-webhooks (a RelayHint).
+        self._on_events = on_events or (lambda: None)
 
     async def __call__(self, conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
         return await self._one(conn, parse(message))
@@ -271,6 +275,12 @@ class WithdrawalHandler:
                 ],
                 table=OUTBOX_TABLE,
             )
+            if settles:
+                await self._events(
+                    conn,
+                    [(s.wallet, WITHDRAWAL_COMPLETED, s.saga_id, responses[s.command_id].transaction_id,  # type: ignore[attr-defined]
+                      s.amount_minor) for s in settles],
+                )  # fmt: skip
             # Last: the settlements lock the one central nostro row until the commit.
             raw = await conn.fetchval(Q["post_batch"], self.ledger.batch_arguments(postings))
             for posting, answer in zip(postings, raw, strict=True):
@@ -400,6 +410,25 @@ class WithdrawalHandler:
             Q["store_response"], command.command_id, type(command).__name__, command.saga_id, kind, body
         )
         await self._enqueue(conn, kind, body, command.saga_id)
+        if isinstance(command, SettleWithdrawal):
+            await self._events(
+                conn,
+                [
+                    (
+                        command.wallet,
+                        WITHDRAWAL_COMPLETED,
+                        command.saga_id,
+                        body["transaction_id"],
+                        command.amount_minor,
+                    )
+                ],
+            )
+        elif isinstance(command, RefundWithdrawal):
+            debit = await conn.fetchrow(Q["stored_response"], command_id(command.saga_id, "debit"))
+            amount = int(_object(debit["response"]).get("amount_minor", 0)) if debit is not None else 0
+            await self._events(
+                conn, [(command.wallet, WITHDRAWAL_FAILED, command.saga_id, body["transaction_id"], amount)]
+            )
         if settlement is not None:
             await self._post_settlement(conn, settlement)
         result = {
@@ -416,6 +445,23 @@ class WithdrawalHandler:
             reason=body.get("reason"),
         )
         return {"result": result, "command_id": command.command_id, "response": kind, **_ids(body)}
+
+    async def _events(self, conn: asyncpg.Connection, done: Sequence[tuple[str, str, str, str, int]]) -> None:
+        """The merchants' events of settled or refunded withdrawals (wallet, type, saga id, the
+        transaction, the amount) of businesses' wallets, in the command's transaction."""
+        buckets = [wallet_bucket(w) for w, *_ in done]
+        written = await conn.execute(
+            Q["withdrawal_events"],
+            buckets,
+            [w for w, *_ in done],
+            [t for _, t, *_ in done],
+            [event_id(t, saga) for _, t, saga, *_ in done],
+            [saga for _, _, saga, *_ in done],
+            [tx for *_, tx, _ in done],
+            [amount for *_, amount in done],
+        )
+        if written != "INSERT 0 0":
+            after_commit(self._on_events, once=True)
 
     # -- the stored response, published again ---------------------------------------------------
 

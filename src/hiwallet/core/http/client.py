@@ -18,8 +18,11 @@ at most ``max_response_bytes`` (a larger answer is a protocol error, never a mem
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import aiohttp
 import httpx
+from aiohttp.abc import AbstractResolver
 
 __all__ = ["AiohttpTransport"]
 
@@ -38,19 +41,25 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         max_connections: int = 100,
         keepalive_expiry_s: float = 5.0,
         max_response_bytes: int = 1 << 20,
+        resolver: Callable[[], AbstractResolver] | None = None,
     ) -> None:
+        """``resolver``: makes the connector's resolver (in the event loop), e.g. one that
+        refuses names resolving to private addresses (core.egress.PublicResolver)."""
         if max_connections < 1 or keepalive_expiry_s <= 0 or max_response_bytes < 1:
             raise ValueError("max_connections, keepalive_expiry_s and max_response_bytes must be positive")
         self._max_connections = max_connections
         self._keepalive_expiry_s = keepalive_expiry_s
         self._max_response_bytes = max_response_bytes
+        self._resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(
-                    limit=self._max_connections, keepalive_timeout=self._keepalive_expiry_s
+                    limit=self._max_connections,
+                    keepalive_timeout=self._keepalive_expiry_s,
+                    resolver=self._resolver() if self._resolver is not None else None,
                 ),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,  # httpx decodes the body by its Content-Encoding

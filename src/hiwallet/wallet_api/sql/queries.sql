@@ -111,6 +111,23 @@ SELECT true AS locked, k.request_hash, k.status, k.body, k.posted,
 SELECT wallet.transfer_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                              $17, $18, $19, $20)
 
+-- name: transfer_batch_events
+-- transfer_batch, and in the same statement (so in its transaction) the merchants' events of
+-- the transfers that posted ($21: per transfer, the event's row, or null: the payee is not a
+-- business). Only a batch with a payment to a business takes this statement (transfers.py);
+-- a refused or replayed transfer writes no event (its answer has no "result").
+WITH batch AS MATERIALIZED (
+    SELECT wallet.transfer_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                                 $16, $17, $18, $19, $20) AS answers
+), events AS (
+    INSERT INTO wallet.webhook_events (bucket, id, account_id, type, resource_id, payload, created_at)
+    SELECT (x.e->>'bucket')::smallint, x.e->>'id', x.e->>'account_id', x.e->>'type',
+           x.e->>'resource_id', x.e->'payload', clock_timestamp()
+      FROM batch, unnest(batch.answers, $21::jsonb[]) AS x (answer, e)
+     WHERE x.e IS NOT NULL AND x.answer ? 'result'
+)
+SELECT answers FROM batch
+
 -- name: member_of_any_wallet
 -- Is the caller a member of the account of any of these wallets (a transfer's legs)?
 SELECT w.id, w.account_id, a.kind

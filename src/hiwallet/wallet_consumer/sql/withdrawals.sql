@@ -107,3 +107,20 @@ SELECT wallet.count_withdrawal(r.bucket, r.command_id, r.account_id, $4::date, r
 -- Ledger.answer) in this transaction: refusals are answered, not raised, and a refused posting
 -- writes nothing.
 SELECT ledger_api.post_batch($1)
+
+-- name: withdrawal_events
+-- The merchants' events of withdrawals (migrations/wallet/0016, docs/webhooks.md), in the
+-- command's transaction: for each settled (withdrawal.completed) or refunded (withdrawal.failed)
+-- withdrawal of a business's wallet; a personal wallet's writes nothing. The resource is the
+-- withdrawal (the saga's id, which the business was given when it asked).
+INSERT INTO wallet.webhook_events (bucket, id, account_id, type, resource_id, payload, created_at)
+SELECT w.bucket, r.event_id, w.account_id, r.type, r.saga_id,
+       jsonb_build_object('account_id', w.account_id, 'wallet_id', w.id, 'withdrawal_id', r.saga_id,
+                          'transaction_id', r.transaction_id, 'amount_minor', r.amount,
+                          'currency', w.currency),
+       clock_timestamp()
+  FROM unnest($1::smallint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+       AS r (bucket, wallet, type, event_id, saga_id, transaction_id, amount)
+  JOIN wallet.wallets w ON w.bucket = r.bucket AND w.id = r.wallet
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ WHERE a.kind = 'business'
