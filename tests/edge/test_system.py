@@ -183,3 +183,64 @@ async def test_a_forged_identity_header_changes_nothing(api: WalletApi, redis_se
             assert [a["id"] for a in mine.json()["accounts"]] == [alice.account_id]
     assert (await api.balance(bob.wallet_id))["cash"] == 10 * TL
     await api.verify()
+
+
+async def test_a_merchant_manages_its_webhook_endpoints_through_business_api(
+    api: WalletApi, redis_server: RedisServer
+) -> None:
+    """Register (the secret once), list, read, change, rotate, disable, delete an endpoint, and
+    read the deliveries, all through business-api; what wallet-api refuses arrives unchanged,
+    and an account the client is no member of is 404 through the door as behind it."""
+    shop = await api.business(client="merchant-demo")
+    stranger = await api.customer()  # an account merchant-demo is no member of
+    _, business_settings = _fronts(api, redis_server.url)
+    url = "https://93.184.216.34/hooks"  # a literal public address: no DNS needed
+    async with (
+        running_front("business", **business_settings) as front,
+        httpx.AsyncClient(base_url=front.url, headers=shop.auth) as merchant,
+    ):
+        made = await merchant.post(
+            "/v1/webhook-endpoints",
+            json={"account_id": shop.account_id, "url": url, "event_types": ["payment.received"]},
+        )
+        assert made.status_code == 201, made.text
+        endpoint = made.json()
+        assert endpoint["secret"].startswith("whsec_") and endpoint["enabled"]
+        path = f"/v1/webhook-endpoints/{endpoint['id']}"
+
+        listed = (await merchant.get("/v1/webhook-endpoints")).json()["endpoints"]
+        assert [e["id"] for e in listed] == [endpoint["id"]] and "secret" not in listed[0]
+        assert (await merchant.get(path)).json()["url"] == url
+
+        changed = await merchant.patch(path, json={"event_types": ["payment.received", "payment.refunded"]})
+        assert changed.status_code == 200 and changed.json()["event_types"] == [
+            "payment.received",
+            "payment.refunded",
+        ]
+        rotated = await merchant.post(f"{path}/rotate-secret")
+        assert rotated.status_code == 200, rotated.text
+        assert rotated.json()["secret"] != endpoint["secret"] and rotated.json()["previous_secret_until"]
+        disabled = await merchant.patch(path, json={"enabled": False})
+        assert disabled.json()["enabled"] is False and disabled.json()["disabled_reason"] == "member"
+
+        # wallet-api's refusals, through the door as they are behind it
+        private = await merchant.patch(path, json={"url": "http://127.0.0.1/hook"})
+        behind = await api.http.patch(
+            f"/v1{path[3:]}", json={"url": "http://127.0.0.1/hook"}, headers=shop.auth
+        )
+        assert private.status_code == behind.status_code == 422
+        assert private.json()["type"] == behind.json()["type"] == PROBLEM + "webhook-url-forbidden"
+        foreign = await merchant.post(
+            "/v1/webhook-endpoints",
+            json={"account_id": stranger.account_id, "url": url, "event_types": ["payment.received"]},
+        )
+        assert foreign.status_code == 404, foreign.text
+
+        deliveries = await merchant.get("/v1/webhook-deliveries", params={"status": "pending", "limit": 10})
+        assert deliveries.status_code == 200 and deliveries.json()["deliveries"] == []
+        missing = await merchant.get("/v1/webhook-deliveries/0001:wd:00000000-0000-7000-8000-000000000000")
+        assert missing.status_code == 404
+
+        gone = await merchant.delete(path)
+        assert gone.status_code == 204 and gone.content == b""
+        assert (await merchant.get(path)).status_code == 404

@@ -13,6 +13,7 @@ from hiwallet.business_api.routes import WALLET, WITHDRAWALS, router
 from hiwallet.business_api.settings import BusinessApiSettings, get_business_api_settings
 from hiwallet.contracts.currency import declare_currencies
 from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
+from hiwallet.contracts.webhook_api import EndpointIn, EndpointPatch
 from hiwallet.core.auth import TokenVerifier
 from hiwallet.core.edge import front_spec
 from hiwallet.core.edge.document import document_security
@@ -28,7 +29,9 @@ SERVICE = "business-api"
 
 def _document(settings: BusinessApiSettings) -> Any:
     def openapi(app: FastAPI) -> None:
-        document_models(app, Problem, TransferIn, WithdrawalIn, PromoIn, ProgrammeIn, RefundIn)
+        document_models(
+            app, Problem, TransferIn, WithdrawalIn, PromoIn, ProgrammeIn, RefundIn, EndpointIn, EndpointPatch
+        )
         document_security(
             app,
             "A client-credentials access token (the merchant's client, customer realm) whose audience "

@@ -12,7 +12,7 @@ and answers.
 | POST /v1/transfers/{id}/refund | the refund of a payment received |
 | POST /v1/promos; GET, POST /v1/promo-programmes; GET …/{id} | promo grants, programmes |
 | POST /v1/withdrawals, GET /v1/withdrawals/{id}, GET /v1/withdrawals?wallet= | withdrawal-orchestrator |
-| /v1/webhook-endpoints…, /v1/webhook-deliveries… | webhooks.py (to come) |
+| /v1/webhook-endpoints…, /v1/webhook-deliveries… | webhooks.py |
 """
 
 from __future__ import annotations

@@ -7,122 +7,28 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from hiwallet.contracts.merchant_events import EVENT_TYPES
-from hiwallet.core.text import PrintableText
-from hiwallet.wallet_api.domain import ACCOUNT_ID_PATTERN
+from hiwallet.contracts.webhook_api import (
+    DELIVERY_ID_PATTERN,
+    ENDPOINT_ID_PATTERN,
+    DeliveriesOut,
+    DeliveryDetailOut,
+    DeliveryOut,
+    EndpointIn,
+    EndpointOut,
+    EndpointPatch,
+    EndpointsOut,
+    EndpointWithSecretOut,
+    EventType,
+)
 from hiwallet.wallet_api.routes import _COMMON, CallerDep, ServiceDep
 
 __all__ = ["webhook_router"]
 
-EventType = Literal[
-    "payment.received", "payment.refunded", "withdrawal.completed", "withdrawal.failed", "promo.granted"
-]
-assert set(EventType.__args__) == set(EVENT_TYPES)  # type: ignore[attr-defined]
-EventTypes = Annotated[list[EventType], Field(min_length=1, max_length=16)]
-# No space or control character (the SSRF check refuses them too; the document says it).
-Url = Annotated[
-    StrictStr,
-    Field(
-        min_length=1,
-        max_length=2048,
-        pattern=r"^[^\x00-\x20\x7f-\x9f]+$",
-        description="http(s); a public address",
-    ),
-]
-Description = Annotated[PrintableText, Field(min_length=1, max_length=200)]
-_ENDPOINT_ID = r"^[0-9]{4}:we:[0-9a-f-]{36}$"
-_DELIVERY_ID = r"^[0-9]{4}:wd:[0-9a-f-]{36}$"
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class EndpointIn(_In):
-    account_id: Annotated[StrictStr, Field(pattern=ACCOUNT_ID_PATTERN)] = Field(
-        description="The business account whose events the endpoint receives (the caller is its member)."
-    )
-    url: Url
-    event_types: EventTypes
-    description: Description | None = None
-
-
-class EndpointPatch(_In):
-    url: Url | None = None
-    event_types: EventTypes | None = None
-    description: Description | None = None
-    enabled: StrictBool | None = None
-
-
-class EndpointOut(BaseModel):
-    id: str
-    account_id: str
-    url: str
-    event_types: list[str]
-    description: str | None
-    enabled: bool
-    disabled_reason: Literal["member", "failing"] | None = Field(
-        description="member: a member disabled it; failing: every attempt failed for the configured time"
-    )
-    disabled_at: str | None
-    failing_since: str | None
-    previous_secret_until: str | None = Field(description="Until then the previous secret signs too")
-    created_at: str
-    updated_at: str
-
-
-class EndpointWithSecretOut(EndpointOut):
-    secret: str = Field(description="whsec_…: shown once; sign-checks every delivery (Standard Webhooks)")
-
-
-class EndpointsOut(BaseModel):
-    endpoints: list[EndpointOut]
-
-
-class DeliveryOut(BaseModel):
-    id: str
-    endpoint_id: str
-    event_id: str = Field(description="The webhook-id header: the same on every attempt and replay")
-    event_type: str
-    resource_id: str
-    status: Literal["pending", "delivered", "failed"]
-    attempts: int
-    next_attempt_at: str | None
-    last_status_code: int | None
-    last_error: str | None
-    created_at: str
-    delivered_at: str | None
-
-
-class AttemptOut(BaseModel):
-    attempted_at: str
-    status_code: int | None
-    error: str | None
-    duration_ms: int
-
-
-class EventOut(BaseModel):
-    type: str
-    timestamp: str
-    data: dict[str, Any]
-
-
-class DeliveryDetailOut(DeliveryOut):
-    event: EventOut
-    attempt_log: list[AttemptOut]
-
-
-class DeliveriesOut(BaseModel):
-    deliveries: list[DeliveryOut]
-    next_cursor: str | None
-
-
 webhook_router = APIRouter(prefix="/v1", responses=_COMMON, tags=["webhooks"])
 
-EndpointIdPath = Annotated[str, Path(json_schema_extra={"pattern": _ENDPOINT_ID})]
-DeliveryIdPath = Annotated[str, Path(json_schema_extra={"pattern": _DELIVERY_ID})]
+EndpointIdPath = Annotated[str, Path(json_schema_extra={"pattern": ENDPOINT_ID_PATTERN})]
+DeliveryIdPath = Annotated[str, Path(json_schema_extra={"pattern": DELIVERY_ID_PATTERN})]
 
 
 @webhook_router.post("/webhook-endpoints", response_model=EndpointWithSecretOut, status_code=201)
