@@ -100,7 +100,13 @@ def create_backoffice_bff_app(settings: BackofficeBffSettings | None = None) -> 
         detail = exc.detail if isinstance(exc, ProblemError) else None
         who = getattr(request.state, "staff", None)
         page = render(
-            request, "error.html", who, status=status, detail=detail, service=getattr(exc, "service", None)
+            request,
+            "error.html",
+            who,
+            status=status,
+            code=status,
+            detail=detail,
+            service=getattr(exc, "service", None),
         )
         page.headers.update(headers)
         return page
