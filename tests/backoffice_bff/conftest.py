@@ -50,35 +50,43 @@ class Panel:
     server: Any
     thread: Any
 
-    def start_again(self, **overrides: Any) -> None:
-        """Stop the BFF and serve it again on the same port (other settings)."""
-        stop(self.server, self.thread)
-        self.settings = self.settings.model_copy(update=overrides)
-        port = int(self.base_url.rsplit(":", 1)[1])
-        _, self.server, self.thread = serve(create_backoffice_bff_app(self.settings), CLIENT, port=port)
-
     def employee(self, name: str, *permissions: str) -> Employee:
         return self.staff_admin.employee(name, *permissions)
 
-    def otp(self, who: Employee) -> str:
-        """A code the staff realm accepts now: a step not spent by an earlier login."""
-        used = self.idp.sql("SELECT totp_last_step FROM users WHERE username = $1", who.email.lower())
-        last = used[0]["totp_last_step"] if used else None
-        now = time.time()
-        if last is not None and last >= int(now // 30):
-            return pyotp.TOTP(who.totp_secret).at(now + 30)
-        return pyotp.TOTP(who.totp_secret).at(now)
-
     async def sign_in(self, page: Page, who: Employee, path: str = "/") -> None:  # noqa: F811
-        """Through identity's pages, as a person: the password, then the authenticator's code."""
-        await page.goto(self.base_url + path)
-        await page.get_by_label("E-mail or username").fill(who.email)
-        await page.get_by_label("Password").fill(PASSWORD)
-        await page.get_by_role("button", name="Sign in").click()
-        # by name: identity's form and its input share the id "otp", so the label names the form
-        await page.locator('input[name="otp"]').fill(self.otp(who))
-        await page.get_by_role("button", name="Sign in").click()
-        await page.wait_for_url(self.base_url + path)
+        await sign_in(page, self.base_url, self.idp, who, path)
+
+
+def otp(idp: IdentityServer, who: Employee) -> str:
+    """A code the staff realm accepts now: a step not spent by an earlier login."""
+    used = idp.sql("SELECT totp_last_step FROM users WHERE username = $1", who.email.lower())
+    last = used[0]["totp_last_step"] if used else None
+    now = time.time()
+    if last is not None and last >= int(now // 30):
+        return pyotp.TOTP(who.totp_secret).at(now + 30)
+    return pyotp.TOTP(who.totp_secret).at(now)
+
+
+async def sign_in(page: Page, base_url: str, idp: IdentityServer, who: Employee, path: str = "/") -> None:  # noqa: F811
+    """Through identity's pages, as a person: the password, then the authenticator's code."""
+    await page.goto(base_url + path)
+    await page.get_by_label("E-mail or username").fill(who.email)
+    await page.get_by_label("Password").fill(PASSWORD)
+    await page.get_by_role("button", name="Sign in").click()
+    # by name: identity's form and its input share the id "otp", so the label names the form
+    await page.locator('input[name="otp"]').fill(otp(idp, who))
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(base_url + path)
+
+
+def with_panel_redirect(realms_dir: Path, port: int) -> None:
+    """backoffice-bff's redirect URIs in the staff realm's file: also this test's BFF."""
+    path = realms_dir / "hiwallet-staff.json"
+    realm = json.loads(path.read_text())
+    for client in realm["clients"]:
+        if client["clientId"] == CLIENT:
+            client["redirectUris"] = [*client["redirectUris"], f"http://127.0.0.1:{port}/auth/callback"]
+    path.write_text(json.dumps(realm))
 
 
 @pytest.fixture
@@ -100,12 +108,7 @@ def panel_idp(
 ) -> IdentityServer:
     """The staff realm, with backoffice-bff's redirect URI at this test's BFF."""
     shutil.copytree(REALMS_DIR, realms_dir)
-    path = realms_dir / "hiwallet-staff.json"
-    realm = json.loads(path.read_text())
-    for client in realm["clients"]:
-        if client["clientId"] == CLIENT:
-            client["redirectUris"] = [*client["redirectUris"], f"http://127.0.0.1:{panel_port}/auth/callback"]
-    path.write_text(json.dumps(realm))
+    with_panel_redirect(realms_dir, panel_port)
     return identity_factory(
         "hiwallet-staff", realms_dir=realms_dir, smtp_enabled=True, smtp_port=catcher.smtp_port
     )
