@@ -33,9 +33,9 @@ from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app
-from hiwallet.core.settings import refuse_insecure_start
+from hiwallet.core.settings import InsecureSettings, get_settings, refuse_insecure_start
 
-__all__ = ["SERVICE", "create_backoffice_bff_app", "run_backoffice_bff", "service_spec"]
+__all__ = ["SERVICE", "create_backoffice_bff_app", "refuse_plain_http", "run_backoffice_bff", "service_spec"]
 
 SERVICE = "backoffice-bff"
 HERE = Path(__file__).resolve().parent
@@ -121,11 +121,19 @@ def create_backoffice_bff_app(settings: BackofficeBffSettings | None = None) -> 
     return app
 
 
+def refuse_plain_http(settings: BackofficeBffSettings, *, production: bool) -> None:
+    """Production serves the panel over https only: its cookies are then ``__Host-`` and Secure
+    and HSTS is sent (plain http on loopback is the development exception, core.bff)."""
+    if production and not settings.public_url.startswith("https://"):
+        raise InsecureSettings("HIWALLET_BACKOFFICE_BFF_PUBLIC_URL is not https")
+
+
 def run_backoffice_bff(port: int | None, host: str) -> None:
     """Serve backoffice-bff (the process entry point)."""
     configure_logging(SERVICE)
     settings = get_backoffice_bff_settings()
     refuse_insecure_start(settings)
+    refuse_plain_http(settings, production=get_settings().production)
     serve(
         settle_heap_once_started(create_backoffice_bff_app(settings)), host=host, port=port or settings.port
     )
