@@ -8,6 +8,7 @@ checked with axe-core and photographed at 1280 and 390 px (tests/browser/conftes
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -225,3 +226,47 @@ async def test_an_invitation_sent_and_completed_by_a_colleague(
     table = await page.locator("table").inner_text()
     assert "Colleague" in table and re.search(r"Customer desk", table)
     await check_page(page, "backoffice employees")
+
+
+async def test_a_goodwill_credit_above_the_threshold_waits_for_a_second_employee(
+    page: Page, browser: Browser, panel: Panel
+) -> None:
+    customer = await panel.api.customer()
+    first = panel.employee("Aylin", "credit.goodwill")
+    second = panel.employee("Burak", "credit.goodwill", "campaigns.view", "campaigns.manage", VIEW)
+    ends = (datetime.now(UTC) + timedelta(days=7)).isoformat()
+    made = await panel.api.http.post(
+        "/v1/staff/campaigns",
+        json={"name": "Kış", "budget_minor": 100_000, "ends_at": ends},
+        headers={**second.auth, "Idempotency-Key": "campaign-1"},
+    )
+    assert made.status_code == 201, made.text
+
+    await panel.sign_in(page, first)
+    assert await _menu(page) == ["Goodwill credits"]
+    await page.get_by_role("link", name="Goodwill credits").first.click()
+    await page.get_by_label("Wallet id").fill(customer.wallet_id)
+    await page.get_by_label("Amount (TRY)").fill("750.00")  # above the 500.00 threshold
+    await page.get_by_label("Reason").fill("late refund")
+    await page.get_by_role("button", name="Credit", exact=True).click()
+    await page.get_by_text("the credit waits for a second employee's approval").wait_for()
+    await page.get_by_text("Your own request").wait_for()  # never one's own approval
+    assert await page.get_by_role("button", name="Approve").count() == 0
+    await check_page(page, "backoffice goodwill")
+
+    theirs = await browser.new_context(locale="en-GB")
+    theirs.set_default_timeout(ACTION_TIMEOUT_MS)
+    try:
+        their_page = await theirs.new_page()
+        await panel.sign_in(their_page, second, "/goodwill")
+        await their_page.get_by_role("button", name="Approve").click()
+        await their_page.get_by_text("Approved: the credit was posted.").wait_for()
+        await their_page.get_by_text("Nothing is waiting.").wait_for()
+        await their_page.get_by_role("link", name="Campaigns").first.click()
+        row = await their_page.locator("tbody tr").first.inner_text()
+        assert "Kış" in row and row.count("₺1,000.00") == 2, row  # the budget, all of it left
+        await check_page(their_page, "backoffice campaigns")
+    finally:
+        await theirs.close()
+    account = await panel.api.http.get(f"/v1/staff/accounts/{customer.account_id}", headers=second.auth)
+    assert account.json()["wallets"][0]["cash"] == 75_000

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
 
@@ -19,7 +20,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from hiwallet.backoffice_bff.errors import NotAllowed, NothingHere
 from hiwallet.backoffice_bff.upstream import STAFF_ADMIN, WALLET, WITHDRAWALS, Upstreams
-from hiwallet.contracts.staff import ME_PATH, StaffPermission
+from hiwallet.contracts.staff import ME_PATH, StaffPermission, staff_actor
 from hiwallet.core.bff import BffSessions, Session, safe_return_path
 from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
 
@@ -32,6 +33,9 @@ P = StaffPermission
 MENU: tuple[tuple[str, str, str], ...] = (
     (P.CUSTOMER_VIEW.value, "/customers", "Customers"),
     (P.WITHDRAWAL_REVIEW.value, "/withdrawals", "Withdrawal review"),
+    (P.CREDIT_GOODWILL.value, "/goodwill", "Goodwill credits"),
+    (P.CAMPAIGNS_VIEW.value, "/campaigns", "Campaigns"),
+    (P.PROMO_MERCHANT_ACCEPT.value, "/programmes", "Promo programmes"),
     (P.STAFF_MANAGE.value, "/employees", "Employees"),
     (P.STAFF_MANAGE.value, "/invitations", "Invitations"),
     (P.STAFF_MANAGE.value, "/audit", "Audit log"),
@@ -322,6 +326,126 @@ async def audit(request: Request) -> Response:
     answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/audit", who.session.access_token, params=params)
     entries = [{**e, "when": _at(e.get("at"))} for e in answer.get("entries", answer.get("audit", []))]
     return render(request, "audit.html", who, entries=entries, filters=filters)
+
+
+# -- staff money (wallet-api) ------------------------------------------------------------------
+
+
+@router.get("/campaigns")
+async def campaigns(request: Request) -> Response:
+    who = await staff(request, P.CAMPAIGNS_VIEW.value)
+    answer = await _up(request).call(
+        WALLET, "GET", "/v1/staff/campaigns", who.session.access_token, params={"limit": 100}
+    )
+    items = [{**c, "ends": _at(c.get("ends_at"))} for c in answer.get("campaigns", [])]
+    return render(request, "campaigns.html", who, campaigns=items)
+
+
+@router.get("/programmes")
+async def programmes(request: Request) -> Response:
+    who = await staff(request, P.PROMO_MERCHANT_ACCEPT.value)
+    answer = await _up(request).call(
+        WALLET,
+        "GET",
+        "/v1/staff/promo-programmes",
+        who.session.access_token,
+        params={"status": "proposed", "limit": 100},
+    )
+    items = [{**p, "expires": _at(p.get("expires_at"))} for p in answer.get("programmes", [])]
+    done = request.query_params.get("done")
+    return render(
+        request, "programmes.html", who, programmes=items, done=done if done in ("accept", "refuse") else None
+    )
+
+
+@router.post("/programmes/{programme_id}/{decision}")
+async def decide_programme(request: Request, programme_id: str, decision: str) -> Response:
+    who, fields = await _posted(request, P.PROMO_MERCHANT_ACCEPT.value)
+    if decision not in ("accept", "refuse"):
+        raise NothingHere("no such decision")
+    reason = fields.get("reason", "").strip()[:500]
+    await _up(request).call(
+        WALLET,
+        "POST",
+        f"/v1/staff/promo-programmes/{quote(programme_id, safe='')}/{decision}",
+        who.session.access_token,
+        json={"reason": reason} if reason else {},
+    )
+    return RedirectResponse(f"/programmes?done={decision}", status_code=303)
+
+
+@router.get("/goodwill")
+async def goodwill(request: Request) -> Response:
+    who = await staff(request, P.CREDIT_GOODWILL.value)
+    answer = await _up(request).call(
+        WALLET,
+        "GET",
+        "/v1/staff/goodwill-credits",
+        who.session.access_token,
+        params={"status": "pending", "limit": 100},
+    )
+    items = [{**g, "requested": _at(g.get("requested_at"))} for g in answer.get("goodwill_credits", [])]
+    done = request.query_params.get("done")
+    return render(
+        request,
+        "goodwill.html",
+        who,
+        pending=items,
+        mine=staff_actor(who.session.subject),
+        key=secrets.token_urlsafe(24),
+        done=done if done in ("posted", "pending", "approved") else None,
+    )
+
+
+@router.post("/goodwill")
+async def request_goodwill(request: Request) -> Response:
+    who, fields = await _posted(request, P.CREDIT_GOODWILL.value)
+    amount_minor = _minor(fields.get("amount", ""))
+    body = {
+        "wallet": fields.get("wallet", "").strip(),
+        "amount_minor": amount_minor,
+        "reason": fields.get("reason", "").strip()[:500],
+    }
+    answer = await _up(request).call(
+        WALLET,
+        "POST",
+        "/v1/staff/goodwill-credits",
+        who.session.access_token,
+        json=body,
+        headers={"Idempotency-Key": (fields.get("key") or secrets.token_urlsafe(24))[:64]},
+    )
+    status = answer.get("status") if isinstance(answer, dict) else None
+    return RedirectResponse(
+        f"/goodwill?done={'posted' if status == 'posted' else 'pending'}", status_code=303
+    )
+
+
+@router.post("/goodwill/{credit_id}/approve")
+async def approve_goodwill(request: Request, credit_id: str) -> Response:
+    who, _ = await _posted(request, P.CREDIT_GOODWILL.value)
+    await _up(request).call(
+        WALLET,
+        "POST",
+        f"/v1/staff/goodwill-credits/{quote(credit_id, safe='')}/approve",
+        who.session.access_token,
+    )
+    return RedirectResponse("/goodwill?done=approved", status_code=303)
+
+
+def _minor(text: str) -> int:
+    """``"1.234,56"`` or ``"1234.56"`` (TRY, two decimals) -> 123456; anything else -> 0, which
+    wallet-api refuses (the page shows its refusal)."""
+    cleaned = text.strip().replace(" ", "")
+    if "," in cleaned:  # the Turkish way: dots group, the comma is the decimal mark
+        cleaned = cleaned.replace(".", "").replace(",", ".")
+    try:
+        amount = Decimal(cleaned)
+    except InvalidOperation:
+        return 0
+    minor = amount * 100
+    if not amount.is_finite() or minor != minor.to_integral_value() or not 0 < minor < 10**15:
+        return 0
+    return int(minor)
 
 
 def signed_in_again(request: Request) -> Response:
