@@ -270,3 +270,27 @@ async def test_a_goodwill_credit_above_the_threshold_waits_for_a_second_employee
         await theirs.close()
     account = await panel.api.http.get(f"/v1/staff/accounts/{customer.account_id}", headers=second.auth)
     assert account.json()["wallets"][0]["cash"] == 75_000
+
+
+async def test_promo_programmes_accepted_or_refused(page: Page, panel: Panel) -> None:
+    shop = await panel.api.business(funds=1_000_00)
+    first = await panel.api.programme(shop, budget=200_00, accept=False)
+    second = await panel.api.programme(shop, budget=300_00, accept=False)
+    reviewer = panel.employee("Zeynep", "promo.merchant_accept", VIEW)
+    await panel.sign_in(page, reviewer, "/programmes")
+    await page.get_by_role("heading", name="Promo programmes waiting for a decision").wait_for()
+    assert await page.locator("section.card").count() == 2
+    await check_page(page, "backoffice programmes")
+    cards = page.locator("section.card")
+    await cards.filter(has_text="₺200.00").get_by_role("button", name="Accept").click()
+    await page.get_by_text("The programme was accepted.").wait_for()
+    await cards.filter(has_text="₺300.00").get_by_label("Reason for a refusal").fill("budget too large")
+    await cards.filter(has_text="₺300.00").get_by_role("button", name="Refuse").click()
+    await page.get_by_text("The programme was refused.").wait_for()
+    await page.get_by_text("Nothing is waiting for a decision.").wait_for()
+    statuses = {}
+    for programme in (first, second):
+        seen = await panel.api.http.get(f"/v1/staff/promo-programmes/{programme}", headers=reviewer.auth)
+        statuses[programme] = (seen.json()["status"], seen.json()["decided_by"])
+    actor = f"staff:{reviewer.subject}"
+    assert statuses == {first: ("accepted", actor), second: ("refused", actor)}
