@@ -294,3 +294,17 @@ async def test_promo_programmes_accepted_or_refused(page: Page, panel: Panel) ->
         statuses[programme] = (seen.json()["status"], seen.json()["decided_by"])
     actor = f"staff:{reviewer.subject}"
     assert statuses == {first: ("accepted", actor), second: ("refused", actor)}
+
+
+async def test_staff_promo_granted_to_a_customer(page: Page, panel: Panel) -> None:
+    customer = await panel.api.customer()
+    granter = panel.employee("Kaan", "promo.staff", VIEW)
+    await panel.sign_in(page, granter, "/promo")
+    await page.get_by_label("Wallet id").fill(customer.wallet_id)
+    await page.get_by_label("Amount (TRY)").fill("25,00")  # the Turkish decimal comma is read too
+    await page.get_by_label("Reference").fill("welcome back")
+    await check_page(page, "backoffice staff promo")
+    await page.get_by_role("button", name="Grant promo").click()
+    await page.get_by_text("The promo was granted.").wait_for()
+    account = await panel.api.http.get(f"/v1/staff/accounts/{customer.account_id}", headers=granter.auth)
+    assert account.json()["wallets"][0]["promo"] == 2_500

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +34,7 @@ MENU: tuple[tuple[str, str, str], ...] = (
     (P.CUSTOMER_VIEW.value, "/customers", "Customers"),
     (P.WITHDRAWAL_REVIEW.value, "/withdrawals", "Withdrawal review"),
     (P.CREDIT_GOODWILL.value, "/goodwill", "Goodwill credits"),
+    (P.PROMO_STAFF.value, "/promo", "Staff promo"),
     (P.CAMPAIGNS_VIEW.value, "/campaigns", "Campaigns"),
     (P.PROMO_MERCHANT_ACCEPT.value, "/programmes", "Promo programmes"),
     (P.STAFF_MANAGE.value, "/employees", "Employees"),
@@ -430,6 +431,40 @@ async def approve_goodwill(request: Request, credit_id: str) -> Response:
         who.session.access_token,
     )
     return RedirectResponse("/goodwill?done=approved", status_code=303)
+
+
+_PROMO_DAYS = (7, 30, 90)
+
+
+@router.get("/promo")
+async def promo(request: Request) -> Response:
+    who = await staff(request, P.PROMO_STAFF.value)
+    done = request.query_params.get("done") == "1"
+    return render(request, "promo.html", who, key=secrets.token_urlsafe(24), days=_PROMO_DAYS, done=done)
+
+
+@router.post("/promo")
+async def grant_promo(request: Request) -> Response:
+    who, fields = await _posted(request, P.PROMO_STAFF.value)
+    days = int(fields["days"]) if fields.get("days", "").isdigit() else 0
+    if days not in _PROMO_DAYS:
+        days = _PROMO_DAYS[1]
+    body: dict[str, Any] = {
+        "wallet": fields.get("wallet", "").strip(),
+        "amount_minor": _minor(fields.get("amount", "")),
+        "expires_at": (datetime.now(UTC) + timedelta(days=days)).isoformat(),
+    }
+    if fields.get("reference", "").strip():
+        body["reference"] = fields["reference"].strip()[:140]
+    await _up(request).call(
+        WALLET,
+        "POST",
+        "/v1/staff/promos",
+        who.session.access_token,
+        json=body,
+        headers={"Idempotency-Key": (fields.get("key") or secrets.token_urlsafe(24))[:64]},
+    )
+    return RedirectResponse("/promo?done=1", status_code=303)
 
 
 def _minor(text: str) -> int:
