@@ -308,3 +308,14 @@ async def test_staff_promo_granted_to_a_customer(page: Page, panel: Panel) -> No
     await page.get_by_text("The promo was granted.").wait_for()
     account = await panel.api.http.get(f"/v1/staff/accounts/{customer.account_id}", headers=granter.auth)
     assert account.json()["wallets"][0]["promo"] == 2_500
+
+
+async def test_a_staff_realm_user_who_is_no_employee_gets_the_403_page_and_can_sign_out(
+    page: Page, panel: Panel
+) -> None:
+    stranger = panel.staff_admin.user("Stranger")  # a password and TOTP, but no employee row
+    await panel.sign_in(page, stranger)
+    await page.get_by_role("heading", name="You may not do this").wait_for()
+    assert await _menu(page) == []
+    await page.get_by_role("button", name="Sign out").click()
+    await page.get_by_role("heading", name="You are signed out").wait_for()

@@ -84,7 +84,13 @@ async def staff(request: Request, need: str | None = None) -> Staff:
     session = await _sessions(request).current(request)
     if session is None:
         raise SignInNeeded
-    me = await _up(request).call(STAFF_ADMIN, "GET", ME_PATH, session.access_token)
+    try:
+        me = await _up(request).call(STAFF_ADMIN, "GET", ME_PATH, session.access_token)
+    except NotAllowed:
+        # Signed in on the staff realm but no active employee (never invited, deactivated): the
+        # 403 page, with no menu but the sign-out button.
+        request.state.staff = Staff(session, {})
+        raise
     who = Staff(session, me if isinstance(me, dict) else {})
     request.state.staff = who  # the error pages draw the menu too
     if need is not None and need not in who.permissions:
