@@ -319,3 +319,27 @@ async def test_a_staff_realm_user_who_is_no_employee_gets_the_403_page_and_can_s
     assert await _menu(page) == []
     await page.get_by_role("button", name="Sign out").click()
     await page.get_by_role("heading", name="You are signed out").wait_for()
+
+
+async def test_an_employee_deactivated_is_refused_from_their_next_page(
+    page: Page, browser: Browser, panel: Panel
+) -> None:
+    admin = panel.employee("Melis", MANAGE)
+    clerk = panel.employee("Umut", VIEW)
+    theirs = await browser.new_context(locale="en-GB")
+    theirs.set_default_timeout(ACTION_TIMEOUT_MS)
+    try:
+        their_page = await theirs.new_page()
+        await panel.sign_in(their_page, clerk, "/customers")
+        await their_page.get_by_role("heading", name="Find a customer").wait_for()
+
+        await panel.sign_in(page, admin, "/employees")
+        await check_page(page, "backoffice employees and roles")
+        await page.get_by_role("button", name="Deactivate Umut").click()
+        await page.get_by_text("The employee was deactivated").wait_for()
+
+        await their_page.reload()  # the same session: /v1/me asked again, now refused
+        await their_page.get_by_role("heading", name="You may not do this").wait_for()
+        assert await _menu(their_page) == []
+    finally:
+        await theirs.close()

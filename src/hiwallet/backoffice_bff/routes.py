@@ -289,7 +289,29 @@ async def employees(request: Request) -> Response:
     answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/employees", token, params={"limit": 100})
     roles = await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token)
     names = {r["id"]: r["name"] for r in _roles(roles)}
-    return render(request, "employees.html", who, employees=answer.get("employees", []), role_names=names)
+    done = request.query_params.get("done")
+    return render(
+        request,
+        "employees.html",
+        who,
+        employees=answer.get("employees", []),
+        role_names=names,
+        roles=_roles(roles),
+        done=done if done in _EMPLOYEE_ACTIONS else None,
+    )
+
+
+_EMPLOYEE_ACTIONS = ("deactivate", "reactivate")
+
+
+@router.post("/employees/{subject}/{action}")
+async def employee_action(request: Request, subject: str, action: str) -> Response:
+    who, _ = await _posted(request, P.STAFF_MANAGE.value)
+    if action not in _EMPLOYEE_ACTIONS:
+        raise NothingHere("no such action")
+    path = f"/v1/employees/{quote(subject, safe='')}/{action}"
+    await _up(request).call(STAFF_ADMIN, "POST", path, who.session.access_token)
+    return RedirectResponse(f"/employees?done={action}", status_code=303)
 
 
 def _roles(answer: Any) -> list[dict[str, Any]]:
