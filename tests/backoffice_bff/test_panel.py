@@ -216,6 +216,12 @@ async def test_an_invitation_sent_and_completed_by_a_colleague(
 
     await page.reload()
     assert "completed" in await page.locator("table").inner_text()
+    # another, revoked before it is used
+    await page.get_by_label("E-mail address").fill("second@hiwallet.dev")
+    await page.get_by_role("button", name="Send the invitation").click()
+    await page.get_by_text("The invitation was sent.").wait_for()
+    await page.get_by_role("button", name="Revoke second@hiwallet.dev").click()
+    await page.get_by_role("row", name=re.compile("second@hiwallet.dev")).get_by_text("revoked").wait_for()
     await page.get_by_role("link", name="Audit log").first.click()
     await page.get_by_label("Action").fill("invitation.completed")
     await page.get_by_role("button", name="Filter").click()
@@ -223,7 +229,7 @@ async def test_an_invitation_sent_and_completed_by_a_colleague(
     assert len(rows) == 1 and "invitation.completed" in rows[0], rows
     await check_page(page, "backoffice audit")
     await page.get_by_role("link", name="Employees").first.click()
-    table = await page.locator("table").inner_text()
+    table = await page.locator("table").first.inner_text()
     assert "Colleague" in table and re.search(r"Customer desk", table)
     await check_page(page, "backoffice employees")
 

@@ -343,6 +343,14 @@ async def invite(request: Request) -> Response:
     return RedirectResponse("/invitations?sent=1", status_code=303)
 
 
+@router.post("/invitations/{invitation_id}/revoke")
+async def revoke(request: Request, invitation_id: str) -> Response:
+    who, _ = await _posted(request, P.STAFF_MANAGE.value)
+    path = f"/v1/invitations/{quote(invitation_id, safe='')}/revoke"
+    await _up(request).call(STAFF_ADMIN, "POST", path, who.session.access_token)
+    return RedirectResponse("/invitations", status_code=303)
+
+
 _AUDIT_FILTERS = ("actor", "action", "target", "since", "until")
 
 
