@@ -139,7 +139,8 @@ async def panel(
                 wallet_api_url=api.base_url,
                 # nobody listens there: the review pages' outage (the saga's system is elsewhere)
                 withdrawals_url=f"http://127.0.0.1:{free_port()}",
-                upstream_timeout_s=5.0,
+                # the shared machine is slow at times: a test waits for an answer, not a clock
+                upstream_timeout_s=20.0,
             )
             base, server, thread = serve(create_backoffice_bff_app(settings), CLIENT, port=panel_port)
             running = Panel(base, settings, panel_idp, helper, api, server, thread)
