@@ -179,6 +179,15 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "hiwallet.business_web_bff.settings:get_business_web_bff_settings",
         tier=3,
     ),
+    # The backoffice panel's BFF: employees' browsers only (internal); pages that call
+    # staff-admin, wallet-api and the orchestrator with the employee's token while they serve.
+    _D(
+        "backoffice-bff", 8005, "internal",
+        "the backoffice panel: staff sign-in (password, TOTP), pages by permission from /v1/me",
+        "hiwallet.backoffice_bff.app:run_backoffice_bff",
+        "hiwallet.backoffice_bff.settings:get_backoffice_bff_settings",
+        tier=3,
+    ),
     # The outside institutions: they send webhooks (stripe-fake, bank-fake) or only answer; all
     # stop first.
     _D(

@@ -1,0 +1,525 @@
+"""backoffice-bff's pages: they only translate between the browser and the internal services.
+
+Every page asks staff-admin ``GET /v1/me`` with the employee's token (never cached: a role
+taken away holds from the next page, and a 403 from any service is followed by a page whose
+menu is asked again). The menu and every button are drawn from those permissions; a request
+for what is not held — a forged POST included — is checked here against them too and answered
+with the 403 page (the service behind checks again with the same token)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from hiwallet.backoffice_bff.errors import NotAllowed, NothingHere
+from hiwallet.backoffice_bff.upstream import STAFF_ADMIN, WALLET, WITHDRAWALS, Upstreams
+from hiwallet.contracts.staff import ME_PATH, StaffPermission, staff_actor
+from hiwallet.core.bff import BffSessions, Session, safe_return_path
+from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
+
+__all__ = ["MENU", "SignInNeeded", "Staff", "router", "signed_in_again", "staff"]
+
+router = APIRouter(include_in_schema=False)
+
+P = StaffPermission
+# (permission, path, label): the menu, in this order; a label is a message of the catalogue.
+MENU: tuple[tuple[str, str, str], ...] = (
+    (P.CUSTOMER_VIEW.value, "/customers", "Customers"),
+    (P.WITHDRAWAL_REVIEW.value, "/withdrawals", "Withdrawal review"),
+    (P.CREDIT_GOODWILL.value, "/goodwill", "Goodwill credits"),
+    (P.PROMO_STAFF.value, "/promo", "Staff promo"),
+    (P.CAMPAIGNS_VIEW.value, "/campaigns", "Campaigns"),
+    (P.PROMO_MERCHANT_ACCEPT.value, "/programmes", "Promo programmes"),
+    (P.STAFF_MANAGE.value, "/employees", "Employees"),
+    (P.STAFF_MANAGE.value, "/invitations", "Invitations"),
+    (P.STAFF_MANAGE.value, "/audit", "Audit log"),
+)
+_SEARCH_KEYS = ("email", "wallet_number", "account_id")
+_DECISIONS = ("release", "cancel")
+_MAX_FIELD = 320  # a form's text field: an e-mail address at most
+_LOCALE_MAX_AGE_S = 365 * 24 * 3600
+
+
+class SignInNeeded(Exception):
+    """No session (or the provider refused to renew it): to the login, then back here."""
+
+
+@dataclass
+class Staff:
+    session: Session
+    me: dict[str, Any]
+
+    @property
+    def permissions(self) -> set[str]:
+        return set(self.me.get("permissions", []))
+
+    def menu(self) -> list[tuple[str, str]]:
+        return [(path, label) for perm, path, label in MENU if perm in self.permissions]
+
+
+def _sessions(request: Request) -> BffSessions:
+    sessions: BffSessions = request.app.state.sessions
+    return sessions
+
+
+def _up(request: Request) -> Upstreams:
+    upstreams: Upstreams = request.app.state.upstreams
+    return upstreams
+
+
+def _pages(request: Request) -> Pages:
+    pages: Pages = request.app.state.pages
+    return pages
+
+
+async def staff(request: Request, need: str | None = None) -> Staff:
+    """The signed-in employee and what they may do now; ``need`` not held -> the 403 page."""
+    session = await _sessions(request).current(request)
+    if session is None:
+        raise SignInNeeded
+    try:
+        me = await _up(request).call(STAFF_ADMIN, "GET", ME_PATH, session.access_token)
+    except NotAllowed:
+        # Signed in on the staff realm but no active employee (never invited, deactivated): the
+        # 403 page, with no menu but the sign-out button.
+        request.state.staff = Staff(session, {})
+        raise
+    who = Staff(session, me if isinstance(me, dict) else {})
+    request.state.staff = who  # the error pages draw the menu too
+    if need is not None and need not in who.permissions:
+        raise NotAllowed(f"this needs the permission {need}", permission=need)
+    return who
+
+
+async def _posted(request: Request, need: str) -> tuple[Staff, dict[str, str]]:
+    """A POST: the session, the CSRF token and Origin (core.bff), then the permission."""
+    session = await _sessions(request).current(request)
+    if session is None:
+        raise SignInNeeded
+    form = await request.form()
+    fields = {k: v[:_MAX_FIELD] for k, v in form.items() if isinstance(v, str)}
+    _sessions(request).check_csrf(request, session, fields.get("csrf"))
+    return await staff(request, need), fields
+
+
+def render(request: Request, template: str, who: Staff | None, status: int = 200, **context: Any) -> Response:
+    return _pages(request).render(
+        request,
+        template,
+        {
+            "who": who,
+            "menu": who.menu() if who else [],
+            "csrf": who.session.csrf if who else None,
+            "path": request.url.path,
+            "here": _here(request),
+            **context,
+        },
+        status=status,
+    )
+
+
+def _here(request: Request) -> str:
+    query = request.url.query
+    return request.url.path + ("?" + query if query else "")
+
+
+def _at(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+# -- sign-in, sign-out, language -------------------------------------------------------------
+
+
+@router.get("/login")
+async def login(request: Request) -> Response:
+    locale = _pages(request).locale_of(request)
+    return _sessions(request).begin_login(safe_return_path(request.query_params.get("next")), locale)
+
+
+@router.get("/auth/callback")
+async def callback(request: Request) -> Response:
+    return await _sessions(request).finish_login(request)
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    session = await _sessions(request).current(request)
+    if session is None:
+        return RedirectResponse("/", status_code=303)
+    form = await request.form()
+    token = form.get("csrf")
+    _sessions(request).check_csrf(request, session, token if isinstance(token, str) else None)
+    return await _sessions(request).logout(request, then="/signed-out")
+
+
+@router.get("/signed-out")
+async def signed_out(request: Request) -> Response:
+    return render(request, "signed_out.html", None)
+
+
+@router.get("/language/{locale}")
+async def language(request: Request, locale: str) -> Response:
+    """The switch (a link, no script): remembered in a cookie, back to the page it was on."""
+    back = RedirectResponse(safe_return_path(request.query_params.get("next")), status_code=303)
+    if locale in LOCALES:
+        secure = request.app.state.sessions.cookies.secure
+        back.set_cookie(
+            LOCALE_COOKIE, locale, max_age=_LOCALE_MAX_AGE_S, httponly=True, samesite="lax", secure=secure
+        )
+    return back
+
+
+# -- home ------------------------------------------------------------------------------------
+
+
+@router.get("/")
+async def home(request: Request) -> Response:
+    who = await staff(request)
+    return render(request, "home.html", who)
+
+
+# -- customer.view ---------------------------------------------------------------------------
+
+
+@router.get("/customers")
+async def customers(request: Request) -> Response:
+    who = await staff(request, P.CUSTOMER_VIEW.value)
+    by = request.query_params.get("by", "email")
+    query = request.query_params.get("q", "").strip()[:_MAX_FIELD]
+    found: list[dict[str, Any]] | None = None
+    if by in _SEARCH_KEYS and query:
+        answer = await _up(request).call(
+            WALLET, "GET", "/v1/staff/customers", who.session.access_token, params={by: query}
+        )
+        found = answer.get("accounts", [])
+    return render(request, "customers.html", who, by=by, q=query, found=found)
+
+
+@router.get("/customers/{account_id}")
+async def customer(request: Request, account_id: str) -> Response:
+    who = await staff(request, P.CUSTOMER_VIEW.value)
+    token = who.session.access_token
+    account = await _up(request).call(
+        WALLET, "GET", f"/v1/staff/accounts/{quote(account_id, safe='')}", token
+    )
+    statements = []
+    for wallet in account.get("wallets", [])[:10]:
+        statement = await _up(request).call(
+            WALLET, "GET", f"/v1/staff/wallets/{quote(wallet['id'], safe='')}/statement", token,
+            params={"limit": 20},
+        )  # fmt: skip
+        lines = [{**line, "posted_at": _at(line.get("posted_at"))} for line in statement.get("lines", [])]
+        statements.append({"wallet": wallet, "lines": lines})
+    return render(request, "customer.html", who, account=account, statements=statements)
+
+
+# -- withdrawal.review -----------------------------------------------------------------------
+
+
+async def _queue(request: Request, who: Staff, cursor: str | None = None) -> dict[str, Any]:
+    params: dict[str, str | int] = {"status": "under_review", "limit": 50}
+    if cursor:
+        params["cursor"] = cursor
+    answer: dict[str, Any] = await _up(request).call(
+        WITHDRAWALS, "GET", "/v1/staff/withdrawals", who.session.access_token, params=params
+    )
+    for item in answer.get("withdrawals", []):
+        item["created"] = _at(item.get("created_at"))
+    return answer
+
+
+@router.get("/withdrawals")
+async def withdrawals(request: Request) -> Response:
+    who = await staff(request, P.WITHDRAWAL_REVIEW.value)
+    queue = await _queue(request, who, request.query_params.get("cursor"))
+    done = request.query_params.get("done")
+    return render(request, "withdrawals.html", who, queue=queue, done=done if done in _DECISIONS else None)
+
+
+@router.get("/withdrawals/{withdrawal_id}/{decision}")
+async def confirm(request: Request, withdrawal_id: str, decision: str) -> Response:
+    """The confirmation step: what will happen to which withdrawal, and one key for the form."""
+    who = await staff(request, P.WITHDRAWAL_REVIEW.value)
+    if decision not in _DECISIONS:
+        raise NothingHere("no such decision")
+    queue = await _queue(request, who)
+    item = next((w for w in queue.get("withdrawals", []) if w.get("id") == withdrawal_id), None)
+    if item is None:
+        raise NothingHere("this withdrawal is not waiting for a review")
+    # One Idempotency-Key per form: a double click releases once.
+    key = secrets.token_urlsafe(24)
+    return render(request, "confirm.html", who, item=item, decision=decision, key=key)
+
+
+@router.post("/withdrawals/{withdrawal_id}/{decision}")
+async def decide(request: Request, withdrawal_id: str, decision: str) -> Response:
+    who, fields = await _posted(request, P.WITHDRAWAL_REVIEW.value)
+    if decision not in _DECISIONS:
+        raise NothingHere("no such decision")
+    key = fields.get("key") or secrets.token_urlsafe(24)
+    await _up(request).call(
+        WITHDRAWALS,
+        "POST",
+        f"/v1/staff/withdrawals/{quote(withdrawal_id, safe='')}/{decision}",
+        who.session.access_token,
+        headers={"Idempotency-Key": key[:64]},
+    )
+    return RedirectResponse(f"/withdrawals?done={decision}", status_code=303)
+
+
+# -- staff.manage ----------------------------------------------------------------------------
+
+
+@router.get("/employees")
+async def employees(request: Request) -> Response:
+    who = await staff(request, P.STAFF_MANAGE.value)
+    token = who.session.access_token
+    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/employees", token, params={"limit": 100})
+    roles = await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token)
+    names = {r["id"]: r["name"] for r in _roles(roles)}
+    done = request.query_params.get("done")
+    return render(
+        request,
+        "employees.html",
+        who,
+        employees=answer.get("employees", []),
+        role_names=names,
+        roles=_roles(roles),
+        done=done if done in _EMPLOYEE_ACTIONS else None,
+    )
+
+
+_EMPLOYEE_ACTIONS = ("deactivate", "reactivate")
+
+
+@router.post("/employees/{subject}/{action}")
+async def employee_action(request: Request, subject: str, action: str) -> Response:
+    who, _ = await _posted(request, P.STAFF_MANAGE.value)
+    if action not in _EMPLOYEE_ACTIONS:
+        raise NothingHere("no such action")
+    path = f"/v1/employees/{quote(subject, safe='')}/{action}"
+    await _up(request).call(STAFF_ADMIN, "POST", path, who.session.access_token)
+    return RedirectResponse(f"/employees?done={action}", status_code=303)
+
+
+def _roles(answer: Any) -> list[dict[str, Any]]:
+    items = answer.get("roles", []) if isinstance(answer, dict) else answer
+    return [r for r in items if isinstance(r, dict)]
+
+
+@router.get("/invitations")
+async def invitations(request: Request) -> Response:
+    who = await staff(request, P.STAFF_MANAGE.value)
+    token = who.session.access_token
+    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/invitations", token, params={"limit": 100})
+    roles = _roles(await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token))
+    sent = request.query_params.get("sent") == "1"
+    return render(
+        request, "invitations.html", who, invitations=answer.get("invitations", []), roles=roles, sent=sent
+    )
+
+
+@router.post("/invitations")
+async def invite(request: Request) -> Response:
+    who, fields = await _posted(request, P.STAFF_MANAGE.value)
+    form = await request.form()
+    role_ids = [v[:100] for v in form.getlist("role_id") if isinstance(v, str)][:64]
+    body: dict[str, Any] = {"email": fields.get("email", "").strip(), "role_ids": role_ids}
+    if fields.get("name", "").strip():
+        body["name"] = fields["name"].strip()[:100]
+    await _up(request).call(STAFF_ADMIN, "POST", "/v1/invitations", who.session.access_token, json=body)
+    return RedirectResponse("/invitations?sent=1", status_code=303)
+
+
+@router.post("/invitations/{invitation_id}/revoke")
+async def revoke(request: Request, invitation_id: str) -> Response:
+    who, _ = await _posted(request, P.STAFF_MANAGE.value)
+    path = f"/v1/invitations/{quote(invitation_id, safe='')}/revoke"
+    await _up(request).call(STAFF_ADMIN, "POST", path, who.session.access_token)
+    return RedirectResponse("/invitations", status_code=303)
+
+
+_AUDIT_FILTERS = ("actor", "action", "target", "since", "until")
+
+
+@router.get("/audit")
+async def audit(request: Request) -> Response:
+    who = await staff(request, P.STAFF_MANAGE.value)
+    filters = {k: request.query_params.get(k, "").strip()[:300] for k in _AUDIT_FILTERS}
+    params: dict[str, str | int] = {k: v for k, v in filters.items() if v}
+    params["limit"] = 100
+    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/audit", who.session.access_token, params=params)
+    entries = [{**e, "when": _at(e.get("at"))} for e in answer.get("entries", answer.get("audit", []))]
+    return render(request, "audit.html", who, entries=entries, filters=filters)
+
+
+# -- staff money (wallet-api) ------------------------------------------------------------------
+
+
+@router.get("/campaigns")
+async def campaigns(request: Request) -> Response:
+    who = await staff(request, P.CAMPAIGNS_VIEW.value)
+    answer = await _up(request).call(
+        WALLET, "GET", "/v1/staff/campaigns", who.session.access_token, params={"limit": 100}
+    )
+    items = [{**c, "ends": _at(c.get("ends_at"))} for c in answer.get("campaigns", [])]
+    return render(request, "campaigns.html", who, campaigns=items)
+
+
+@router.get("/programmes")
+async def programmes(request: Request) -> Response:
+    who = await staff(request, P.PROMO_MERCHANT_ACCEPT.value)
+    answer = await _up(request).call(
+        WALLET,
+        "GET",
+        "/v1/staff/promo-programmes",
+        who.session.access_token,
+        params={"status": "proposed", "limit": 100},
+    )
+    items = [{**p, "expires": _at(p.get("expires_at"))} for p in answer.get("programmes", [])]
+    done = request.query_params.get("done")
+    return render(
+        request, "programmes.html", who, programmes=items, done=done if done in ("accept", "refuse") else None
+    )
+
+
+@router.post("/programmes/{programme_id}/{decision}")
+async def decide_programme(request: Request, programme_id: str, decision: str) -> Response:
+    who, fields = await _posted(request, P.PROMO_MERCHANT_ACCEPT.value)
+    if decision not in ("accept", "refuse"):
+        raise NothingHere("no such decision")
+    reason = fields.get("reason", "").strip()[:500]
+    await _up(request).call(
+        WALLET,
+        "POST",
+        f"/v1/staff/promo-programmes/{quote(programme_id, safe='')}/{decision}",
+        who.session.access_token,
+        json={"reason": reason} if reason else {},
+    )
+    return RedirectResponse(f"/programmes?done={decision}", status_code=303)
+
+
+@router.get("/goodwill")
+async def goodwill(request: Request) -> Response:
+    who = await staff(request, P.CREDIT_GOODWILL.value)
+    answer = await _up(request).call(
+        WALLET,
+        "GET",
+        "/v1/staff/goodwill-credits",
+        who.session.access_token,
+        params={"status": "pending", "limit": 100},
+    )
+    items = [{**g, "requested": _at(g.get("requested_at"))} for g in answer.get("goodwill_credits", [])]
+    done = request.query_params.get("done")
+    return render(
+        request,
+        "goodwill.html",
+        who,
+        pending=items,
+        mine=staff_actor(who.session.subject),
+        key=secrets.token_urlsafe(24),
+        done=done if done in ("posted", "pending", "approved") else None,
+    )
+
+
+@router.post("/goodwill")
+async def request_goodwill(request: Request) -> Response:
+    who, fields = await _posted(request, P.CREDIT_GOODWILL.value)
+    amount_minor = _minor(fields.get("amount", ""))
+    body = {
+        "wallet": fields.get("wallet", "").strip(),
+        "amount_minor": amount_minor,
+        "reason": fields.get("reason", "").strip()[:500],
+    }
+    answer = await _up(request).call(
+        WALLET,
+        "POST",
+        "/v1/staff/goodwill-credits",
+        who.session.access_token,
+        json=body,
+        headers={"Idempotency-Key": (fields.get("key") or secrets.token_urlsafe(24))[:64]},
+    )
+    status = answer.get("status") if isinstance(answer, dict) else None
+    return RedirectResponse(
+        f"/goodwill?done={'posted' if status == 'posted' else 'pending'}", status_code=303
+    )
+
+
+@router.post("/goodwill/{credit_id}/approve")
+async def approve_goodwill(request: Request, credit_id: str) -> Response:
+    who, _ = await _posted(request, P.CREDIT_GOODWILL.value)
+    await _up(request).call(
+        WALLET,
+        "POST",
+        f"/v1/staff/goodwill-credits/{quote(credit_id, safe='')}/approve",
+        who.session.access_token,
+    )
+    return RedirectResponse("/goodwill?done=approved", status_code=303)
+
+
+_PROMO_DAYS = (7, 30, 90)
+
+
+@router.get("/promo")
+async def promo(request: Request) -> Response:
+    who = await staff(request, P.PROMO_STAFF.value)
+    done = request.query_params.get("done") == "1"
+    return render(request, "promo.html", who, key=secrets.token_urlsafe(24), days=_PROMO_DAYS, done=done)
+
+
+@router.post("/promo")
+async def grant_promo(request: Request) -> Response:
+    who, fields = await _posted(request, P.PROMO_STAFF.value)
+    days = int(fields["days"]) if fields.get("days", "").isdigit() else 0
+    if days not in _PROMO_DAYS:
+        days = _PROMO_DAYS[1]
+    body: dict[str, Any] = {
+        "wallet": fields.get("wallet", "").strip(),
+        "amount_minor": _minor(fields.get("amount", "")),
+        "expires_at": (datetime.now(UTC) + timedelta(days=days)).isoformat(),
+    }
+    if fields.get("reference", "").strip():
+        body["reference"] = fields["reference"].strip()[:140]
+    await _up(request).call(
+        WALLET,
+        "POST",
+        "/v1/staff/promos",
+        who.session.access_token,
+        json=body,
+        headers={"Idempotency-Key": (fields.get("key") or secrets.token_urlsafe(24))[:64]},
+    )
+    return RedirectResponse("/promo?done=1", status_code=303)
+
+
+def _minor(text: str) -> int:
+    """``"1.234,56"`` or ``"1234.56"`` (TRY, two decimals) -> 123456; anything else -> 0, which
+    wallet-api refuses (the page shows its refusal)."""
+    cleaned = text.strip().replace(" ", "")
+    if "," in cleaned:  # the Turkish way: dots group, the comma is the decimal mark
+        cleaned = cleaned.replace(".", "").replace(",", ".")
+    try:
+        amount = Decimal(cleaned)
+    except InvalidOperation:
+        return 0
+    minor = amount * 100
+    if not amount.is_finite() or minor != minor.to_integral_value() or not 0 < minor < 10**15:
+        return 0
+    return int(minor)
+
+
+def signed_in_again(request: Request) -> Response:
+    """Where a page without a session sends the browser (a GET comes back to itself)."""
+    back = _here(request) if request.method == "GET" else "/"
+    return RedirectResponse("/login?next=" + quote(back, safe=""), status_code=303)

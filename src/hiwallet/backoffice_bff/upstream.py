@@ -1,0 +1,91 @@
+"""The internal services, over HTTP with the employee's own access token (each service checks
+the token and asks staff-admin itself): staff-admin, wallet-api, withdrawal-orchestrator.
+
+Fail closed: no answer, a timeout or a server error -> :class:`ServiceAway` (the 503 page); a
+403 -> :class:`NotAllowed` (the 403 page; the menu is asked again on the next page); a 401 ->
+the person signs in again; a 404 -> :class:`NothingHere`; any other refusal -> :class:`ActionRefused`
+with the service's own title. The body is never logged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import structlog
+
+from hiwallet.backoffice_bff.errors import ActionRefused, NotAllowed, NothingHere, ServiceAway
+from hiwallet.core.bff import GrantRefused
+
+__all__ = ["MAX_ANSWER_BYTES", "STAFF_ADMIN", "WALLET", "WITHDRAWALS", "Upstreams"]
+
+log = structlog.get_logger(__name__)
+
+STAFF_ADMIN = "staff-admin"
+WALLET = "wallet-api"
+WITHDRAWALS = "withdrawal-orchestrator"
+# A page's worth of JSON from an internal service; far larger is not what we asked for.
+MAX_ANSWER_BYTES = 2_000_000
+
+
+@dataclass
+class Upstreams:
+    client: httpx.AsyncClient
+    urls: Mapping[str, str]
+    timeout_s: float
+
+    async def call(
+        self,
+        service: str,
+        method: str,
+        path: str,
+        token: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        url = self.urls[service].rstrip("/") + path
+        try:
+            answer = await self.client.request(
+                method,
+                url,
+                params=params,
+                json=json,
+                headers={"Authorization": f"Bearer {token}", **(headers or {})},
+                timeout=self.timeout_s,
+            )
+        except httpx.HTTPError as exc:
+            log.warning("upstream.unreachable", service=service, error=type(exc).__name__)
+            raise ServiceAway(service) from None
+        status = answer.status_code
+        if status >= 500 or len(answer.content) > MAX_ANSWER_BYTES:
+            log.warning("upstream.failed", service=service, status=status)
+            raise ServiceAway(service)
+        if status == 401:
+            raise GrantRefused(f"{service} refused the session's token")
+        if status == 403:
+            raise NotAllowed(_detail(answer) or "not allowed")
+        if status == 404:
+            raise NothingHere(_detail(answer))
+        if status >= 400:
+            raise ActionRefused(_detail(answer))
+        if status == 204 or not answer.content:
+            return None
+        try:
+            return answer.json()
+        except ValueError:
+            log.warning("upstream.not_json", service=service, status=status)
+            raise ServiceAway(service) from None
+
+
+def _detail(answer: httpx.Response) -> str | None:
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    text = body.get("detail") or body.get("title")
+    return str(text)[:300] if text else None
