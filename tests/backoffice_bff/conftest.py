@@ -73,8 +73,7 @@ async def sign_in(page: Page, base_url: str, idp: IdentityServer, who: Employee,
     await page.get_by_label("E-mail or username").fill(who.email)
     await page.get_by_label("Password").fill(PASSWORD)
     await page.get_by_role("button", name="Sign in").click()
-    # by name: identity's form and its input share the id "otp", so the label names the form
-    await page.locator('input[name="otp"]').fill(otp(idp, who))
+    await page.get_by_label("Code").fill(otp(idp, who))
     await page.get_by_role("button", name="Sign in").click()
     await page.wait_for_url(base_url + path)
 
