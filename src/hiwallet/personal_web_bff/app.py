@@ -1,0 +1,429 @@
+"""personal-web-bff, declared: the customers' web app, pages rendered here in Turkish and
+English (core.pages), the person signed in by this BFF's confidential client (core.bff: the
+tokens stay here, the browser holds a sealed cookie), the internal services called with the
+session's access token (:mod:`.upstream`). No database, no broker; no script on any page.
+
+Routes only translate: a form's fields to an internal service's request, its answer to a page."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import httpx
+import structlog
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from hiwallet.contracts.public import WALLET_ID_PATTERN, WALLET_NUMBER_PATTERN
+from hiwallet.core.bff import (
+    BffSessions,
+    CsrfRefused,
+    OidcClient,
+    OidcClientConfig,
+    Sealer,
+    SecurityHeaders,
+    Session,
+    content_security_policy,
+    is_local_http,
+    parse_key_ring,
+    safe_return_path,
+)
+from hiwallet.core.bff.session import SessionCookieWriter
+from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
+from hiwallet.core.service import Runtime, ServiceSpec, build_app
+from hiwallet.core.settings import refuse_insecure_start
+from hiwallet.personal_web_bff.settings import PersonalWebBffSettings, get_personal_web_bff_settings
+from hiwallet.personal_web_bff.upstream import Refused, ServiceAway, SignInAgain, Upstream
+
+__all__ = ["SERVICE", "create_personal_web_bff_app", "run_personal_web_bff", "service_spec"]
+
+SERVICE = "personal-web-bff"
+HERE = Path(__file__).parent
+LOCALE_COOKIE_MAX_AGE_S = 365 * 24 * 3600
+# Amounts as people type them: "12", "12,5", "1.234,56" is refused (ambiguous); at most 2 decimals.
+_AMOUNT = re.compile(r"^[0-9]{1,12}([.,][0-9]{1,2})?$")
+_WALLET_NUMBER = re.compile(WALLET_NUMBER_PATTERN)
+_WALLET_ID = re.compile(WALLET_ID_PATTERN)
+_CURSOR = re.compile(r"^[0-9]{1,18}$")
+_REFERENCE_MAX = 140
+
+log = structlog.get_logger(__name__)
+
+
+class Web:
+    """What the routes share: the sessions, the pages, the internal services."""
+
+    def __init__(self, settings: PersonalWebBffSettings, http: httpx.AsyncClient | None = None) -> None:
+        self.settings = settings
+        public = settings.public_url.rstrip("/")
+        self.sessions = BffSessions(
+            sealer=Sealer(parse_key_ring(settings.session_keys.get_secret_value())),
+            oidc=OidcClient(
+                OidcClientConfig(
+                    settings.issuer,
+                    settings.client_id,
+                    settings.client_secret,
+                    f"{public}/auth/callback",
+                    timeout_s=settings.identity_timeout_s,
+                )
+            ),
+            public_url=public,
+        )
+        self.pages = Pages(HERE / "templates", HERE / "locale")
+        self.http = http or httpx.AsyncClient(timeout=settings.upstream_timeout_s, follow_redirects=False)
+        self.wallet = Upstream("wallet-api", settings.wallet_api_url, self.http)
+
+    def render(
+        self,
+        request: Request,
+        template: str,
+        session: Session | None,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        **context: Any,
+    ) -> Response:
+        return self.pages.render(
+            request,
+            template,
+            {
+                "session": session,
+                "csrf": session.csrf if session else "",
+                "path": request.url.path,
+                **context,
+            },
+            status=status,
+            headers=headers,
+        )
+
+    async def form(self, request: Request, session: Session | None) -> dict[str, str]:
+        """A POST's fields, after the CSRF check (this site's Origin and, signed in, the token)."""
+        raw = await request.form()
+        fields = {k: v for k, v in raw.items() if isinstance(v, str)}
+        if session is not None:
+            self.sessions.check_csrf(request, session, fields.get("csrf"))
+        else:
+            origin = request.headers.get("origin") or ""
+            if origin != self.sessions.origin:
+                raise CsrfRefused("the request did not come from this site")
+        return fields
+
+
+def web_of(request: Request) -> Web:
+    web: Web = request.app.state.web
+    return web
+
+
+def minor_units(text: str) -> int | None:
+    """``"12,50"`` -> 1250; None when it is no amount of at most 2 decimals, or not positive."""
+    text = text.strip()
+    if not _AMOUNT.match(text):
+        return None
+    try:
+        amount = int(Decimal(text.replace(",", ".")) * 100)
+    except InvalidOperation:
+        return None
+    return amount if amount > 0 else None
+
+
+router = APIRouter()
+
+
+@router.get("/login", include_in_schema=False)
+async def login(request: Request) -> Response:
+    web = web_of(request)
+    return web.sessions.begin_login(request.query_params.get("next"), locale=web.pages.locale_of(request))
+
+
+@router.get("/auth/callback", include_in_schema=False)
+async def callback(request: Request) -> Response:
+    return await web_of(request).sessions.finish_login(request)
+
+
+@router.post("/logout", include_in_schema=False)
+async def logout(request: Request) -> Response:
+    web = web_of(request)
+    session = await web.sessions.current(request)
+    await web.form(request, session)
+    if session is None:
+        return RedirectResponse("/", status_code=303)
+    return await web.sessions.logout(request, then="/signed-out")
+
+
+@router.get("/signed-out", include_in_schema=False)
+async def signed_out(request: Request) -> Response:
+    return web_of(request).render(request, "signed_out.html", None)
+
+
+@router.post("/locale", include_in_schema=False)
+async def choose_locale(request: Request) -> Response:
+    """The language switch: remembered in a cookie for a year (no personal data in it)."""
+    web = web_of(request)
+    session = await web.sessions.current(request)
+    fields = await web.form(request, session)
+    chosen = fields.get("locale", "")
+    response = RedirectResponse(safe_return_path(fields.get("next")), status_code=303)
+    if chosen in LOCALES:
+        response.set_cookie(
+            LOCALE_COOKIE,
+            chosen,
+            max_age=LOCALE_COOKIE_MAX_AGE_S,
+            path="/",
+            secure=web.sessions.cookies.secure,
+            httponly=True,
+            samesite="lax",
+        )
+    return response
+
+
+async def _signed_in(request: Request) -> Session | Response:
+    session = await web_of(request).sessions.current(request)
+    if session is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={safe_return_path(target)}", status_code=303)
+    return session
+
+
+async def _own_wallets(web: Web, session: Session) -> list[dict[str, Any]]:
+    """The person's wallets with their balances (personal accounts only)."""
+    accounts = await web.wallet.call("GET", "/v1/accounts", session.access_token)
+    wallets: list[dict[str, Any]] = []
+    for account in accounts.get("accounts", []):
+        if account.get("kind") != "personal":
+            continue
+        for ref in account.get("wallets", []):
+            wallet = await web.wallet.call("GET", f"/v1/wallets/{ref['id']}", session.access_token)
+            promos = await web.wallet.call("GET", f"/v1/wallets/{ref['id']}/promos", session.access_token)
+            wallets.append({**wallet, "tier": account.get("tier"), "promos": promos.get("batches", [])})
+    return wallets
+
+
+@router.get("/", include_in_schema=False)
+async def home(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    wallets = await _own_wallets(web, session)
+    return web.render(request, "home.html", session, wallets=wallets)
+
+
+@router.get("/wallets/{wallet_id}/movements", include_in_schema=False)
+async def movements(request: Request, wallet_id: str) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    if not _WALLET_ID.match(wallet_id):
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    params: dict[str, Any] = {"limit": web.settings.statement_page_size}
+    cursor = request.query_params.get("cursor")
+    if cursor and _CURSOR.match(cursor):
+        params["cursor"] = cursor
+    try:
+        wallet = await web.wallet.call("GET", f"/v1/wallets/{wallet_id}", session.access_token)
+        statement = await web.wallet.call(
+            "GET", f"/v1/wallets/{wallet_id}/statement", session.access_token, params=params
+        )
+    except Refused as refused:
+        if refused.status in (403, 404):
+            return web.render(request, "error.html", session, status=404, kind="not-found")
+        raise
+    return web.render(
+        request,
+        "movements.html",
+        session,
+        wallet=wallet,
+        lines=statement["lines"],
+        next_cursor=statement.get("next_cursor"),
+    )
+
+
+# -- send money --------------------------------------------------------------------------------
+
+
+def _send_form(fields: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The form's fields checked here (wallet-api checks them again): the values and the errors."""
+    errors: list[str] = []
+    number = fields.get("to", "").replace(" ", "")
+    if not _WALLET_NUMBER.match(number):
+        errors.append("to")
+    amount = minor_units(fields.get("amount", ""))
+    if amount is None:
+        errors.append("amount")
+    reference = fields.get("reference", "").strip()
+    if len(reference) > _REFERENCE_MAX:
+        errors.append("reference")
+    key = fields.get("key", "")
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        errors.append("key")
+    wallet = fields.get("from", "")
+    if not _WALLET_ID.match(wallet):
+        errors.append("from")
+    return {
+        "to": number,
+        "amount": amount,
+        "amount_text": fields.get("amount", ""),
+        "reference": reference,
+        "key": key,
+        "from": wallet,
+    }, errors
+
+
+@router.get("/send", include_in_schema=False)
+async def send_form(request: Request) -> Response:
+    """The form, with its own Idempotency-Key: whatever happens to the submits of this form
+    (a double click, the back button and submit again), the money moves once."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    wallets = await _own_wallets(web, session)
+    values = {"to": "", "amount_text": "", "reference": "", "key": str(uuid.uuid4())}
+    return web.render(request, "send.html", session, wallets=wallets, values=values, errors=[], refused=None)
+
+
+@router.post("/send/review", include_in_schema=False)
+async def send_review(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    values, errors = _send_form(await web.form(request, session))
+    wallets = await _own_wallets(web, session)
+    if errors or not any(w["id"] == values["from"] for w in wallets):
+        return web.render(
+            request,
+            "send.html",
+            session,
+            status=422,
+            wallets=wallets,
+            values=values,
+            errors=errors or ["from"],
+            refused=None,
+        )
+    wallet = next(w for w in wallets if w["id"] == values["from"])
+    return web.render(request, "send_review.html", session, values=values, wallet=wallet)
+
+
+@router.post("/send/confirm", include_in_schema=False)
+async def send_confirm(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    values, errors = _send_form(await web.form(request, session))
+    if errors:
+        wallets = await _own_wallets(web, session)
+        return web.render(
+            request,
+            "send.html",
+            session,
+            status=422,
+            wallets=wallets,
+            values=values,
+            errors=errors,
+            refused=None,
+        )
+    body: dict[str, Any] = {
+        "from_wallet": values["from"],
+        "to_wallet_number": values["to"],
+        "amount": values["amount"],
+    }
+    if values["reference"]:
+        body["reference"] = values["reference"]
+    try:
+        transfer = await web.wallet.call(
+            "POST",
+            "/v1/transfers",
+            session.access_token,
+            json=body,
+            headers={"Idempotency-Key": values["key"]},
+        )
+    except Refused as refused:
+        wallets = await _own_wallets(web, session)
+        return web.render(
+            request,
+            "send.html",
+            session,
+            status=422,
+            wallets=wallets,
+            values=values,
+            errors=[],
+            refused=refused.slug,
+        )
+    wallet = await web.wallet.call("GET", f"/v1/wallets/{values['from']}", session.access_token)
+    return web.render(request, "send_done.html", session, transfer=transfer, wallet=wallet, to=values["to"])
+
+
+# -- the app -------------------------------------------------------------------------------------
+
+
+def _error_page(request: Request, exc: Exception) -> Response:
+    web = web_of(request)
+    if isinstance(exc, ServiceAway):
+        return web.render(
+            request, "error.html", None, status=503, headers=exc.headers, kind="away", service=exc.service
+        )
+    assert isinstance(exc, ProblemError)
+    kind = {403: "forbidden", 401: "sign-in", 404: "not-found", 503: "sign-in-away"}.get(exc.status, "other")
+    return web.render(request, "error.html", None, status=exc.status, headers=exc.headers, kind=kind)
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    return _error_page(request, exc)
+
+
+async def _on_sign_in_again(request: Request, exc: Exception) -> Response:
+    return RedirectResponse("/login?next=/", status_code=303)
+
+
+async def _on_refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    log.warning("upstream refused", status=exc.status, problem=exc.slug)
+    return web_of(request).render(request, "error.html", None, status=400, kind="other")
+
+
+def service_spec(web: Web) -> ServiceSpec:
+    async def setup(rt: Runtime) -> None:
+        rt.app.state.web = web
+        rt.closers.append(web.http.aclose)
+        rt.closers.append(web.sessions.oidc.aclose)
+
+    return ServiceSpec(SERVICE, setup, routers=[router], max_body_bytes=64_000)
+
+
+def create_personal_web_bff_app(settings: PersonalWebBffSettings | None = None) -> FastAPI:
+    settings = settings or get_personal_web_bff_settings()
+    web = Web(settings)
+    app = build_app(service_spec(web))
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.add_exception_handler(ProblemError, _on_problem)
+    app.add_exception_handler(SignInAgain, _on_sign_in_again)
+    app.add_exception_handler(Refused, _on_refused)
+    idp_origin = settings.issuer.split("/realms/")[0]
+    app.add_middleware(
+        SecurityHeaders,
+        csp=content_security_policy([idp_origin]),
+        hsts=not is_local_http(settings.public_url),
+    )
+    app.add_middleware(SessionCookieWriter, sessions=web.sessions)
+    return app
+
+
+def run_personal_web_bff(port: int | None, host: str) -> None:
+    """Serve personal-web-bff (the process entry point)."""
+    configure_logging(SERVICE)
+    settings = get_personal_web_bff_settings()
+    refuse_insecure_start(settings)
+    serve(
+        settle_heap_once_started(create_personal_web_bff_app(settings)), host=host, port=port or settings.port
+    )
