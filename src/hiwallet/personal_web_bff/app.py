@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,11 @@ class Web:
         return fields
 
 
+def _dated(item: dict[str, Any], *names: str) -> dict[str, Any]:
+    """``item`` with its ISO 8601 times as datetimes (the pages write them in Istanbul's time)."""
+    return {**item, **{n: datetime.fromisoformat(item[n]) for n in names if isinstance(item.get(n), str)}}
+
+
 def web_of(request: Request) -> Web:
     web: Web = request.app.state.web
     return web
@@ -200,7 +206,8 @@ async def _own_wallets(web: Web, session: Session) -> list[dict[str, Any]]:
         for ref in account.get("wallets", []):
             wallet = await web.wallet.call("GET", f"/v1/wallets/{ref['id']}", session.access_token)
             promos = await web.wallet.call("GET", f"/v1/wallets/{ref['id']}/promos", session.access_token)
-            wallets.append({**wallet, "tier": account.get("tier"), "promos": promos.get("batches", [])})
+            batches = [_dated(b, "expires_at") for b in promos.get("batches", [])]
+            wallets.append({**wallet, "tier": account.get("tier"), "promos": batches})
     return wallets
 
 
@@ -240,7 +247,7 @@ async def movements(request: Request, wallet_id: str) -> Response:
         "movements.html",
         session,
         wallet=wallet,
-        lines=statement["lines"],
+        lines=[_dated(line, "posted_at") for line in statement["lines"]],
         next_cursor=statement.get("next_cursor"),
     )
 
