@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,13 +87,21 @@ def bff_settings(base_url: str, idp: IdentityServer, **upstreams: Any) -> Person
     )
 
 
+@asynccontextmanager
+async def running_bff(api: WalletApi, port: int, **settings: Any) -> AsyncIterator[Bff]:  # noqa: F811
+    base = f"http://127.0.0.1:{port}"
+    values = bff_settings(base, api.idp, wallet_api_url=api.base_url, **settings)
+    url, server, thread = serve(create_personal_web_bff_app(values), CLIENT, port=port)
+    try:
+        yield Bff(url, values, api)
+    finally:
+        stop(server, thread)
+
+
 @pytest.fixture
 async def bff(api: WalletApi, bff_port: int) -> AsyncIterator[Bff]:  # noqa: F811
-    base = f"http://127.0.0.1:{bff_port}"
-    settings = bff_settings(base, api.idp, wallet_api_url=api.base_url)
-    url, server, thread = serve(create_personal_web_bff_app(settings), CLIENT, port=bff_port)
-    yield Bff(url, settings, api)
-    stop(server, thread)
+    async with running_bff(api, bff_port) as running:
+        yield running
 
 
 async def sign_in(page: Page, bff: Bff, who: Customer, path: str = "/") -> None:  # noqa: F811
@@ -104,4 +113,4 @@ async def sign_in(page: Page, bff: Bff, who: Customer, path: str = "/") -> None:
     await page.wait_for_url(bff.base_url + path)
 
 
-__all__ = ["Bff", "bff_settings", "sign_in"]
+__all__ = ["Bff", "bff_settings", "running_bff", "sign_in"]

@@ -80,6 +80,7 @@ class Web:
         self.pages = Pages(HERE / "templates", HERE / "locale")
         self.http = http or httpx.AsyncClient(timeout=settings.upstream_timeout_s, follow_redirects=False)
         self.wallet = Upstream("wallet-api", settings.wallet_api_url, self.http)
+        self.stripe = Upstream("the card provider", settings.stripe_url, self.http)
 
     def render(
         self,
@@ -371,6 +372,125 @@ async def send_confirm(request: Request) -> Response:
     return web.render(request, "send_done.html", session, transfer=transfer, wallet=wallet, to=values["to"])
 
 
+# -- top up by card ------------------------------------------------------------------------------
+
+_SESSION_ID = re.compile(r"^cs_[A-Za-z0-9_]{1,200}$")
+TOPUP_REFRESH_S = 2
+
+
+@router.get("/topup", include_in_schema=False)
+async def topup_form(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    wallets = await _own_wallets(web, session)
+    values = {"amount_text": "", "from": request.query_params.get("from", "")}
+    return web.render(request, "topup.html", session, wallets=wallets, values=values, errors=[])
+
+
+@router.post("/topup", include_in_schema=False)
+async def topup_start(request: Request) -> Response:
+    """A Checkout Session at the card provider for this wallet; the person pays on its page
+    (the card never passes here) and comes back to /topup/done."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    fields = await web.form(request, session)
+    wallets = await _own_wallets(web, session)
+    wallet = next((w for w in wallets if w["id"] == fields.get("from")), None)
+    amount = minor_units(fields.get("amount", ""))
+    if wallet is None or amount is None:
+        values = {"amount_text": fields.get("amount", ""), "from": fields.get("from", "")}
+        errors = ["amount"] if amount is None else ["from"]
+        return web.render(
+            request, "topup.html", session, status=422, wallets=wallets, values=values, errors=errors
+        )
+    public = web.settings.public_url.rstrip("/")
+    checkout = await web.stripe.call(
+        "POST",
+        "/v1/checkout/sessions",
+        web.settings.stripe_api_key.get_secret_value(),
+        data={
+            "mode": "payment",
+            "client_reference_id": wallet["id"],
+            "success_url": f"{public}/topup/done?session={{CHECKOUT_SESSION_ID}}",
+            "cancel_url": f"{public}/topup/cancelled",
+            "line_items[0][quantity]": "1",
+            "line_items[0][price_data][currency]": str(wallet["currency"]).lower(),
+            "line_items[0][price_data][unit_amount]": str(amount),
+            "line_items[0][price_data][product_data][name]": "HiWallet",
+        },
+    )
+    return RedirectResponse(str(checkout["url"]), status_code=303)
+
+
+async def _credited(web: Web, session: Session, wallet_id: str, reference: str) -> bool:
+    """Whether the wallet's movements hold the payment (its reference is the PaymentIntent)."""
+    cursor: str | None = None
+    for _ in range(web.settings.topup_search_pages):
+        params: dict[str, Any] = {"limit": 200}
+        if cursor:
+            params["cursor"] = cursor
+        page = await web.wallet.call(
+            "GET", f"/v1/wallets/{wallet_id}/statement", session.access_token, params=params
+        )
+        if any(line.get("reference") == reference for line in page["lines"]):
+            return True
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return False
+    return False
+
+
+@router.get("/topup/done", include_in_schema=False)
+async def topup_done(request: Request) -> Response:
+    """Back from the card provider: paid there, then credited here once its webhook went through
+    topup-webhook and wallet-consumer; until then the page refreshes itself (no script)."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    checkout_id = request.query_params.get("session", "")
+    if not _SESSION_ID.match(checkout_id):
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    try:
+        checkout = await web.stripe.call(
+            "GET", f"/v1/checkout/sessions/{checkout_id}", web.settings.stripe_api_key.get_secret_value()
+        )
+    except Refused:
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    wallets = {w["id"]: w for w in await _own_wallets(web, session)}
+    wallet = wallets.get(str(checkout.get("client_reference_id")))
+    if wallet is None:  # another person's checkout: nothing to show
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    paid = checkout.get("payment_status") == "paid"
+    intent = checkout.get("payment_intent")
+    credited = paid and isinstance(intent, str) and await _credited(web, session, wallet["id"], intent)
+    if credited:
+        wallet = await web.wallet.call("GET", f"/v1/wallets/{wallet['id']}", session.access_token)
+    return web.render(
+        request,
+        "topup_done.html",
+        session,
+        wallet=wallet,
+        paid=paid,
+        credited=credited,
+        amount=int(checkout.get("amount_total") or 0),
+        refresh_s=None if credited or not paid else TOPUP_REFRESH_S,
+    )
+
+
+@router.get("/topup/cancelled", include_in_schema=False)
+async def topup_cancelled(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    return web.render(request, "topup_cancelled.html", session)
+
+
 # -- the app -------------------------------------------------------------------------------------
 
 
@@ -417,9 +537,11 @@ def create_personal_web_bff_app(settings: PersonalWebBffSettings | None = None) 
     app.add_exception_handler(SignInAgain, _on_sign_in_again)
     app.add_exception_handler(Refused, _on_refused)
     idp_origin = settings.issuer.split("/realms/")[0]
+    # form-action also binds a form's redirects: the top-up form ends at the card provider's page.
+    stripe_origin = settings.stripe_url.rstrip("/")
     app.add_middleware(
         SecurityHeaders,
-        csp=content_security_policy([idp_origin]),
+        csp=content_security_policy([idp_origin, stripe_origin]),
         hsts=not is_local_http(settings.public_url),
     )
     app.add_middleware(SessionCookieWriter, sessions=web.sessions)

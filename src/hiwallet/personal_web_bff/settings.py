@@ -25,6 +25,11 @@ class PersonalWebBffSettings(BaseSettings):
     wallet_api_url: str = "http://127.0.0.1:8010"
     withdrawals_url: str = "http://127.0.0.1:8011"
     onboarding_url: str = "http://127.0.0.1:8012"
+    # The card provider (stripe-fake locally): its hosted checkout takes the card, never this BFF.
+    stripe_url: str = "http://127.0.0.1:8096"
+    stripe_api_key: SecretStr = SecretStr("sk_test_hiwallet_dev")
+    # How far back the top-up page looks for the credited payment in the wallet's movements.
+    topup_search_pages: int = 5
     # Each call to an internal service: a page waits at most this long for it.
     upstream_timeout_s: float = 5.0
     identity_timeout_s: float = 5.0

@@ -68,13 +68,14 @@ class Upstream:
         token: str,
         *,
         json: Any = None,
+        data: dict[str, str] | None = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
         sent = {"Authorization": f"Bearer {token}", **(headers or {})}
         try:
             answer = await self.http.request(
-                method, self.base_url.rstrip("/") + path, json=json, params=params, headers=sent
+                method, self.base_url.rstrip("/") + path, json=json, data=data, params=params, headers=sent
             )
         except httpx.HTTPError as exc:
             log.warning("upstream away", upstream=self.name, error=type(exc).__name__)
