@@ -19,8 +19,10 @@ import structlog
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from schwifty import IBAN
+from schwifty.exceptions import SchwiftyException
 
-from hiwallet.contracts.public import WALLET_ID_PATTERN, WALLET_NUMBER_PATTERN
+from hiwallet.contracts.public import WALLET_ID_PATTERN, WALLET_NUMBER_PATTERN, WITHDRAWAL_ID_PATTERN
 from hiwallet.core.bff import (
     BffSessions,
     CsrfRefused,
@@ -80,6 +82,7 @@ class Web:
         self.pages = Pages(HERE / "templates", HERE / "locale")
         self.http = http or httpx.AsyncClient(timeout=settings.upstream_timeout_s, follow_redirects=False)
         self.wallet = Upstream("wallet-api", settings.wallet_api_url, self.http)
+        self.withdrawals = Upstream("withdrawal-orchestrator", settings.withdrawals_url, self.http)
         self.stripe = Upstream("the card provider", settings.stripe_url, self.http)
 
     def render(
@@ -489,6 +492,136 @@ async def topup_cancelled(request: Request) -> Response:
     if isinstance(session, Response):
         return session
     return web.render(request, "topup_cancelled.html", session)
+
+
+# -- withdraw to a bank account ------------------------------------------------------------------
+
+_WITHDRAWAL_ID = re.compile(WITHDRAWAL_ID_PATTERN)
+# The saga's states a person reads, and those after which nothing changes (the orchestrator's).
+_WITHDRAWAL_ENDED = frozenset({"rejected", "completed", "failed", "cancelled"})
+WITHDRAWAL_REFRESH_S = 2
+
+
+def checked_iban(text: str) -> str | None:
+    """The IBAN in its compact form when it is one (country, length, check digits, bank code:
+    schwifty), else None: a typo is told on the form, before anything is sent."""
+    try:
+        return str(IBAN(text.strip()).compact)
+    except SchwiftyException:
+        return None
+
+
+@router.get("/withdraw", include_in_schema=False)
+async def withdraw_form(request: Request) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    wallets = await _own_wallets(web, session)
+    values = {
+        "amount_text": "",
+        "iban": "",
+        "key": str(uuid.uuid4()),
+        "from": request.query_params.get("from", ""),
+    }
+    return web.render(
+        request, "withdraw.html", session, wallets=wallets, values=values, errors=[], refused=None
+    )
+
+
+@router.post("/withdraw", include_in_schema=False)
+async def withdraw(request: Request) -> Response:
+    """The saga started at the orchestrator with the form's Idempotency-Key (a second submit of
+    the same form answers the same withdrawal), then its status page."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    fields = await web.form(request, session)
+    wallets = await _own_wallets(web, session)
+    wallet = next((w for w in wallets if w["id"] == fields.get("from")), None)
+    amount = minor_units(fields.get("amount", ""))
+    iban = checked_iban(fields.get("iban", ""))
+    key = fields.get("key", "")
+    values = {
+        "amount_text": fields.get("amount", ""),
+        "iban": fields.get("iban", ""),
+        "key": key,
+        "from": fields.get("from", ""),
+    }
+    errors = [
+        name
+        for name, bad in (("from", wallet is None), ("amount", amount is None), ("iban", iban is None))
+        if bad
+    ]
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        errors.append("key")
+    if errors or wallet is None:
+        return web.render(
+            request,
+            "withdraw.html",
+            session,
+            status=422,
+            wallets=wallets,
+            values=values,
+            errors=errors,
+            refused=None,
+        )
+    try:
+        started = await web.withdrawals.call(
+            "POST",
+            "/v1/withdrawals",
+            session.access_token,
+            json={
+                "wallet": wallet["id"],
+                "amount_minor": amount,
+                "currency": wallet["currency"],
+                "destination_iban": iban,
+            },
+            headers={"Idempotency-Key": key},
+        )
+    except Refused as refused:
+        return web.render(
+            request,
+            "withdraw.html",
+            session,
+            status=422,
+            wallets=wallets,
+            values=values,
+            errors=[],
+            refused=refused.slug,
+        )
+    return RedirectResponse(f"/withdrawals/{started['id']}", status_code=303)
+
+
+@router.get("/withdrawals/{withdrawal_id}", include_in_schema=False)
+async def withdrawal_status(request: Request, withdrawal_id: str) -> Response:
+    """The saga as it goes; the page refreshes itself until it has ended."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    if not _WITHDRAWAL_ID.match(withdrawal_id):
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    try:
+        withdrawal = await web.withdrawals.call(
+            "GET", f"/v1/withdrawals/{withdrawal_id}", session.access_token
+        )
+    except Refused as refused:
+        if refused.status in (403, 404):
+            return web.render(request, "error.html", session, status=404, kind="not-found")
+        raise
+    ended = withdrawal.get("state") in _WITHDRAWAL_ENDED
+    return web.render(
+        request,
+        "withdrawal.html",
+        session,
+        withdrawal=withdrawal,
+        ended=ended,
+        refresh_s=None if ended else WITHDRAWAL_REFRESH_S,
+    )
 
 
 # -- the app -------------------------------------------------------------------------------------
