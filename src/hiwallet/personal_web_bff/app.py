@@ -83,6 +83,7 @@ class Web:
         self.http = http or httpx.AsyncClient(timeout=settings.upstream_timeout_s, follow_redirects=False)
         self.wallet = Upstream("wallet-api", settings.wallet_api_url, self.http)
         self.withdrawals = Upstream("withdrawal-orchestrator", settings.withdrawals_url, self.http)
+        self.onboarding = Upstream("onboarding", settings.onboarding_url, self.http)
         self.stripe = Upstream("the card provider", settings.stripe_url, self.http)
 
     def render(
@@ -621,6 +622,159 @@ async def withdrawal_status(request: Request, withdrawal_id: str) -> Response:
         withdrawal=withdrawal,
         ended=ended,
         refresh_s=None if ended else WITHDRAWAL_REFRESH_S,
+    )
+
+
+# -- registration and verification ---------------------------------------------------------------
+
+_REGISTRATION_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_CODE = re.compile(r"^[0-9]{6}$")
+_EMAIL_MAX = 254
+_DOCUMENTS = ("user_agreement", "privacy_notice")
+
+
+@router.get("/register", include_in_schema=False)
+async def register_form(request: Request) -> Response:
+    web = web_of(request)
+    return web.render(request, "register.html", None, step="email", values={}, refused=None)
+
+
+@router.post("/register", include_in_schema=False)
+async def register(request: Request) -> Response:
+    """Before any session: the form is checked by its Origin (there is no session's token yet)."""
+    web = web_of(request)
+    fields = await web.form(request, None)
+    email = fields.get("email", "").strip()
+    if not email or len(email) > _EMAIL_MAX or "@" not in email:
+        return web.render(
+            request, "register.html", None, status=422, step="email", values={}, refused="email"
+        )
+    try:
+        started = await web.onboarding.call("POST", "/v1/registrations", None, json={"email": email})
+    except Refused as refused:
+        return web.render(
+            request, "register.html", None, status=422, step="email", values={}, refused=refused.slug
+        )
+    return web.render(
+        request,
+        "register.html",
+        None,
+        step="code",
+        values={"registration": started["registration_id"]},
+        refused=None,
+    )
+
+
+@router.post("/register/complete", include_in_schema=False)
+async def register_complete(request: Request) -> Response:
+    """The mailed code and the password: the address verified, the user created; then sign in."""
+    web = web_of(request)
+    fields = await web.form(request, None)
+    registration = fields.get("registration", "")
+    code = fields.get("code", "").strip()
+    values = {"registration": registration}
+    if not _REGISTRATION_ID.match(registration):
+        return web.render(
+            request, "register.html", None, status=422, step="email", values={}, refused="expired"
+        )
+    if not _CODE.match(code):
+        return web.render(
+            request, "register.html", None, status=422, step="code", values=values, refused="code-invalid"
+        )
+    try:
+        await web.onboarding.call(
+            "POST", f"/v1/registrations/{registration}/verify", None, json={"code": code}
+        )
+    except Refused as refused:
+        if refused.slug != "code-used":  # verified before (a second submit): go on to the password
+            return web.render(
+                request, "register.html", None, status=422, step="code", values=values, refused=refused.slug
+            )
+    try:
+        await web.onboarding.call(
+            "POST",
+            f"/v1/registrations/{registration}/complete",
+            None,
+            json={"password": fields.get("password", "")},
+        )
+    except Refused as refused:
+        return web.render(
+            request, "register.html", None, status=422, step="code", values=values, refused=refused.slug
+        )
+    return RedirectResponse("/login?next=/verify", status_code=303)
+
+
+async def _verification(web: Web, session: Session) -> dict[str, Any]:
+    me = await web.onboarding.call("GET", "/v1/me", session.access_token)
+    limits: list[dict[str, Any]] = []
+    if me.get("account_id"):
+        answer = await web.wallet.call("GET", f"/v1/accounts/{me['account_id']}/limits", session.access_token)
+        limits = answer.get("limits", [])
+    accepted = {c["document"] for c in me.get("consents", [])}
+    return {"me": me, "limits": limits, "missing_documents": [d for d in _DOCUMENTS if d not in accepted]}
+
+
+@router.get("/verify", include_in_schema=False)
+async def verify_page(request: Request) -> Response:
+    """What is verified, what remains, what the tier allows this month."""
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    try:
+        state = await _verification(web, session)
+    except Refused as refused:
+        if refused.status in (403, 404):  # a customer who did not register here (the demo's)
+            return web.render(request, "verify_none.html", session)
+        raise
+    return web.render(
+        request,
+        "verify.html",
+        session,
+        phone_sent=False,
+        refused=None,
+        version=web.settings.consent_version,
+        **state,
+    )
+
+
+@router.post("/verify/{step}", include_in_schema=False)
+async def verify_step(request: Request, step: str) -> Response:
+    web = web_of(request)
+    session = await _signed_in(request)
+    if isinstance(session, Response):
+        return session
+    fields = await web.form(request, session)
+    calls: dict[str, tuple[str, dict[str, Any]]] = {
+        "phone": ("/v1/me/phone", {"phone": fields.get("phone", "").strip()}),
+        "phone-code": ("/v1/me/phone/verify", {"code": fields.get("code", "").strip()}),
+        "identity": (
+            "/v1/me/identity",
+            {k: fields.get(k, "").strip() for k in ("tckn", "given_name", "family_name", "birth_date")},
+        ),
+        "consent": (
+            "/v1/me/consents",
+            {"document": fields.get("document", ""), "version": fields.get("version", "")},
+        ),
+    }
+    if step not in calls:
+        return web.render(request, "error.html", session, status=404, kind="not-found")
+    path, body = calls[step]
+    refused: str | None = None
+    try:
+        await web.onboarding.call("POST", path, session.access_token, json=body)
+    except Refused as exc:
+        refused = exc.slug
+    state = await _verification(web, session)
+    return web.render(
+        request,
+        "verify.html",
+        session,
+        status=422 if refused else 200,
+        phone_sent=step == "phone" and refused is None,
+        refused=refused,
+        version=web.settings.consent_version,
+        **state,
     )
 
 

@@ -30,6 +30,9 @@ class PersonalWebBffSettings(BaseSettings):
     stripe_api_key: SecretStr = SecretStr("sk_test_hiwallet_dev")
     # How far back the top-up page looks for the credited payment in the wallet's movements.
     topup_search_pages: int = 5
+    # The versions of the user agreement and the privacy notice a person accepts here (onboarding
+    # refuses another, naming the current one: the two must move together).
+    consent_version: str = "2026-01"
     # Each call to an internal service: a page waits at most this long for it.
     upstream_timeout_s: float = 5.0
     identity_timeout_s: float = 5.0

@@ -65,14 +65,15 @@ class Upstream:
         self,
         method: str,
         path: str,
-        token: str,
+        token: str | None,
         *,
         json: Any = None,
         data: dict[str, str] | None = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        sent = {"Authorization": f"Bearer {token}", **(headers or {})}
+        # No token: a call made before anyone signed in (a registration).
+        sent = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
         try:
             answer = await self.http.request(
                 method, self.base_url.rstrip("/") + path, json=json, data=data, params=params, headers=sent
