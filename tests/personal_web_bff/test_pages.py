@@ -188,3 +188,21 @@ async def test_logout_signs_out_here_and_at_the_provider(
     assert "hiwallet-session" not in {c["name"] for c in await context.cookies()}
     await page.goto(bff.base_url + "/")
     await page.get_by_label("Password").wait_for()  # the provider asks again: its session ended too
+
+
+async def test_paying_a_business_shows_the_fee_charged(page: Page, bff: Bff) -> None:
+    """wallet-api offers no quote: the confirmation says a payment adds a fee, and the page after
+    shows what was charged (TransferOut's fee), which the ledger's balances confirm."""
+    who = await bff.api.customer(funds=100 * TL)
+    shop = await bff.api.business()
+    await sign_in(page, bff, who, "/send")
+    await page.get_by_label("Wallet number").fill(shop.number)
+    await page.get_by_label("Amount").fill("50")
+    await page.get_by_role("button", name="Continue").click()
+    await expect(page.get_by_text("Paying a business adds a fee")).to_be_visible()
+    await page.get_by_role("button", name="Confirm and send").click()
+    await expect(page.get_by_role("heading", name="Sent")).to_be_visible()
+    fee = 100 * TL - 50 * TL - (await bff.api.balance(who.wallet_id))["cash"]
+    assert fee > 0
+    await expect(page.get_by_test_id("fee")).to_have_text(f"₺{fee // 100}.{fee % 100:02d}")
+    assert (await bff.api.balance(shop.wallet_id))["cash"] == 50 * TL
