@@ -41,11 +41,19 @@ from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app
-from hiwallet.core.settings import refuse_insecure_start
+from hiwallet.core.settings import InsecureSettings, Settings, get_settings, refuse_insecure_start
 from hiwallet.personal_web_bff.settings import PersonalWebBffSettings, get_personal_web_bff_settings
 from hiwallet.personal_web_bff.upstream import Refused, ServiceAway, SignInAgain, Upstream
 
-__all__ = ["SERVICE", "create_personal_web_bff_app", "run_personal_web_bff", "service_spec"]
+__all__ = [
+    "SERVICE",
+    "checked_iban",
+    "create_personal_web_bff_app",
+    "minor_units",
+    "refuse_plain_http",
+    "run_personal_web_bff",
+    "service_spec",
+]
 
 SERVICE = "personal-web-bff"
 HERE = Path(__file__).parent
@@ -835,11 +843,19 @@ def create_personal_web_bff_app(settings: PersonalWebBffSettings | None = None) 
     return app
 
 
+def refuse_plain_http(settings: PersonalWebBffSettings, core: Settings) -> None:
+    """A deployment serves the pages over https only: its cookies are then ``__Host-`` and
+    ``Secure`` (core.bff drops both for plain http on loopback, the laptop's exception)."""
+    if core.production and not settings.public_url.startswith("https://"):
+        raise InsecureSettings("HIWALLET_PERSONAL_WEB_BFF_PUBLIC_URL must be https:// in production")
+
+
 def run_personal_web_bff(port: int | None, host: str) -> None:
     """Serve personal-web-bff (the process entry point)."""
     configure_logging(SERVICE)
     settings = get_personal_web_bff_settings()
     refuse_insecure_start(settings)
+    refuse_plain_http(settings, get_settings())
     serve(
         settle_heap_once_started(create_personal_web_bff_app(settings)), host=host, port=port or settings.port
     )
