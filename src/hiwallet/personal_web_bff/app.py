@@ -789,19 +789,25 @@ async def verify_step(request: Request, step: str) -> Response:
 # -- the app -------------------------------------------------------------------------------------
 
 
-def _error_page(request: Request, exc: Exception) -> Response:
-    web = web_of(request)
-    if isinstance(exc, ServiceAway):
-        return web.render(
-            request, "error.html", None, status=503, headers=exc.headers, kind="away", service=exc.service
-        )
-    assert isinstance(exc, ProblemError)
-    kind = {403: "forbidden", 401: "sign-in", 404: "not-found", 503: "sign-in-away"}.get(exc.status, "other")
-    return web.render(request, "error.html", None, status=exc.status, headers=exc.headers, kind=kind)
+async def _session_for_error(request: Request) -> Session | None:
+    """The session, so an error page keeps its language switch and sign-out; none when finding
+    it fails too (the identity provider away while refreshing)."""
+    try:
+        return await web_of(request).sessions.current(request)
+    except ProblemError:
+        return None
 
 
 async def _on_problem(request: Request, exc: Exception) -> Response:
-    return _error_page(request, exc)
+    web = web_of(request)
+    session = await _session_for_error(request)
+    if isinstance(exc, ServiceAway):
+        return web.render(
+            request, "error.html", session, status=503, headers=exc.headers, kind="away", service=exc.service
+        )
+    assert isinstance(exc, ProblemError)
+    kind = {403: "forbidden", 401: "sign-in", 404: "not-found", 503: "sign-in-away"}.get(exc.status, "other")
+    return web.render(request, "error.html", session, status=exc.status, headers=exc.headers, kind=kind)
 
 
 async def _on_sign_in_again(request: Request, exc: Exception) -> Response:
@@ -811,7 +817,9 @@ async def _on_sign_in_again(request: Request, exc: Exception) -> Response:
 async def _on_refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Refused)
     log.warning("upstream refused", status=exc.status, problem=exc.slug)
-    return web_of(request).render(request, "error.html", None, status=400, kind="other")
+    return web_of(request).render(
+        request, "error.html", await _session_for_error(request), status=400, kind="other"
+    )
 
 
 def service_spec(web: Web) -> ServiceSpec:
