@@ -64,8 +64,9 @@ CHILDREN = (
     "business-api",
     "business-web-bff",
     "backoffice-bff",
+    "personal-web-bff",
 )
-FRONTS = ("personal-mobile-api", "business-api", "business-web-bff", "backoffice-bff")
+FRONTS = ("personal-mobile-api", "business-api", "business-web-bff", "backoffice-bff", "personal-web-bff")
 # The stop order's tiers (up.Deployable.tier): highest first.
 TIERS = {
     name: 3
@@ -219,6 +220,12 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
         "HIWALLET_BUSINESS_API_WITHDRAWALS_URL": f"http://127.0.0.1:{ports['withdrawal-orchestrator']}",
         "HIWALLET_BUSINESS_WEB_BFF_PORT": str(ports["business-web-bff"]),
         "HIWALLET_BACKOFFICE_BFF_PORT": str(ports["backoffice-bff"]),
+        "HIWALLET_PERSONAL_WEB_BFF_PORT": str(ports["personal-web-bff"]),
+        "HIWALLET_PERSONAL_WEB_BFF_PUBLIC_URL": f"http://127.0.0.1:{ports['personal-web-bff']}",
+        "HIWALLET_PERSONAL_WEB_BFF_ISSUER": f"{customer}/realms/hiwallet",
+        "HIWALLET_PERSONAL_WEB_BFF_WALLET_API_URL": f"http://127.0.0.1:{ports['wallet-api']}",
+        "HIWALLET_PERSONAL_WEB_BFF_WITHDRAWALS_URL": f"http://127.0.0.1:{ports['withdrawal-orchestrator']}",
+        "HIWALLET_PERSONAL_WEB_BFF_ONBOARDING_URL": f"http://127.0.0.1:{ports['onboarding']}",
         "HIWALLET_WITHDRAWAL_PORT": str(ports["withdrawal-orchestrator"]),
         "HIWALLET_WITHDRAWAL_DATABASE": databases["withdrawal"],
         "HIWALLET_WITHDRAWAL_CUSTOMER_ISSUER_BASE": customer,

@@ -401,6 +401,7 @@ def _usage(
     onboarding_url: str = "http://127.0.0.1:8012",
     mail_url: str = "http://127.0.0.1:8025",
     front_url: str = "http://127.0.0.1:8001",
+    web_url: str = "http://127.0.0.1:8002",
 ) -> None:
     customer = demo["customer"]["wallets"][0]
     business = demo["business"]["wallets"][0]
@@ -426,6 +427,7 @@ def _usage(
     console.print(f"""
 [bold]HiWallet is running.[/bold] Ctrl-C stops everything.
 
+  web app        open {web_url} and sign in as the demo customer
   demo customer  {DEMO_EMAIL} / {DEMO_PASSWORD}  (tier verified)
                  wallet {customer["id"]}  number {customer["number"]}
   demo business  {DEMO_BUSINESS}, linked to the client merchant-demo
@@ -638,6 +640,7 @@ def up() -> None:
                 supervisor.child("onboarding").deployable.url,
                 supervisor.child("mail-catcher").deployable.url,
                 supervisor.child("personal-mobile-api").deployable.url,
+                supervisor.child("personal-web-bff").deployable.url,
             )
             _staff_usage(staff, supervisor.child("staff-admin").deployable.url, wallet.url)
             status = supervisor.run(stop)

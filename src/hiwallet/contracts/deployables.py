@@ -174,6 +174,13 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         tier=3,
     ),
     _D(
+        "personal-web-bff", 8002, "public",
+        "the customers' web app (BFF): pages in tr/en, login, wallets, movements, transfers",
+        "hiwallet.personal_web_bff.app:run_personal_web_bff",
+        "hiwallet.personal_web_bff.settings:get_personal_web_bff_settings",
+        tier=3,
+    ),
+    _D(
         "business-web-bff", 8004, "public", "the merchant panel's BFF: its health endpoints for now",
         "hiwallet.business_web_bff.app:run_business_web_bff",
         "hiwallet.business_web_bff.settings:get_business_web_bff_settings",
