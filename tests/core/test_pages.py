@@ -74,3 +74,4 @@ def test_a_page_in_both_languages(tmp_path: Path) -> None:
     assert turkish.headers["content-language"] == "tr"
     assert "<p>Balance: ₺1,234.56</p>" in english.body.decode()
     assert 'lang="en"' in english.body.decode()
+    assert (pages.text("tr", "Balance"), pages.text("en", "Balance")) == ("Bakiye", "Balance")

@@ -76,6 +76,7 @@ class Pages:
     catalogues: Path
     globals: Mapping[str, Any] = field(default_factory=dict)
     _envs: dict[str, jinja2.Environment] = field(default_factory=dict, init=False)
+    _translations: dict[str, Translations] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for locale in LOCALES:
@@ -85,7 +86,8 @@ class Pages:
                 undefined=jinja2.StrictUndefined,
                 extensions=["jinja2.ext.i18n"],
             )
-            env.install_gettext_translations(_translations(self.catalogues, locale), newstyle=True)  # type: ignore[attr-defined]
+            translations = self._translations[locale] = _translations(self.catalogues, locale)
+            env.install_gettext_translations(translations, newstyle=True)  # type: ignore[attr-defined]
             env.globals.update(self.globals)
             env.globals["locale"] = locale
             env.filters["money"] = lambda minor, currency, _l=locale: format_money(
@@ -117,7 +119,7 @@ class Pages:
 
     def text(self, locale: str, message: str) -> Markup:
         """One message in ``locale`` (for a value made outside a template)."""
-        return Markup(self._envs[locale].globals["gettext"](message))  # type: ignore[operator]
+        return Markup(self._translations[locale].gettext(message))
 
 
 def _when(value: datetime, locale: str) -> str:
