@@ -20,6 +20,7 @@ from hiwallet.backoffice_bff.settings import BackofficeBffSettings, get_backoffi
 from hiwallet.backoffice_bff.upstream import STAFF_ADMIN, WALLET, WITHDRAWALS, Upstreams
 from hiwallet.core.bff import (
     BffSessions,
+    ErrorPage,
     GrantRefused,
     OidcClient,
     OidcClientConfig,
@@ -113,6 +114,12 @@ def create_backoffice_bff_app(settings: BackofficeBffSettings | None = None) -> 
 
     app.add_exception_handler(SignInNeeded, as_page)
     app.add_exception_handler(ProblemError, as_page)
+
+    async def unexpected(request: Request) -> Response:
+        return render(request, "error.html", None, status=500, code=500)
+
+    # An unexpected error: the error page (500), inside the security headers (added after it).
+    app.add_middleware(ErrorPage, render=unexpected)
     identity_origin = settings.staff_issuer.split("/realms/")[0]
     csp = content_security_policy([identity_origin])
     app.add_middleware(SecurityHeaders, csp=csp, hsts=not is_local_http(settings.public_url))

@@ -26,6 +26,7 @@ from hiwallet.contracts.public import WALLET_ID_PATTERN, WALLET_NUMBER_PATTERN, 
 from hiwallet.core.bff import (
     BffSessions,
     CsrfRefused,
+    ErrorPage,
     OidcClient,
     OidcClientConfig,
     Sealer,
@@ -822,6 +823,11 @@ async def _on_refused(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _unexpected_page(request: Request) -> Response:
+    # No session lookup: what failed may be what it needs. The language is the cookie's.
+    return web_of(request).render(request, "error.html", None, status=500, kind="other")
+
+
 def service_spec(web: Web) -> ServiceSpec:
     async def setup(rt: Runtime) -> None:
         rt.app.state.web = web
@@ -839,6 +845,8 @@ def create_personal_web_bff_app(settings: PersonalWebBffSettings | None = None) 
     app.add_exception_handler(ProblemError, _on_problem)
     app.add_exception_handler(SignInAgain, _on_sign_in_again)
     app.add_exception_handler(Refused, _on_refused)
+    # An unexpected error: the error page (500), inside the security headers (added after it).
+    app.add_middleware(ErrorPage, render=_unexpected_page)
     idp_origin = settings.issuer.split("/realms/")[0]
     # form-action also binds a form's redirects: the top-up form ends at the card provider's page.
     stripe_origin = settings.stripe_url.rstrip("/")
