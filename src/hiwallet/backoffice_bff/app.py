@@ -30,7 +30,7 @@ from hiwallet.core.bff import (
     is_local_http,
     parse_key_ring,
 )
-from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http import AiohttpTransport, ProblemError, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app
@@ -41,6 +41,8 @@ __all__ = ["SERVICE", "create_backoffice_bff_app", "refuse_plain_http", "run_bac
 SERVICE = "backoffice-bff"
 HERE = Path(__file__).resolve().parent
 STYLE = (HERE / "static" / "style.css").read_bytes()
+# Connections to the internal services, kept alive between pages.
+UPSTREAM_CONNECTIONS = 32
 log = structlog.get_logger(__name__)
 
 
@@ -60,7 +62,13 @@ def _sessions(settings: BackofficeBffSettings) -> BffSessions:
 
 def service_spec(settings: BackofficeBffSettings, sessions: BffSessions) -> ServiceSpec:
     async def setup(rt: Runtime) -> None:
-        client = httpx.AsyncClient(follow_redirects=False)
+        # httpx's API over aiohttp's pool (core.http.AiohttpTransport), as personal-web-bff:
+        # a fraction of httpx's own pool's CPU a call. Each call sets its timeout (upstream.py).
+        client = httpx.AsyncClient(
+            transport=AiohttpTransport(max_connections=UPSTREAM_CONNECTIONS),
+            follow_redirects=False,
+            trust_env=False,
+        )
         rt.closers.append(client.aclose)
         rt.app.state.upstreams = Upstreams(
             client,
