@@ -31,13 +31,13 @@ lint: install
 # The tests create and migrate their own databases (a template per database, a clone per
 # test); they never touch the databases `make up` runs on.
 #
-# Two pytest-xdist workers: most of the run waits on processes, sockets and the databases (one
-# worker left a core idle half the time), so two halve it; --dist loadfile keeps each file on one
-# worker (a module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one
-# process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
+# Three pytest-xdist workers on two cores: most of the run waits on processes, sockets and the
+# databases (one worker left a core idle half the time; two still left a third of the machine
+# idle), so a third worker fills the waits; --dist loadfile keeps each file on one worker (a
+# module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
 test: install lint browser
 	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
-	$(BIN)/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n 3 --dist loadfile $(PYTEST_ARGS)
 
 # Debian's chromium, which the browser tests drive with Playwright (tests/browser): installed when
 # missing (as root, as the broker plugin is; apt's lists are refreshed only if the first try fails).

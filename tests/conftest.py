@@ -35,7 +35,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any process it started logged a secret; and make sure the scan saw the
     services the run exercised (their access lines are in the file).
 
-    Under pytest-xdist (``make test`` runs two workers) the workers inherit the controller's
+    Under pytest-xdist (``make test`` runs three workers) the workers inherit the controller's
     log file and the controller sees every worker's reports: the scan is the controller's, once,
     after every worker has finished."""
     if hasattr(session.config, "workerinput"):

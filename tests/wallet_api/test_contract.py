@@ -27,10 +27,13 @@ from schemathesis.generation.hypothesis.builder import HypothesisTestConfig, Hyp
 
 from tests import pgtemplate
 from tests.identity.conftest import IdentityServer
+from tests.strength import scaled
 from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, running_api
 
-EXAMPLES = 40
-STATEFUL_RUNS = 80
+# 20 cases per operation and mode, 40 scenarios with `make test`'s profile; eight times as many
+# with HYPOTHESIS_PROFILE=long (tests/strength.py).
+EXAMPLES = scaled(0.8)
+STATEFUL_RUNS = scaled(1.6)
 STATEFUL_STEPS = 8
 # Refusals that say "your request breaks the document": never the answer to a request the
 # document calls valid. (A 422 of the domain, e.g. funds, limits, a Luhn check digit, is a
