@@ -150,7 +150,9 @@ async def staff_admin_db(staff_admin_template: str) -> AsyncIterator[str]:
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the
     test gives what it declares a unique prefix and deletes it afterwards."""
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    b = Broker(
+        get_settings().amqp_url.get_secret_value(), client_name="hiwallet-tests", confirm_timeout_s=5.0
+    )
     await b.start()
     yield b
     await b.close()

@@ -700,7 +700,7 @@ async def test_a_service_refuses_to_start_as_the_owner(wallet_db: str, owner: as
     with pytest.raises(db.DatabaseMisconfigured, match="could change or bypass the schema"):
         await db.create_pool(wallet_db, role=me, min_size=1, max_size=1)
     # nor when the service URL names the owner
-    url = get_settings().database_url.replace("://", f"://{me}@", 1)
+    url = get_settings().database_url.get_secret_value().replace("://", f"://{me}@", 1)
     with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_DATABASE_URL"):
         await db.create_pool(wallet_db, role=APP, settings=Settings(database_url=url), min_size=1, max_size=1)
     # nor as a role that owns one table
@@ -866,6 +866,6 @@ async def test_the_customer_realms_role_cannot_touch_the_staff_realms_users(
 
 
 async def test_migrate_refuses_to_run_as_a_services_role(wallet_db: str) -> None:
-    url = get_settings().database_url.replace("://", f"://{APP}@", 1)
+    url = get_settings().database_url.get_secret_value().replace("://", f"://{APP}@", 1)
     with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_MIGRATE_DATABASE_URL"):
         await databases.migrate("wallet", database=wallet_db, settings=Settings(migrate_database_url=url))
