@@ -157,7 +157,7 @@ class StaffDesk:
                         **wallet_ref(wallet),
                         "account_id": account_id,
                         "cash": balance.cash,
-                        "promo": balance.promo,
+                        "promo": balance.promo_live,  # never expired promo, even before the job returned it
                         "held": balance.held,
                         "available": balance.available,
                     }
