@@ -201,6 +201,39 @@ async def test_expired_promo_is_not_spent(ledger: Ledger) -> None:
     assert (await ledger.store.wallet_balance(payer)).promo == 10 * TL  # the expired one, untouched
 
 
+async def test_a_balance_never_counts_expired_promo_even_before_the_job(ledger: Ledger) -> None:
+    """Promo past its expiry is still in the promo account until the job returns it; the
+    balance names it apart (promo_expired) and leaves it out of promo_live and available, as
+    the payment path leaves it out of what it spends. After the job, nothing changes for the
+    customer."""
+    shop = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
+    payer = await funded_wallet(ledger, "alice", 10 * TL, bucket=A)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await ledger.promo_grant("g1", payer, 40 * TL, expires_at=past, actor="shop", ref="c", business=shop)
+    await ledger.promo_grant("g2", payer, 6 * TL, expires_at=past, actor="ops", ref="c")
+    later = datetime.now(UTC) + timedelta(days=1)
+    await ledger.promo_grant("g3", payer, 5 * TL, expires_at=later, actor="ops", ref="c")
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.cash, b.promo, b.promo_expired, b.promo_live, b.available) == (
+        10 * TL,
+        51 * TL,
+        46 * TL,
+        5 * TL,
+        15 * TL,
+    )
+    # What the balance offers is what can be spent, and not a minor unit more.
+    with pytest.raises(InsufficientFunds):
+        await ledger.payment("too-much", payer, shop, 15 * TL, actor="alice", ref="o")  # + 2 % fee
+    r = await ledger.payment("pay", payer, shop, 14 * TL, actor="alice", ref="o")
+    assert legs(r)[promo_account(payer)] == -5 * TL  # the live batch only
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.promo_live, b.available) == (0, 10 * TL - (14 * TL + 28) + 5 * TL)
+    assert await ledger.expire_promos(actor="job") == 2
+    after = await ledger.store.wallet_balance(payer)
+    assert (after.promo, after.promo_expired, after.promo_live, after.available) == (0, 0, 0, b.available)
+    await assert_verified(ledger.store)
+
+
 async def test_promo_grant_business_and_campaign(ledger: Ledger) -> None:
     business = await funded_wallet(ledger, "acme", 100 * TL, bucket=B)
     customer = await funded_wallet(ledger, "alice", 0, bucket=A)
