@@ -31,7 +31,7 @@ from hiwallet.ledger.accounts import (
     new_wallet_id,
     random_bucket,
 )
-from hiwallet.ledger.errors import LedgerError, LedgerInternalError, NothingToExpire
+from hiwallet.ledger.errors import LedgerError, LedgerInternalError, NothingToExpire, TransactionIdReused
 from hiwallet.ledger.model import (
     HoldResult,
     Posting,
@@ -45,6 +45,10 @@ from hiwallet.ledger.model import (
 from hiwallet.ledger.rules import FeePolicy
 from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.store import LedgerStore, translate
+
+# How many times one promo batch may be expired (each after a refund gave it money back): a
+# bound on the keys tried, never reached by a real batch.
+MAX_EXPIRY_ROUNDS = 1000
 
 # The per-bucket system accounts a sweep gathers into their central account (rules.sweep):
 # transit is not (rules.sweep refuses it: its sub-accounts carry cross-bucket parts).
@@ -354,20 +358,42 @@ class Ledger:
         for _ in range(max_rounds):
             rows = await self.store.expired_promo_batches(now, batch_size)
             for row in rows:
-                posting = rules.promo_expiry(
-                    row["id"], row["account_id"], row["expire_to_account"], row["currency"], actor=actor
-                )
-                try:
-                    result = await self.store.post(posting)
-                except NothingToExpire:
-                    continue  # spent or expired by someone else since we looked
-                if not result.replayed:
+                result = await self._expire_batch(row, actor)
+                if result is not None:
                     expired += 1
                     if on_expired is not None:
                         on_expired(row["id"], result, row["expire_to_account"], row["currency"])
             if len(rows) < batch_size:
                 break
         return expired
+
+    async def _expire_batch(self, row: Any, actor: str) -> PostResult | None:
+        """Expire one listed batch: the posting, or None when there was nothing to do (spent,
+        or expired by a concurrent round, since it was listed).
+
+        A key already taken while the batch still holds money (it was listed with some) is an
+        earlier expiry of this batch that a refund has given money back to since: the next
+        round's key. A concurrent twin's key is taken too; its next key then finds nothing to
+        expire. The posting function's lock on the batch row and its refusal of an empty batch
+        keep every remainder returned once, whatever the keys."""
+        for round_ in range(MAX_EXPIRY_ROUNDS):
+            posting = rules.promo_expiry(
+                row["id"],
+                row["account_id"],
+                row["expire_to_account"],
+                row["currency"],
+                actor=actor,
+                round_=round_,
+            )
+            try:
+                result = await self.store.post(posting)
+            except NothingToExpire:
+                return None  # spent or expired by someone else since we looked
+            except TransactionIdReused:
+                continue  # that round's expiry was another actor's (the job's, an operator's)
+            if not result.replayed:
+                return result
+        raise LedgerInternalError(f"promo batch {row['id']} expired {MAX_EXPIRY_ROUNDS} times")
 
     async def withdrawal(
         self,
