@@ -11,17 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
+import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from typer.testing import CliRunner
 
-from hiwallet.contracts.databases import service_role
+from hiwallet.cli import app
+from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core import db
 from hiwallet.ledger import Ledger, LedgerStore, Role, cash_account, system_account
+from hiwallet.wallet_consumer import cli as consumer_cli
 from hiwallet.wallet_consumer.jobs import PROMO_EXPIRY_LOCK_KEY, LedgerJobs
 from hiwallet.wallet_consumer.metrics import LedgerJobMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
@@ -394,4 +401,27 @@ async def test_the_sweep_job_runs_in_the_service_with_its_metrics(
     assert (
         await owner.fetchval("SELECT count(DISTINCT id) FROM ledger.transactions WHERE type = 'sweep'") == 1
     )
+    await verified(ledger)
+
+
+async def test_the_sweep_command_prints_what_it_moved(
+    wallet_db: str, ledger: Ledger, owner: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(DATABASES, "wallet", wallet_db)
+    monkeypatch.setattr(consumer_cli, "console", Console(emoji=False, soft_wrap=True, width=400))
+    for i in range(3):
+        c = (await ledger.open_wallet(f"c{i}", bucket=40 + i)).wallet_id
+        await ledger.topup(f"t-{c}", c, 10 * TL, provider="stripe", actor="t", ref="card")
+    runner = CliRunner()
+    done = await asyncio.to_thread(runner.invoke, app, ["ledger", "sweep"])
+    assert done.exit_code == 0, done.output
+    assert "swept 3 sub-accounts" in done.output
+    assert re.search(r"clearing\s.*TRY\s.*3\s.*-3000", done.output), done.output
+    again = await asyncio.to_thread(runner.invoke, app, ["ledger", "sweep"])
+    assert again.exit_code == 0 and "nothing to sweep" in again.output
+    central = await ledger.store.account(system_account(Role.CLEARING, "TRY", provider="stripe"))
+    assert central.balance == -30 * TL
+    # the operator is the actor of what the command posted
+    rows = await owner.fetch("SELECT DISTINCT actor FROM ledger.transactions WHERE type = 'sweep'")
+    assert [r["actor"] for r in rows] == [f"operator:{pwd.getpwuid(os.getuid()).pw_name}"]
     await verified(ledger)
