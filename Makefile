@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks schema
+.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,7 @@ schema: install
 # `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60");
 # `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
 # `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
+# `make bench-bff` only the personal web app's home page (BFF_BENCH_ARGS, e.g. "--duration 20").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
@@ -68,6 +69,7 @@ bench: install
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
 	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
 	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
+	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -95,3 +97,8 @@ bench-front: install
 # (WEBHOOK_BENCH_ARGS, e.g. "--events 10000 --rate 400").
 bench-webhooks: install
 	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
+
+# personal-web-bff's home page against wallet-api's GET /v1/accounts, 8 signed-in people
+# (BFF_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
+bench-bff: install
+	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)

@@ -103,8 +103,9 @@ GRANT SELECT, INSERT ON wallet.account_contracts TO :"app_role";
 --     schedule only). wallet-consumer: the withdrawals' events, written in the command's
 --     transaction, nothing else. merchant-webhooks: it reads the events and the endpoints,
 --     marks events dispatched, disables a failing endpoint (its state columns only) and adds
---     endpoint.disabled events, makes and updates deliveries and records attempts; nothing of
---     the ledger, nothing of wallet-api's other records.
+--     endpoint.disabled events, makes and updates deliveries and records attempts, and deletes
+--     them all past the retention (migration 0017); nothing of the ledger, nothing of
+--     wallet-api's other records.
 GRANT SELECT, INSERT, DELETE, UPDATE (url, event_types, description, enabled, disabled_reason,
     disabled_at, secret_sealed, previous_secret_sealed, previous_secret_until, failing_since, updated_at)
     ON wallet.webhook_endpoints TO :"app_role";
@@ -116,10 +117,10 @@ GRANT INSERT ON wallet.webhook_events TO :"wallet_consumer_role";
 GRANT USAGE ON SCHEMA wallet TO :"merchant_webhooks_role";
 GRANT SELECT, UPDATE (enabled, disabled_reason, disabled_at, failing_since, updated_at)
     ON wallet.webhook_endpoints TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT, UPDATE (dispatched_at) ON wallet.webhook_events TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT, UPDATE (status, attempts, next_attempt_at, last_status_code, last_error,
+GRANT SELECT, INSERT, DELETE, UPDATE (dispatched_at) ON wallet.webhook_events TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, DELETE, UPDATE (status, attempts, next_attempt_at, last_status_code, last_error,
     updated_at, delivered_at) ON wallet.webhook_deliveries TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT ON wallet.webhook_attempts TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, DELETE ON wallet.webhook_attempts TO :"merchant_webhooks_role";
 
 -- 4. The ledger is written only by its functions, which check what they write: a service
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the

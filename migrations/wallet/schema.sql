@@ -1825,6 +1825,10 @@ CREATE INDEX webhook_deliveries_due ON wallet.webhook_deliveries USING btree (ne
 
 CREATE INDEX webhook_deliveries_endpoint ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, created_at, id);
 
+-- Name: webhook_deliveries_event; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_deliveries_event ON wallet.webhook_deliveries USING btree (bucket, event_id);
+
 -- Name: webhook_deliveries_pending_order; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX webhook_deliveries_pending_order ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, resource_id, event_seq) WHERE (status = 'pending'::text);
@@ -1832,6 +1836,10 @@ CREATE INDEX webhook_deliveries_pending_order ON wallet.webhook_deliveries USING
 -- Name: webhook_endpoints_account; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX webhook_endpoints_account ON wallet.webhook_endpoints USING btree (bucket, account_id);
+
+-- Name: webhook_events_dispatched_created; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_events_dispatched_created ON wallet.webhook_events USING btree (created_at) WHERE (dispatched_at IS NOT NULL);
 
 -- Name: webhook_events_undispatched; Type: INDEX; Schema: wallet; Owner: -
 
@@ -2356,13 +2364,13 @@ GRANT SELECT(closed_at) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
 
 GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_attempts TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_attempts TO hiwallet_merchant_webhooks_app;
 
 -- Name: TABLE webhook_deliveries; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
 
 -- Name: COLUMN webhook_deliveries.status; Type: ACL; Schema: wallet; Owner: -
 
@@ -2456,7 +2464,7 @@ GRANT UPDATE(updated_at) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_
 GRANT SELECT ON TABLE wallet.webhook_events TO hiwallet_wallet_readonly;
 GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_app;
 GRANT INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_consumer_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
 
 -- Name: COLUMN webhook_events.dispatched_at; Type: ACL; Schema: wallet; Owner: -
 

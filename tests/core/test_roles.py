@@ -171,9 +171,10 @@ MERCHANT_WEBHOOKS_TABLES = {
     "wallet.webhook_attempts",
 }
 MERCHANT_WEBHOOKS_WRITES: dict[str, set[str]] = {
-    "wallet.webhook_events": {"INSERT"},  # endpoint.disabled notices
-    "wallet.webhook_deliveries": {"INSERT"},
-    "wallet.webhook_attempts": {"INSERT"},
+    # endpoint.disabled notices; DELETE: the retention (migration 0017)
+    "wallet.webhook_events": {"INSERT", "DELETE"},
+    "wallet.webhook_deliveries": {"INSERT", "DELETE"},
+    "wallet.webhook_attempts": {"INSERT", "DELETE"},
 }
 MERCHANT_WEBHOOKS_COLUMNS = {
     *(
