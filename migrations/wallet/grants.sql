@@ -91,7 +91,7 @@ GRANT INSERT, UPDATE (status, approved_by, approved_at, transaction_id) ON walle
     TO :"app_role";
 GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
 
--- 3d'. The Contracted tier's records (migrations/wallet/0017): wallet-api inserts one with the
+-- 3d'. The Contracted tier's records (migrations/wallet/0018): wallet-api inserts one with the
 --     raise; nothing changes or deletes them.
 GRANT SELECT, INSERT ON wallet.account_contracts TO :"app_role";
 

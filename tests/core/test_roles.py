@@ -55,7 +55,7 @@ WALLET_API_TABLES = {
     "wallet.promo_programme_receivers",
     "wallet.goodwill_credits",
     "wallet.staff_daily_usage",
-    "wallet.account_contracts",  # the Contracted tier's records (0017)
+    "wallet.account_contracts",  # the Contracted tier's records (0018)
     # the merchants' webhooks (migrations/wallet/0016): endpoints registered, events of its
     # movements written, deliveries listed and replayed
     "wallet.webhook_endpoints",

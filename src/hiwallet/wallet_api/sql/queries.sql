@@ -60,7 +60,7 @@ UPDATE wallet.accounts SET tier = $3, updated_at = clock_timestamp()
  WHERE bucket = $1 AND id = $2
 
 -- name: insert_account_contract
--- The Contracted tier's record (migrations/wallet/0017), in the transaction that raises it.
+-- The Contracted tier's record (migrations/wallet/0018), in the transaction that raises it.
 INSERT INTO wallet.account_contracts
        (bucket, account_id, evidence, evidence_ref, previous_tier, recorded_by, recorded_at)
 VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
