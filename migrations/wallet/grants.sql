@@ -91,6 +91,10 @@ GRANT INSERT, UPDATE (status, approved_by, approved_at, transaction_id) ON walle
     TO :"app_role";
 GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
 
+-- 3d'. The Contracted tier's records (migrations/wallet/0018): wallet-api inserts one with the
+--     raise; nothing changes or deletes them.
+GRANT SELECT, INSERT ON wallet.account_contracts TO :"app_role";
+
 -- 3e. The merchants' webhooks (migrations/wallet/0016, docs/webhooks.md). wallet-api: the
 --     endpoints its members register (no delete of anything else), and the events of its
 --     movements (payment.received in the statement of wallet.transfer_batch, payment.refunded

@@ -787,6 +787,15 @@ BEGIN
     RETURN ledger.post_batch(p_postings);
 END $$;
 
+-- Name: account_contracts_guard(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.account_contracts_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'a contract record is never changed or deleted' USING ERRCODE = 'insufficient_privilege';
+END $$;
+
 -- Name: count_withdrawal(smallint, text, text, date, text, bigint, bigint); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) RETURNS jsonb
@@ -1224,6 +1233,22 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+-- Name: account_contracts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.account_contracts (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    evidence text NOT NULL,
+    evidence_ref text NOT NULL,
+    previous_tier text NOT NULL,
+    recorded_by text NOT NULL,
+    recorded_at timestamp with time zone NOT NULL,
+    CONSTRAINT account_contracts_by_staff CHECK ((recorded_by ~~ 'staff:_%'::text)),
+    CONSTRAINT account_contracts_evidence_known CHECK ((evidence = ANY (ARRAY['remote_identity_verification'::text, 'signed_agreement'::text]))),
+    CONSTRAINT account_contracts_evidence_ref_length CHECK (((length(evidence_ref) >= 1) AND (length(evidence_ref) <= 200))),
+    CONSTRAINT account_contracts_is_a_raise CHECK ((previous_tier = ANY (ARRAY['unknown'::text, 'unverified'::text, 'verified'::text])))
+);
+
 -- Name: accounts; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.accounts (
@@ -1615,6 +1640,11 @@ ALTER TABLE ONLY public.processed_events
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
+-- Name: account_contracts account_contracts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.account_contracts
+    ADD CONSTRAINT account_contracts_pkey PRIMARY KEY (bucket, account_id);
+
 -- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.accounts
@@ -1847,6 +1877,10 @@ CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transa
 
 CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
 
+-- Name: account_contracts account_contracts_guard; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER account_contracts_guard BEFORE DELETE OR UPDATE ON wallet.account_contracts FOR EACH ROW EXECUTE FUNCTION wallet.account_contracts_guard();
+
 -- Name: goodwill_credits goodwill_credits_guard; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER goodwill_credits_guard BEFORE DELETE OR UPDATE ON wallet.goodwill_credits FOR EACH ROW EXECUTE FUNCTION wallet.goodwill_credits_guard();
@@ -1886,6 +1920,11 @@ ALTER TABLE ONLY ledger.promo_spends
 
 ALTER TABLE ONLY ledger.promo_spends
     ADD CONSTRAINT promo_spends_transaction_fk FOREIGN KEY (bucket, transaction_id) REFERENCES ledger.transactions(bucket, id);
+
+-- Name: account_contracts account_contracts_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.account_contracts
+    ADD CONSTRAINT account_contracts_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
 
 -- Name: campaign_grants campaign_grants_campaign_id_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
@@ -2019,6 +2058,10 @@ REVOKE ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) FRO
 GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
 GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_consumer_app;
 
+-- Name: FUNCTION account_contracts_guard(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.account_contracts_guard() FROM PUBLIC;
+
 -- Name: FUNCTION count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) FROM PUBLIC;
@@ -2114,6 +2157,11 @@ GRANT UPDATE(outcome) ON TABLE public.processed_events TO hiwallet_wallet_consum
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 
 GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_wallet_readonly;
+
+-- Name: TABLE account_contracts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.account_contracts TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.account_contracts TO hiwallet_wallet_app;
 
 -- Name: TABLE accounts; Type: ACL; Schema: wallet; Owner: -
 

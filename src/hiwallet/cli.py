@@ -126,7 +126,10 @@ def _register_subcommands() -> None:
     from hiwallet.topup_webhook.cli import register as register_topup_webhook
     from hiwallet.wallet_api.cli import business_app
     from hiwallet.wallet_consumer.cli import register as register_wallet_consumer
+    from hiwallet.wallet_consumer.cli import register_ledger_jobs
 
+    # wallet-consumer's ledger jobs (expire-promos, sweep) beside the ledger's own commands
+    register_ledger_jobs(ledger_app)
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")

@@ -55,6 +55,7 @@ WALLET_API_TABLES = {
     "wallet.promo_programme_receivers",
     "wallet.goodwill_credits",
     "wallet.staff_daily_usage",
+    "wallet.account_contracts",  # the Contracted tier's records (0018)
     # the merchants' webhooks (migrations/wallet/0016): endpoints registered, events of its
     # movements written, deliveries listed and replayed
     "wallet.webhook_endpoints",
@@ -88,6 +89,7 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.promo_programme_receivers": {"INSERT"},
     "wallet.goodwill_credits": {"INSERT"},
     "wallet.staff_daily_usage": {"INSERT"},
+    "wallet.account_contracts": {"INSERT"},
     "wallet.webhook_endpoints": {"INSERT", "DELETE"},
     "wallet.webhook_events": {"INSERT"},
 }

@@ -2,7 +2,8 @@
 HTTP app for ``/health``, ``/ready`` (database, broker, consumers, background) and ``/metrics``
 only. Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's
 wallet commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of
-``wallet.outbox`` that publishes their responses, and that outbox's purge job.
+``wallet.outbox`` that publishes their responses, that outbox's purge job, and the ledger's
+jobs (jobs.py: promo expiry and the sweep of per-bucket sub-accounts).
 
 Built by core.service: at start it connects to PostgreSQL as the wallet database's application
 role; as soon as RabbitMQ answers it declares the top-ups', withdrawals' and events' topology
@@ -39,7 +40,8 @@ from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_li
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
-from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
+from hiwallet.wallet_consumer.jobs import LedgerJobs
+from hiwallet.wallet_consumer.metrics import LedgerJobMetrics, TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
 from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, count_unattributed
 from hiwallet.wallet_consumer.withdrawals import (
@@ -135,7 +137,8 @@ def purge_job(
 def service_spec(settings: WalletConsumerSettings, *, database: str | None = None) -> ServiceSpec:
     """wallet-consumer, declared: the wallet database (the ledger's codecs on each connection),
     the top-ups', withdrawals' and events' topology, and in ``setup`` the two consumers (top-ups,
-    the saga's wallet commands), the relay of wallet.outbox, its purge and the gauges."""
+    the saga's wallet commands), the relay of wallet.outbox, its purge, the ledger's jobs (promo
+    expiry, sweep) and the gauges."""
 
     async def setup(rt: Runtime) -> None:
         app, pool = rt.app, rt.db
@@ -216,6 +219,11 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
         )
         app.state.relay = hint.relay = rt.relay("relay", relay)
         rt.job(purge_job(pool, settings, connect))
+        # The ledger's jobs (jobs.py): promo expiry and the sweep, each one instance a round.
+        ledger_jobs = LedgerJobs(ledger, settings, LedgerJobMetrics(registry))
+        app.state.ledger_jobs = ledger_jobs
+        app.state.promo_expiry_job = rt.job(ledger_jobs.promo_expiry_job(connect))
+        app.state.sweep_job = rt.job(ledger_jobs.sweep_job(connect))
 
         async def outbox_gauges() -> None:
             async with pool.acquire() as conn:
