@@ -65,6 +65,8 @@ class StaffPermission(StrEnum):
     PROMO_MERCHANT_ACCEPT = "promo.merchant_accept"
     STAFF_MANAGE = "staff.manage"
     CREDIT_GOODWILL = "credit.goodwill"
+    # the books: reconciliation's findings (list, resolve, run a round) and the daily summary
+    FINANCE_RECONCILIATION = "finance.reconciliation"
 
 
 def staff_actor(subject: str) -> str:
