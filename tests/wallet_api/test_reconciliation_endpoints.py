@@ -15,14 +15,13 @@ import pytest
 
 from hiwallet.ledger import cash_account
 from hiwallet.reconciliation import PAYOUT_UNMATCHED, record_finding, refresh_summary
+from tests.wallet_api import test_staff_money as _money
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
-from tests.wallet_api.test_staff_money import (  # noqa: F401 (fixtures)
-    Staff,
-    staff,
-    staff_admin,
-    staff_claims,
-    wallet_api_settings,
-)
+from tests.wallet_api.test_staff_money import Staff
+
+# test_staff_money's employees, their tokens and staff-admin's stand-in
+staff, staff_admin, staff_claims = _money.staff, _money.staff_admin, _money.staff_claims
+wallet_api_settings = _money.wallet_api_settings
 
 FINANCE = "finance.reconciliation"
 FINDINGS = "/v1/staff/reconciliation/findings"
