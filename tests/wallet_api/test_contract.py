@@ -283,6 +283,7 @@ def test_the_document_lists_every_endpoint_and_the_security_scheme(
         ("/v1/accounts", "get"),
         ("/v1/accounts/{account_id}", "get"),
         ("/v1/accounts/{account_id}/limits", "get"),
+        ("/v1/accounts/{account_id}/daily-summary", "get"),
         ("/v1/accounts/{account_id}/wallets", "post"),
         ("/v1/wallets/{wallet_id}", "get"),
         ("/v1/wallets/{wallet_id}/statement", "get"),
