@@ -138,6 +138,17 @@ async def test_a_top_up_not_paid_out_after_its_window_is_found(
     assert await _open(pool) == []
 
 
+async def test_a_refunded_top_up_is_owed_to_nobody(
+    ledger: Ledger, pool: asyncpg.Pool, reconciler: Reconciler
+) -> None:
+    wallet = (await ledger.open_wallet("refunded")).wallet_id
+    topup = await ledger.topup(new_id(), wallet, 15 * TL, provider="stripe", actor="test", ref="card")
+    assert await reconciler.round() == 1  # window 0: unsettled at once
+    await ledger.refund(topup.id, actor="test")  # the card payment given back
+    assert await reconciler.round() == 0
+    assert await _open(pool) == []
+
+
 async def test_findings_are_resolved_once_by_someone_with_a_note(pool: asyncpg.Pool, wallet_db: str) -> None:
     recorded = await record_finding(pool, PAYOUT_UNMATCHED, "po_123", {"amount_minor": 5})
     assert recorded.created
