@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from hiwallet.ledger import cash_account
-from hiwallet.reconciliation import PAYOUT_UNMATCHED, record_finding, refresh_summary
+from hiwallet.reconciliation import PAYOUT_UNMATCHED, RECONCILE_LOCK_KEY, record_finding, refresh_summary
 from tests.wallet_api import test_staff_money as _money
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 from tests.wallet_api.test_staff_money import Staff
@@ -169,3 +169,16 @@ async def test_the_daily_summary_as_json_and_csv_to_staff_and_to_the_business(
         "/v1/staff/daily-summary", params={"from": "2026-02-01", "to": "2026-01-01"}, headers=auth
     )
     assert_problem(bad, "invalid-request", 422)
+
+
+async def test_a_round_on_demand_while_another_runs_is_409(api: WalletApi, staff: Staff) -> None:
+    _, auth = staff.employee(FINANCE)
+    async with api.owner_connection() as conn:
+        # another instance's round: the jobs' lock held elsewhere
+        await conn.execute("SELECT pg_advisory_lock($1)", RECONCILE_LOCK_KEY)
+        assert_problem(
+            await api.http.post("/v1/staff/reconciliation/runs", headers=auth), "reconciliation-running", 409
+        )
+        await conn.execute("SELECT pg_advisory_unlock($1)", RECONCILE_LOCK_KEY)
+    ran = await api.http.post("/v1/staff/reconciliation/runs", headers=auth)
+    assert ran.status_code == 200, ran.text
