@@ -122,6 +122,21 @@ GRANT SELECT, INSERT, DELETE, UPDATE (status, attempts, next_attempt_at, last_st
     updated_at, delivered_at) ON wallet.webhook_deliveries TO :"merchant_webhooks_role";
 GRANT SELECT, INSERT, DELETE ON wallet.webhook_attempts TO :"merchant_webhooks_role";
 
+-- 3f. Reconciliation (migrations/wallet/0019, src/hiwallet/reconciliation): wallet-consumer's
+--     jobs record findings (a new one, or the open one's details and last_seen_at refreshed),
+--     resolve those no longer found, and upsert the daily summary; verify runs as a job there
+--     (it calls the line hash). wallet-api's staff list and resolve findings, run a round on
+--     demand (the same statements) and read the summary. Nothing deleted (a trigger refuses),
+--     a resolution never rewritten (the same trigger).
+GRANT SELECT, INSERT, UPDATE (details, last_seen_at, status, resolved_by, resolution_note, resolved_at)
+    ON wallet.reconciliation_findings TO :"wallet_consumer_role", :"app_role";
+GRANT SELECT, INSERT, UPDATE (transactions, volume_in_minor, volume_out_minor, fees_minor, computed_at)
+    ON wallet.daily_summary TO :"wallet_consumer_role";
+GRANT SELECT ON wallet.daily_summary TO :"app_role";
+--     Of wallet-api's records, the summary reads which accounts are businesses' and their
+--     wallets (the columns above: bucket, id, kind; bucket, id, account_id, currency).
+GRANT EXECUTE ON FUNCTION ledger.line_hash TO :"wallet_consumer_role";
+
 -- 4. The ledger is written only by its functions, which check what they write: a service
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the
 --    owner, whatever the caller may do itself. The search path is pinned so that nothing the

@@ -889,6 +889,23 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Name: reconciliation_findings_keep_resolution(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.reconciliation_findings_keep_resolution() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.status = 'resolved' THEN
+        RAISE EXCEPTION 'reconciliation finding % is resolved already', OLD.id
+            USING ERRCODE = 'HW030', CONSTRAINT = 'reconciliation_findings_resolved_once';
+    END IF;
+    IF NEW.kind <> OLD.kind OR NEW.subject <> OLD.subject OR NEW.found_at <> OLD.found_at THEN
+        RAISE EXCEPTION 'a finding''s kind, subject and found_at are kept'
+            USING ERRCODE = 'HW030', CONSTRAINT = 'reconciliation_findings_resolved_once';
+    END IF;
+    RETURN NEW;
+END $$;
+
 -- Name: return_withdrawal(smallint, text); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) RETURNS bigint
@@ -1296,6 +1313,22 @@ CREATE TABLE wallet.campaigns (
     CONSTRAINT campaigns_never_overspent CHECK (((remaining_minor >= 0) AND (remaining_minor <= budget_minor)))
 );
 
+-- Name: daily_summary; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.daily_summary (
+    day date NOT NULL,
+    currency character(3) NOT NULL,
+    account_id text NOT NULL,
+    transactions bigint NOT NULL,
+    volume_in_minor bigint NOT NULL,
+    volume_out_minor bigint NOT NULL,
+    fees_minor bigint NOT NULL,
+    computed_at timestamp with time zone NOT NULL,
+    CONSTRAINT daily_summary_account_length CHECK ((length(account_id) <= 120)),
+    CONSTRAINT daily_summary_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT daily_summary_figures_not_negative CHECK (((transactions >= 0) AND (volume_in_minor >= 0) AND (volume_out_minor >= 0)))
+);
+
 -- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.goodwill_credits (
@@ -1442,6 +1475,28 @@ CREATE TABLE wallet.promo_programmes (
     CONSTRAINT promo_programmes_reason_length CHECK (((length(decision_reason) >= 1) AND (length(decision_reason) <= 500))),
     CONSTRAINT promo_programmes_spent_only_accepted CHECK (((status = 'accepted'::text) OR (remaining_minor = budget_minor))),
     CONSTRAINT promo_programmes_status_known CHECK ((status = ANY (ARRAY['proposed'::text, 'accepted'::text, 'refused'::text])))
+);
+
+-- Name: reconciliation_findings; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.reconciliation_findings (
+    id text NOT NULL,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    found_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL,
+    status text DEFAULT 'open'::text NOT NULL,
+    resolved_by text,
+    resolution_note text,
+    resolved_at timestamp with time zone,
+    CONSTRAINT reconciliation_findings_details_size CHECK ((pg_column_size(details) <= 8192)),
+    CONSTRAINT reconciliation_findings_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+    CONSTRAINT reconciliation_findings_note_length CHECK (((resolution_note IS NULL) OR ((length(resolution_note) >= 1) AND (length(resolution_note) <= 2000)))),
+    CONSTRAINT reconciliation_findings_resolution_complete CHECK ((((status = 'open'::text) = ((resolved_by IS NULL) AND (resolution_note IS NULL) AND (resolved_at IS NULL))) AND ((status = 'open'::text) OR ((resolved_by IS NOT NULL) AND (resolution_note IS NOT NULL) AND (resolved_at IS NOT NULL))))),
+    CONSTRAINT reconciliation_findings_seen_after_found CHECK ((last_seen_at >= found_at)),
+    CONSTRAINT reconciliation_findings_status_known CHECK ((status = ANY (ARRAY['open'::text, 'resolved'::text]))),
+    CONSTRAINT reconciliation_findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 300)))
 );
 
 -- Name: staff_daily_usage; Type: TABLE; Schema: wallet; Owner: -
@@ -1660,6 +1715,11 @@ ALTER TABLE ONLY wallet.campaign_grants
 ALTER TABLE ONLY wallet.campaigns
     ADD CONSTRAINT campaigns_pkey PRIMARY KEY (id);
 
+-- Name: daily_summary daily_summary_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.daily_summary
+    ADD CONSTRAINT daily_summary_pkey PRIMARY KEY (day, currency, account_id);
+
 -- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.goodwill_credits
@@ -1709,6 +1769,11 @@ ALTER TABLE ONLY wallet.promo_programme_receivers
 
 ALTER TABLE ONLY wallet.promo_programmes
     ADD CONSTRAINT promo_programmes_pkey PRIMARY KEY (id);
+
+-- Name: reconciliation_findings reconciliation_findings_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.reconciliation_findings
+    ADD CONSTRAINT reconciliation_findings_pkey PRIMARY KEY (id);
 
 -- Name: staff_daily_usage staff_daily_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1781,6 +1846,10 @@ CREATE INDEX promo_batches_spend_order ON ledger.promo_batches USING btree (buck
 
 CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btree (bucket, refund_of) WHERE ((refund_of IS NOT NULL) AND (bucket = home_bucket));
 
+-- Name: daily_summary_by_account; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX daily_summary_by_account ON wallet.daily_summary USING btree (account_id, day);
+
 -- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX goodwill_credits_pending ON wallet.goodwill_credits USING btree (requested_at) WHERE (status = 'pending'::text);
@@ -1812,6 +1881,14 @@ CREATE INDEX promo_programmes_account ON wallet.promo_programmes USING btree (bu
 -- Name: promo_programmes_proposed; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX promo_programmes_proposed ON wallet.promo_programmes USING btree (proposed_at) WHERE (status = 'proposed'::text);
+
+-- Name: reconciliation_findings_by_status; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX reconciliation_findings_by_status ON wallet.reconciliation_findings USING btree (status, found_at DESC, id DESC);
+
+-- Name: reconciliation_findings_one_open; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE UNIQUE INDEX reconciliation_findings_one_open ON wallet.reconciliation_findings USING btree (kind, subject) WHERE (status = 'open'::text);
 
 -- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
 
@@ -1896,6 +1973,14 @@ CREATE TRIGGER processed_messages_append_only BEFORE DELETE OR UPDATE ON wallet.
 -- Name: promo_programmes promo_programmes_guard; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER promo_programmes_guard BEFORE UPDATE ON wallet.promo_programmes FOR EACH ROW EXECUTE FUNCTION wallet.promo_programmes_guard();
+
+-- Name: reconciliation_findings reconciliation_findings_keep_resolution; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER reconciliation_findings_keep_resolution BEFORE UPDATE ON wallet.reconciliation_findings FOR EACH ROW EXECUTE FUNCTION wallet.reconciliation_findings_keep_resolution();
+
+-- Name: reconciliation_findings reconciliation_findings_never_deleted; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER reconciliation_findings_never_deleted BEFORE DELETE ON wallet.reconciliation_findings FOR EACH ROW EXECUTE FUNCTION wallet.reconciliation_findings_keep_resolution();
 
 -- Name: unattributed_topups unattributed_topups_attributed_once; Type: TRIGGER; Schema: wallet; Owner: -
 
@@ -2013,6 +2098,7 @@ GRANT ALL ON FUNCTION ledger.ensure_system_accounts(p_bucket smallint, p_currenc
 REVOKE ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_app;
 GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_readonly;
+GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_consumer_app;
 
 -- Name: FUNCTION open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text); Type: ACL; Schema: ledger; Owner: -
 
@@ -2082,6 +2168,10 @@ REVOKE ALL ON FUNCTION wallet.processed_messages_append_only() FROM PUBLIC;
 -- Name: FUNCTION promo_programmes_guard(); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.promo_programmes_guard() FROM PUBLIC;
+
+-- Name: FUNCTION reconciliation_findings_keep_resolution(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.reconciliation_findings_keep_resolution() FROM PUBLIC;
 
 -- Name: FUNCTION return_withdrawal(p_bucket smallint, p_command_id text); Type: ACL; Schema: wallet; Owner: -
 
@@ -2203,6 +2293,32 @@ GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
 GRANT UPDATE(remaining_minor) ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
+-- Name: TABLE daily_summary; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.daily_summary TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE wallet.daily_summary TO hiwallet_wallet_app;
+
+-- Name: COLUMN daily_summary.transactions; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(transactions) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.volume_in_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(volume_in_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.volume_out_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(volume_out_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.fees_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(fees_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.computed_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(computed_at) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_readonly;
@@ -2308,6 +2424,42 @@ GRANT UPDATE(decided_at) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app
 -- Name: COLUMN promo_programmes.decision_reason; Type: ACL; Schema: wallet; Owner: -
 
 GRANT UPDATE(decision_reason) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: TABLE reconciliation_findings; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT SELECT,INSERT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.details; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(details) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(details) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.last_seen_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(last_seen_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(last_seen_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.status; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(status) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(status) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolved_by; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolved_by) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolved_by) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolution_note; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolution_note) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolution_note) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolved_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
 
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 

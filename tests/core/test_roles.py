@@ -62,6 +62,10 @@ WALLET_API_TABLES = {
     "wallet.webhook_events",
     "wallet.webhook_deliveries",
     "wallet.webhook_attempts",
+    # reconciliation (migrations/wallet/0019): findings listed, resolved and recorded (a round
+    # on demand), the daily summary read
+    "wallet.reconciliation_findings",
+    "wallet.daily_summary",
 }
 # wallet-consumer's tables: what its role reads, and nothing of wallet-api's but the columns below.
 WALLET_CONSUMER_TABLES = {
@@ -71,6 +75,9 @@ WALLET_CONSUMER_TABLES = {
     "wallet.outbox",
     "wallet.withdrawal_counts",
     "wallet.limit_usage",
+    # reconciliation's jobs (migrations/wallet/0019): findings recorded and resolved, the summary
+    "wallet.reconciliation_findings",
+    "wallet.daily_summary",
 }
 
 # What the application roles may do beyond SELECT on the tables they read: table-level
@@ -92,8 +99,11 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.account_contracts": {"INSERT"},
     "wallet.webhook_endpoints": {"INSERT", "DELETE"},
     "wallet.webhook_events": {"INSERT"},
+    "wallet.reconciliation_findings": {"INSERT"},
 }
+_FINDING_COLUMNS = ("details", "last_seen_at", "status", "resolved_by", "resolution_note", "resolved_at")
 WALLET_APP_COLUMNS = {
+    *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),
     *(
         ("wallet.webhook_endpoints", column, "UPDATE")
         for column in (
@@ -150,8 +160,16 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     "wallet.outbox": {"INSERT", "DELETE"},
     # the withdrawals' merchant events (migrations/wallet/0016), written, never read
     "wallet.webhook_events": {"INSERT"},
+    # reconciliation's jobs (migrations/wallet/0019)
+    "wallet.reconciliation_findings": {"INSERT"},
+    "wallet.daily_summary": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
+    *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),
+    *(
+        ("wallet.daily_summary", c, "UPDATE")
+        for c in ("transactions", "volume_in_minor", "volume_out_minor", "fees_minor", "computed_at")
+    ),
     ("public.processed_events", "outcome", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
@@ -200,6 +218,7 @@ WALLET_CONSUMER_FUNCTIONS = {
     "ledger_api.post_batch",  # its own statements' batches
     "wallet.count_withdrawal",
     "wallet.return_withdrawal",
+    "ledger.line_hash",  # pure (STABLE): verify runs as a job (hiwallet.reconciliation)
 }
 IDENTITY_TABLES = (
     "users",

@@ -183,7 +183,7 @@ def test_the_api_matches_its_document(contract_api: tuple[WalletApi, Customer, C
             except Exception as exc:
                 failures[f"{operation.label} ({mode.value})"] = str(exc)[:3000]
             ran += 1
-    assert ran == 50  # 25 operations (staff ones aside), positive and negative
+    assert ran == 52  # 26 operations (staff ones aside), positive and negative
     assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
     # The run reached the use cases, not only the refusals.
     for reached in (
@@ -286,6 +286,7 @@ def test_the_document_lists_every_endpoint_and_the_security_scheme(
         ("/v1/accounts", "get"),
         ("/v1/accounts/{account_id}", "get"),
         ("/v1/accounts/{account_id}/limits", "get"),
+        ("/v1/accounts/{account_id}/daily-summary", "get"),
         ("/v1/accounts/{account_id}/wallets", "post"),
         ("/v1/wallets/{wallet_id}", "get"),
         ("/v1/wallets/{wallet_id}/statement", "get"),

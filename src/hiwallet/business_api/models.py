@@ -3,7 +3,7 @@ received), as wallet-api takes and answers them; the common ones are contracts.p
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictStr
@@ -14,6 +14,7 @@ from hiwallet.core.text import PrintableText
 
 __all__ = [
     "PROGRAMME_ID_PATTERN",
+    "DailySummaryOut",
     "PaymentsOut",
     "ProgrammeIn",
     "ProgrammeOut",
@@ -89,3 +90,18 @@ class PaymentsOut(BaseModel):
         "hold fewer than ``limit`` (or none) while ``next_cursor`` is set."
     )
     next_cursor: str | None
+
+
+class DaySummaryOut(BaseModel):
+    day: date = Field(description="The UTC day")
+    currency: Currency
+    account_id: str | None
+    transactions: int = Field(description="Transactions that moved the account's wallets that day")
+    volume_in_minor: int = Field(description="What came into its wallets")
+    volume_out_minor: int = Field(description="What went out of them")
+    fees_minor: int = Field(description="The fees taken in those transactions")
+    computed_at: datetime
+
+
+class DailySummaryOut(BaseModel):
+    days: list[DaySummaryOut]

@@ -1,10 +1,11 @@
-"""business-api's routes, for merchants' systems (a client's service account is the caller).
+r"""business-api's routes, for merchants' systems (a client's service account is the caller).
 Each only says where it leads; the door (core.edge) checks the token, the rate limit, forwards
 and answers.
 
 | here | behind (wallet-api unless said) |
 |---|---|
 | GET /v1/accounts, GET /v1/accounts/{account_id} | /v1/accounts… (the accounts the client is linked to) |
+| GET /v1/accounts/{account_id}/daily-summary?from=&to=&format=json\|csv | the same: the business's days |
 | GET /v1/wallets/{wallet_id} | the balance |
 | GET /v1/wallets/{wallet_id}/movements | …/statement |
 | GET /v1/wallets/{wallet_id}/payments?kind= | …/statement, only payments received (or refunds) |
@@ -22,7 +23,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from hiwallet.business_api.models import PROGRAMME_ID_PATTERN, PaymentsOut, ProgrammeOut, ProgrammesOut
+from hiwallet.business_api.models import (
+    PROGRAMME_ID_PATTERN,
+    DailySummaryOut,
+    PaymentsOut,
+    ProgrammeOut,
+    ProgrammesOut,
+)
 from hiwallet.contracts.public import (
     ACCOUNT_ID_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -86,6 +93,34 @@ async def accounts(request: Request) -> Response:
 )
 async def account(request: Request) -> Response:
     return await door(request).forward(request, WALLET, f"/v1/accounts/{segment(request, 'account_id')}")
+
+
+@router.get(
+    "/v1/accounts/{account_id}/daily-summary",
+    response_model=DailySummaryOut,
+    responses={
+        **answers(401, 403, 404, 422, 429, 503),
+        200: {"content": {"text/csv": {"schema": {"type": "string"}}}, "description": "JSON, or CSV"},
+    },
+    openapi_extra=operation(
+        parameters=[
+            _account,
+            query_param("from", {"type": "string", "format": "date"}),
+            query_param("to", {"type": "string", "format": "date"}),
+            query_param("format", {"enum": ["json", "csv"], "type": "string", "default": "json"}),
+        ]
+    ),
+    tags=["accounts"],
+)
+async def daily_summary(request: Request) -> Response:
+    """The business's days (UTC, the last 31 unless ``from``/``to`` say): its transactions, what
+    came in and went out, the fees taken in them; ``format=csv`` for CSV. Refreshed every hour."""
+    return await door(request).forward(
+        request,
+        WALLET,
+        f"/v1/accounts/{segment(request, 'account_id')}/daily-summary",
+        params=query(request, "from", "to", "format"),
+    )
 
 
 @router.get(

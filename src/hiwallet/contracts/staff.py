@@ -68,6 +68,8 @@ class StaffPermission(StrEnum):
     # Record the evidence (remote identity verification, signed agreement) that raises a
     # personal account to the Contracted tier (wallet-api, POST /v1/staff/accounts/{id}/contract).
     CUSTOMER_CONTRACT = "customer.contract"
+    # the books: reconciliation's findings (list, resolve, run a round) and the daily summary
+    FINANCE_RECONCILIATION = "finance.reconciliation"
 
 
 def staff_actor(subject: str) -> str:

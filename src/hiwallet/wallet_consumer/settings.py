@@ -58,9 +58,10 @@ class WalletConsumerSettings(BaseSettings):
     # A connection per partition being handled, one for the ledger's reads (a reused key), one
     # for /ready and the unattributed count; one for the withdrawal commands, one for the
     # ledger's read of a refunded debit, one for the outbox's gauges and purge; one for each of
-    # the ledger's jobs (promo expiry, sweep: a posting at a time each); and one per
-    # withdrawal command in hand (withdrawals_concurrency).
-    db_pool_max_size: int = 28
+    # the ledger's jobs (promo expiry, sweep: a posting at a time each); one per withdrawal
+    # command in hand (withdrawals_concurrency); one for each of the books' jobs (verify,
+    # reconciliation, the daily summary: hiwallet.reconciliation) and their gauge.
+    db_pool_max_size: int = 32
     # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
     # At stop: how long the message in hand may take to finish (else it is given back and
