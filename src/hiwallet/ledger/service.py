@@ -231,6 +231,9 @@ class Ledger:
     async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
         return await self.store.actors(account_id, transaction_ids)
 
+    async def counterparties(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
+        return await self.store.counterparties(account_id, transaction_ids)
+
     async def transaction(self, transaction_id: str) -> TransactionView:
         return await self.store.transaction(transaction_id)
 

@@ -567,6 +567,21 @@ class LedgerStore:
         rows = await self._read("fetch", Q["actors"], bucket_of(account_id), transaction_ids)
         return {r["id"]: r["actor"] for r in rows}
 
+    async def counterparties(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
+        """The other customer wallet (its id) each of these transactions of ``account_id``'s
+        statement moved money with, where there is one (a p2p transfer, a payment, a refund; not
+        a top-up or a withdrawal). One wallet each: the first by id, should there be several."""
+        if not transaction_ids:
+            return {}
+        wallet = account_id.rsplit(":", 1)[0]
+        rows = await self._read(
+            "fetch", Q["counterparties"], bucket_of(account_id), account_id, f"{wallet}:", transaction_ids
+        )
+        found: dict[str, str] = {}
+        for r in rows:
+            found.setdefault(r["transaction_id"], r["account_id"].rsplit(":", 1)[0])
+        return found
+
     async def refund_of(self, transaction_id: str) -> str | None:
         """The id of the refund of ``transaction_id``, if there is one."""
         value = await self._read("fetchval", Q["refund_of"], bucket_of(transaction_id), transaction_id)

@@ -96,6 +96,20 @@ SELECT coalesce(l.found, false) AS found
 -- touches (ledger.post), so the bucket of a statement's account holds every one of its lines'.
 SELECT id, actor FROM ledger.transactions WHERE bucket = $1 AND id = ANY ($2::text[])
 
+-- name: counterparties
+-- The other customer wallets each of these transactions of $2's statement moved money with: the
+-- transaction's row in $2's bucket ($1) lists every bucket it touched, and in each its lines are
+-- found by lines_by_transaction (a transaction's few lines). Wallet accounts only (no fee,
+-- clearing or promo-expense leg), and none of $2's own wallet ($3: its purses' prefix).
+SELECT t.id AS transaction_id, l.account_id
+  FROM ledger.transactions t
+ CROSS JOIN LATERAL unnest(t.buckets) AS b (bucket)
+  JOIN ledger.lines l ON l.bucket = b.bucket AND l.transaction_id = t.id
+  JOIN ledger.accounts a ON a.bucket = l.bucket AND a.id = l.account_id
+ WHERE t.bucket = $1 AND t.id = ANY ($4::text[])
+   AND a.role = 'user_wallet' AND l.account_id <> $2 AND NOT starts_with(l.account_id, $3)
+ ORDER BY t.id, l.account_id
+
 -- name: refund_of
 SELECT id FROM ledger.transactions WHERE bucket = $1 AND refund_of = $2 AND bucket = home_bucket
 
