@@ -112,6 +112,9 @@ async def test_a_transfer_submitted_twice_moves_money_once(
     movements = page.locator(".movement")
     await expect(movements).to_have_count(3)  # the funding, the two transfers
     await expect(movements.filter(has_text="kira")).to_contain_text("−₺12.50")
+    # each transfer names its other wallet; the funding (a top-up) names none
+    await expect(movements.filter(has_text="kira")).to_contain_text(f"To {receiver.number}")
+    await expect(page.locator(".movement .party")).to_have_count(2)
     await check_page(page, "pweb movements")
 
 

@@ -47,7 +47,38 @@ async def test_p2p_moves_cash_and_shows_in_both_statements(api: WalletApi) -> No
         ("topup", 100 * TL, 100 * TL),
         ("p2p", -40 * TL, 60 * TL),
     ]
+    # each line's counterparty: none for the top-up, bob's number (and no name) for the transfer
+    assert [line["counterparty"] for line in lines] == [
+        None,
+        {"wallet_number": bob.number, "kind": "personal", "name": None},
+    ]
+    [received] = (await api.http.get(f"/v1/wallets/{bob.wallet_id}/statement", headers=bob.auth)).json()[
+        "lines"
+    ]
+    assert received["counterparty"] == {"wallet_number": alice.number, "kind": "personal", "name": None}
     await api.verify()
+
+
+async def test_a_payment_and_its_refund_name_the_business_and_the_payer(api: WalletApi) -> None:
+    payer = await api.customer(funds=100 * TL)
+    shop = await api.business("Kahve Dükkanı")
+    paid = await api.transfer(payer, shop.number, 30 * TL, reference="order 7")
+    assert paid.status_code == 201, paid.text
+    refunded = await api.post(f"/v1/transfers/{paid.json()['id']}/refund", {}, shop.auth, key="refund-7")
+    assert refunded.status_code == 201, refunded.text
+    lines = (await api.http.get(f"/v1/wallets/{payer.wallet_id}/statement", headers=payer.auth)).json()[
+        "lines"
+    ]
+    business = {"wallet_number": shop.number, "kind": "business", "name": "Kahve Dükkanı"}
+    assert [(line["type"], line["counterparty"]) for line in lines] == [
+        ("topup", None),
+        ("payment", business),
+        ("refund", business),
+    ]
+    shop_lines = (await api.http.get(f"/v1/wallets/{shop.wallet_id}/statement", headers=shop.auth)).json()[
+        "lines"
+    ]
+    assert {line["counterparty"]["wallet_number"] for line in shop_lines} == {payer.number}
 
 
 async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> None:

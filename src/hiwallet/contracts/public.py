@@ -32,6 +32,7 @@ __all__ = [
     "AccountOut",
     "AccountsOut",
     "Amount",
+    "CounterpartyOut",
     "MovementOut",
     "MovementsOut",
     "Problem",
@@ -134,6 +135,15 @@ class WalletOut(WalletRefOut):
     available: int
 
 
+class CounterpartyOut(BaseModel):
+    """The other wallet of a movement: its number, and a business's name (a person's is not
+    shown)."""
+
+    wallet_number: str
+    kind: Literal["personal", "business"]
+    name: str | None
+
+
 class MovementOut(BaseModel):
     transaction_id: str = Field(description="The transfer: GET /v1/transfers/{transaction_id}.")
     type: str
@@ -143,6 +153,10 @@ class MovementOut(BaseModel):
     balance_after: int
     version: int
     posted_at: datetime
+    counterparty: CounterpartyOut | None = Field(
+        description="The other wallet of a transfer, a payment or a refund; null for a top-up, "
+        "a withdrawal, a promo grant."
+    )
 
 
 class MovementsOut(BaseModel):

@@ -207,7 +207,9 @@ class Accounts:
         self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
     ) -> JSON:
         await own_wallet(self.pool, caller, wallet_id)
-        statement = await answered(self.ledger.statement(f"{wallet_id}:{purse}", cursor=cursor, limit=limit))
+        account = f"{wallet_id}:{purse}"
+        statement = await answered(self.ledger.statement(account, cursor=cursor, limit=limit))
+        parties = await self._counterparties(account, [line.transaction_id for line in statement.lines])
         return {
             "wallet_id": wallet_id,
             "purse": purse,
@@ -221,11 +223,32 @@ class Accounts:
                     "balance_after": line.balance_after,
                     "version": line.version,
                     "posted_at": ts(line.posted_at),
+                    "counterparty": parties.get(line.transaction_id),
                 }
                 for line in statement.lines
             ],
             "next_cursor": statement.next_cursor,
         }
+
+    async def _counterparties(self, account: str, transaction_ids: list[str]) -> dict[str, JSON]:
+        """The other wallet of each line that has one (a transfer, a payment, a refund): its
+        number, and a business's name (a person's name is not wallet-api's to show)."""
+        found = await answered(self.ledger.counterparties(account, transaction_ids))
+        if not found:
+            return {}
+        wallet_ids = sorted(set(found.values()))
+        rows = await self.pool.fetch(
+            Q["counterparty_wallets"], [ledger.bucket_of(w) for w in wallet_ids], wallet_ids
+        )
+        wallets = {
+            r["id"]: {
+                "wallet_number": r["number"],
+                "kind": r["kind"],
+                "name": r["name"] if r["kind"] == "business" else None,
+            }
+            for r in rows
+        }
+        return {tx: wallets[w] for tx, w in found.items() if w in wallets}
 
     async def promos(self, caller: Caller, wallet_id: str) -> JSON:
         await own_wallet(self.pool, caller, wallet_id)

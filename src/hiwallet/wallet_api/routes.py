@@ -13,6 +13,7 @@ from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Fiel
 from starlette.convertors import Convertor, register_url_convertor
 
 from hiwallet.contracts.currency import Currency, declare_currencies
+from hiwallet.contracts.public import CounterpartyOut
 from hiwallet.core.auth import CallerNotAllowed, bearer_token
 from hiwallet.core.http import (
     PROBLEM_CONTENT_TYPE,
@@ -182,6 +183,10 @@ class LineOut(BaseModel):
     balance_after: int
     version: int
     posted_at: datetime
+    counterparty: CounterpartyOut | None = Field(
+        description="The other wallet of a transfer, a payment or a refund; null for a top-up, "
+        "a withdrawal, a promo grant."
+    )
 
 
 class StatementOut(BaseModel):

@@ -93,6 +93,14 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  WHERE w.bucket = $1 AND w.id = $2
 
+-- name: counterparty_wallets
+-- The wallets a statement's lines moved money with ($1, $2: buckets and ids): each one's number
+-- and its account's kind and name (a business's; a person's account has none).
+SELECT w.id, w.number, a.kind, a.name
+  FROM unnest($1::smallint[], $2::text[]) AS p (bucket, id)
+  JOIN wallet.wallets w ON w.bucket = p.bucket AND w.id = p.id
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+
 -- name: wallet_by_number
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at, a.kind, a.tier, a.name
   FROM wallet.wallets w
