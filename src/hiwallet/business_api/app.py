@@ -9,9 +9,10 @@ from fastapi import FastAPI
 
 from hiwallet.business_api import webhooks
 from hiwallet.business_api.models import ProgrammeIn, PromoIn, RefundIn
-from hiwallet.business_api.routes import WALLET, WITHDRAWALS, router
+from hiwallet.business_api.routes import router
 from hiwallet.business_api.settings import BusinessApiSettings, get_business_api_settings
 from hiwallet.contracts.currency import declare_currencies
+from hiwallet.contracts.front import WALLET, WITHDRAWALS
 from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
 from hiwallet.contracts.webhook_api import EndpointIn, EndpointPatch
 from hiwallet.core.auth import TokenVerifier

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from hiwallet.contracts.currency import declare_currencies
+from hiwallet.contracts.front import WALLET, WITHDRAWALS
 from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
 from hiwallet.core.auth import TokenVerifier
 from hiwallet.core.edge import front_spec
@@ -24,7 +25,7 @@ from hiwallet.personal_mobile_api.models import (
     PhoneIn,
     RegistrationIn,
 )
-from hiwallet.personal_mobile_api.routes import ONBOARDING, WALLET, WITHDRAWALS, router
+from hiwallet.personal_mobile_api.routes import ONBOARDING, router
 from hiwallet.personal_mobile_api.settings import PersonalMobileApiSettings, get_personal_mobile_api_settings
 
 __all__ = ["SERVICE", "create_personal_mobile_api_app", "run_personal_mobile_api", "service_spec"]
