@@ -8,12 +8,11 @@ from typing import Any
 from fastapi import FastAPI
 
 from hiwallet.business_api import webhooks
-from hiwallet.business_api.models import ProgrammeIn, PromoIn, RefundIn
 from hiwallet.business_api.routes import router
 from hiwallet.business_api.settings import BusinessApiSettings, get_business_api_settings
 from hiwallet.contracts.currency import declare_currencies
 from hiwallet.contracts.front import WALLET, WITHDRAWALS
-from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
+from hiwallet.contracts.public import Problem, ProgrammeIn, PromoIn, RefundIn, TransferIn, WithdrawalIn
 from hiwallet.contracts.webhook_api import EndpointIn, EndpointPatch
 from hiwallet.core.auth import TokenVerifier
 from hiwallet.core.edge import front_spec

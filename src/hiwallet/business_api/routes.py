@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from hiwallet.business_api.models import PROGRAMME_ID_PATTERN, PaymentsOut, ProgrammeOut, ProgrammesOut
+from hiwallet.business_api.models import PaymentsOut
 from hiwallet.contracts.front import (
     ACCOUNT,
     ACCOUNTS,
@@ -31,7 +31,6 @@ from hiwallet.contracts.front import (
     LISTED,
     MOVEMENTS,
     PAGE,
-    TOKEN,
     TRANSFER,
     TRANSFER_PARAM,
     WALLET,
@@ -41,9 +40,10 @@ from hiwallet.contracts.front import (
     WITHDRAWAL,
     WITHDRAWALS_LIST,
 )
+from hiwallet.contracts.public import PROGRAMME_ID_PATTERN, ProgrammeOut, ProgrammesOut
 from hiwallet.core.edge import door, query, segment
 from hiwallet.core.edge.document import answers, operation, path_param, query_param
-from hiwallet.core.edge.routes import Forwarding
+from hiwallet.core.edge.routes import reading
 from hiwallet.core.http import LeanRoute, NotFound
 
 __all__ = ["router"]
@@ -124,12 +124,7 @@ TRANSFER.declare(
     tags=["promos"],
 )
 
-_PROGRAMMES = Forwarding(
-    "GET",
-    "/v1/promo-programmes",
-    WALLET,
-    route={"response_model": ProgrammesOut, "responses": TOKEN, "tags": ["promos"]},
-)
+_PROGRAMMES = reading("/v1/promo-programmes", WALLET, ProgrammesOut, "promos")
 _PROGRAMMES.declare(
     router,
     "propose_programme",

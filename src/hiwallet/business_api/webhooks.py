@@ -30,20 +30,17 @@ from hiwallet.contracts.webhook_api import (
     EndpointWithSecretOut,
 )
 from hiwallet.core.edge.document import answers, path_param, query_param
-from hiwallet.core.edge.routes import Forwarding
+from hiwallet.core.edge.routes import Forwarding, reading
 from hiwallet.core.http import LeanRoute
 
 __all__ = ["router"]
 
-_READ = answers(401, 403, 404, 429, 503)
 _WRITE = answers(400, 401, 403, 404, 409, 413, 422, 429, 503)
 _EVENT_TYPES = [*EVENT_TYPES, ENDPOINT_DISABLED]
 
 router = APIRouter(route_class=LeanRoute)
 
-_ENDPOINTS = Forwarding(
-    "GET", "/v1/webhook-endpoints", WALLET, route={"response_model": EndpointsOut, "tags": ["webhooks"]}
-)
+_ENDPOINTS = reading("/v1/webhook-endpoints", WALLET, EndpointsOut, "webhooks")
 _ENDPOINTS.declare(
     router,
     "create_endpoint",
@@ -55,15 +52,15 @@ _ENDPOINTS.declare(
     response_model=EndpointWithSecretOut,
     responses=_WRITE,
 )
-_ENDPOINTS.declare(router, "list_endpoints", responses=_READ)
+_ENDPOINTS.declare(router, "list_endpoints")
 
 # One endpoint: the same path behind.
-_ENDPOINT = Forwarding(
-    "GET",
+_ENDPOINT = reading(
     "/v1/webhook-endpoints/{endpoint_id}",
     WALLET,
+    EndpointOut,
+    "webhooks",
     parameters=[path_param("endpoint_id", ENDPOINT_ID_PATTERN)],
-    route={"response_model": EndpointOut, "responses": _READ, "tags": ["webhooks"]},
 )
 _ENDPOINT.declare(router, "get_endpoint")
 _ENDPOINT.declare(
@@ -110,13 +107,13 @@ Forwarding(
 ).declare(router, "list_deliveries")
 
 # One delivery: the same path behind.
-_DELIVERY = Forwarding(
-    "GET",
+_DELIVERY = reading(
     "/v1/webhook-deliveries/{delivery_id}",
     WALLET,
+    DeliveryDetailOut,
+    "webhooks",
     description="A delivery, its event and every attempt.",
     parameters=[path_param("delivery_id", DELIVERY_ID_PATTERN)],
-    route={"response_model": DeliveryDetailOut, "responses": _READ, "tags": ["webhooks"]},
 )
 _DELIVERY.declare(router, "get_delivery")
 _DELIVERY.declare(

@@ -25,7 +25,7 @@ from hiwallet.contracts.public import (
     public_transfer,
 )
 from hiwallet.core.edge.document import answers, idempotency_key, path_param, query_param
-from hiwallet.core.edge.routes import Forwarding
+from hiwallet.core.edge.routes import Forwarding, reading
 
 __all__ = [
     "ACCOUNT",
@@ -37,7 +37,6 @@ __all__ = [
     "MONEY",
     "MOVEMENTS",
     "PAGE",
-    "TOKEN",
     "TRANSFER",
     "TRANSFER_PARAM",
     "WALLET",
@@ -52,8 +51,8 @@ __all__ = [
 WALLET = "wallet-api"
 WITHDRAWALS = "withdrawal-orchestrator"
 
-# What a route answers besides its 2xx: a read with a token, a listing (its query checked), money.
-TOKEN = answers(401, 403, 404, 429, 503)
+# What a route answers besides its 2xx (a read with a token: core.edge.routes.READ): a listing
+# (its query checked), money.
 LISTED = answers(401, 403, 404, 422, 429, 503)
 MONEY = answers(400, 401, 403, 404, 409, 413, 422, 429, 503)
 # A 201 of an operation under an Idempotency-Key (the stored answer, replayed).
@@ -71,6 +70,8 @@ IDEMPOTENT = {
 
 WALLET_PARAM = path_param("wallet_id", WALLET_ID_PATTERN)
 TRANSFER_PARAM = path_param("transfer_id", TRANSFER_ID_PATTERN)
+_ACCOUNT = path_param("account_id", ACCOUNT_ID_PATTERN)
+_WITHDRAWAL = path_param("withdrawal_id", WITHDRAWAL_ID_PATTERN)
 KEY = idempotency_key(IDEMPOTENCY_KEY_PATTERN)
 # A statement's page: the cursor is the last line's version.
 PAGE = (
@@ -78,28 +79,11 @@ PAGE = (
     query_param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_STATEMENT_PAGE, "default": 50}),
 )
 
-ACCOUNTS = Forwarding(
-    "GET",
-    "/v1/accounts",
-    WALLET,
-    target="/v1/accounts",
-    route={"response_model": AccountsOut, "responses": TOKEN, "tags": ["accounts"]},
-)
-ACCOUNT = Forwarding(
-    "GET",
-    "/v1/accounts/{account_id}",
-    WALLET,
-    target="/v1/accounts/{account_id}",
-    parameters=[path_param("account_id", ACCOUNT_ID_PATTERN)],
-    route={"response_model": AccountOut, "responses": TOKEN, "tags": ["accounts"]},
-)
-WALLET_BALANCE = Forwarding(
-    "GET",
-    "/v1/wallets/{wallet_id}",
-    WALLET,
-    parameters=[WALLET_PARAM],
-    route={"response_model": WalletOut, "responses": TOKEN, "tags": ["wallets"]},
-)
+# A front API may serve them at other paths (its ``path``): the target stays.
+ACCOUNTS = reading("/v1/accounts", WALLET, AccountsOut, "accounts", target="/v1/accounts")
+_ACCOUNT_PATH = "/v1/accounts/{account_id}"
+ACCOUNT = reading(_ACCOUNT_PATH, WALLET, AccountOut, "accounts", target=_ACCOUNT_PATH, parameters=[_ACCOUNT])
+WALLET_BALANCE = reading("/v1/wallets/{wallet_id}", WALLET, WalletOut, "wallets", parameters=[WALLET_PARAM])
 MOVEMENTS = Forwarding(
     "GET",
     "/v1/wallets/{wallet_id}/movements",
@@ -123,13 +107,13 @@ TRANSFER = Forwarding(
     body="TransferIn",
     route={"status_code": 201, "response_model": TransferOut, "responses": IDEMPOTENT, "tags": ["money"]},
 )
-GET_TRANSFER = Forwarding(
-    "GET",
+GET_TRANSFER = reading(
     "/v1/transfers/{transfer_id}",
     WALLET,
-    reshape=public_transfer,
+    TransferOut,
+    "money",
     parameters=[TRANSFER_PARAM],
-    route={"response_model": TransferOut, "responses": TOKEN, "tags": ["money"]},
+    reshape=public_transfer,
 )
 WITHDRAW = Forwarding(
     "POST",
@@ -144,12 +128,8 @@ WITHDRAW = Forwarding(
         "tags": ["money"],
     },
 )
-WITHDRAWAL = Forwarding(
-    "GET",
-    "/v1/withdrawals/{withdrawal_id}",
-    WITHDRAWALS,
-    parameters=[path_param("withdrawal_id", WITHDRAWAL_ID_PATTERN)],
-    route={"response_model": WithdrawalOut, "responses": TOKEN, "tags": ["money"]},
+WITHDRAWAL = reading(
+    "/v1/withdrawals/{withdrawal_id}", WITHDRAWALS, WithdrawalOut, "money", parameters=[_WITHDRAWAL]
 )
 WITHDRAWALS_LIST = Forwarding(
     "GET",

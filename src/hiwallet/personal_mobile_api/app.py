@@ -9,6 +9,14 @@ from fastapi import FastAPI
 
 from hiwallet.contracts.currency import declare_currencies
 from hiwallet.contracts.front import WALLET, WITHDRAWALS
+from hiwallet.contracts.onboarding_api import (
+    CodeIn,
+    CompleteIn,
+    ConsentIn,
+    IdentityIn,
+    PhoneIn,
+    RegistrationIn,
+)
 from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
 from hiwallet.core.auth import TokenVerifier
 from hiwallet.core.edge import front_spec
@@ -17,14 +25,6 @@ from hiwallet.core.http import document_models, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.service import ServiceSpec, build_app
 from hiwallet.core.settings import refuse_insecure_start
-from hiwallet.personal_mobile_api.models import (
-    CodeIn,
-    CompleteIn,
-    ConsentIn,
-    IdentityIn,
-    PhoneIn,
-    RegistrationIn,
-)
 from hiwallet.personal_mobile_api.routes import ONBOARDING, router
 from hiwallet.personal_mobile_api.settings import PersonalMobileApiSettings, get_personal_mobile_api_settings
 

@@ -1,119 +1,13 @@
-"""personal-mobile-api's own request and answer shapes for registration and verification (as
-onboarding takes and answers them; the money shapes are contracts.public's)."""
+"""personal-mobile-api's own answer shapes (its limits); the registration and verification ones
+are contracts.onboarding_api's (onboarding's own), the money ones contracts.public's."""
 
 from __future__ import annotations
 
-from datetime import date
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr
+from pydantic import BaseModel, Field
 
-from hiwallet.core.text import EMAIL_PATTERN, PrintableText
-
-__all__ = [
-    "REGISTRATION_PATTERN",
-    "CodeIn",
-    "CompleteIn",
-    "CompletedOut",
-    "ConsentIn",
-    "IdentityIn",
-    "LimitOut",
-    "LimitsOut",
-    "MeOut",
-    "PhoneIn",
-    "PhoneSentOut",
-    "RegistrationIn",
-    "RegistrationOut",
-    "StatusOut",
-]
-
-REGISTRATION_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
-# onboarding's (its routes.py): E.164, or a Turkish mobile number as people write it.
-_SEP = r"[ ().-]{0,2}"
-_DIGIT = rf"[0-9]{_SEP}"
-_TURKISH_MOBILE = rf"5{_SEP}(?:{_DIGIT}){{9}}"
-PHONE_PATTERN = (
-    rf"^{_SEP}(?:"
-    rf"(?:\+|0{_SEP}0){_SEP}(?:9{_SEP}0{_SEP}{_TURKISH_MOBILE}"
-    rf"|[1-8]{_SEP}(?:{_DIGIT}){{7,14}}|9{_SEP}[1-9]{_SEP}(?:{_DIGIT}){{6,13}})"
-    rf"|(?:0{_SEP}|9{_SEP}0{_SEP})?{_TURKISH_MOBILE}"
-    r")$"
-)
-TCKN_PATTERN = r"^[1-9][0-9]{10}$"
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RegistrationIn(_In):
-    email: Annotated[StrictStr, Field(max_length=254, pattern=EMAIL_PATTERN)]
-
-
-class CodeIn(_In):
-    code: Annotated[StrictStr, Field(pattern=r"^[0-9]{6}$", description="The 6 digits sent.")]
-
-
-class CompleteIn(_In):
-    password: Annotated[SecretStr, Field(min_length=10, max_length=256)]
-
-
-class PhoneIn(_In):
-    phone: Annotated[
-        StrictStr,
-        Field(min_length=8, max_length=32, pattern=PHONE_PATTERN, description="E.164, or 05xx … in Turkey"),
-    ]
-
-
-class IdentityIn(_In):
-    tckn: Annotated[
-        StrictStr,
-        Field(min_length=11, max_length=11, pattern=TCKN_PATTERN, description="The T.C. identity number"),
-    ]
-    given_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
-    family_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
-    birth_date: date
-
-
-class ConsentIn(_In):
-    document: Literal["user_agreement", "privacy_notice"]
-    version: Annotated[PrintableText, Field(min_length=1, max_length=40)]
-
-
-class RegistrationOut(BaseModel):
-    registration_id: str
-    expires_at: str
-
-
-class StatusOut(BaseModel):
-    registration_id: str
-    status: str
-
-
-class CompletedOut(StatusOut):
-    account_id: str
-    login_url: str
-
-
-class ConsentOut(BaseModel):
-    document: str
-    version: str
-    accepted_at: str
-
-
-class MeOut(BaseModel):
-    tier: str
-    account_id: str | None
-    phone_verified: bool
-    phone: str | None = Field(description="Masked: the country code and the last two digits.")
-    identity_verified: bool
-    consents: list[ConsentOut]
-    remaining: list[str]
-
-
-class PhoneSentOut(BaseModel):
-    phone: str
-    expires_at: str
+__all__ = ["LimitOut", "LimitsOut"]
 
 
 class LimitOut(BaseModel):

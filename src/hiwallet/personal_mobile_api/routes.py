@@ -29,19 +29,19 @@ from hiwallet.contracts.front import (
     WITHDRAWAL,
     WITHDRAWALS_LIST,
 )
-from hiwallet.contracts.public import PromoBatchesOut
-from hiwallet.core.edge.document import answers, path_param
-from hiwallet.core.edge.routes import Forwarding
-from hiwallet.core.http import LeanRoute
-from hiwallet.personal_mobile_api.models import (
+from hiwallet.contracts.onboarding_api import (
     REGISTRATION_PATTERN,
     CompletedOut,
-    LimitsOut,
     MeOut,
     PhoneSentOut,
     RegistrationOut,
     StatusOut,
 )
+from hiwallet.contracts.public import PromoBatchesOut
+from hiwallet.core.edge.document import answers, path_param
+from hiwallet.core.edge.routes import Forwarding
+from hiwallet.core.http import LeanRoute
+from hiwallet.personal_mobile_api.models import LimitsOut
 
 __all__ = ["ONBOARDING", "router"]
 

@@ -25,10 +25,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from hiwallet.core.edge.document import operation
+from hiwallet.core.edge.document import answers, operation
 from hiwallet.core.edge.door import Reshape, door, query, segment
 
-__all__ = ["Forwarding"]
+__all__ = ["READ", "Forwarding", "reading"]
+
+# What a read with a token answers besides its 200: no token, not its caller's, not found, too
+# many requests, its upstream away (or failed: 502).
+READ = answers(401, 403, 404, 429, 503)
 
 
 @dataclass(frozen=True)
@@ -82,3 +86,10 @@ class Forwarding:
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Forwarding))
+
+
+def reading(path: str, upstream: str, response_model: Any, tag: str, **fields: Any) -> Forwarding:
+    """A read with a token (``GET path`` → ``upstream``), answering ``response_model`` or
+    :data:`READ`'s problems, under the document's ``tag``; ``fields`` are the rest."""
+    route = {"response_model": response_model, "responses": READ, "tags": [tag]}
+    return Forwarding("GET", path, upstream, route=route, **fields)
