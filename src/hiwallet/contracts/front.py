@@ -7,6 +7,13 @@ Each front API declares them on its router under its own names and words
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from hiwallet.contracts.currency import declare_currencies
 from hiwallet.contracts.public import (
     ACCOUNT_ID_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -18,14 +25,18 @@ from hiwallet.contracts.public import (
     AccountOut,
     AccountsOut,
     MovementsOut,
+    Problem,
+    TransferIn,
     TransferOut,
     WalletOut,
+    WithdrawalIn,
     WithdrawalOut,
     WithdrawalsOut,
     public_transfer,
 )
-from hiwallet.core.edge.document import answers, idempotency_key, path_param, query_param
+from hiwallet.core.edge.document import answers, document_security, idempotency_key, path_param, query_param
 from hiwallet.core.edge.routes import Forwarding, reading
+from hiwallet.core.http import document_models
 
 __all__ = [
     "ACCOUNT",
@@ -46,6 +57,7 @@ __all__ = [
     "WITHDRAWAL",
     "WITHDRAWALS",
     "WITHDRAWALS_LIST",
+    "front_document",
 ]
 
 WALLET = "wallet-api"
@@ -144,3 +156,26 @@ WITHDRAWALS_LIST = Forwarding(
     ],
     route={"response_model": WithdrawalsOut, "responses": LISTED, "tags": ["money"]},
 )
+
+
+def front_document(
+    currencies: Sequence[str], security: str, *models: type[BaseModel]
+) -> Callable[[FastAPI], None]:
+    """A front API's document (``front_spec``'s ``openapi``): the problem, the bodies of a
+    transfer and a withdrawal and ``models`` among its components (its lean routes name them),
+    its bearer scheme (``security`` describes the token), and ``currencies`` as the enum of every
+    currency (the deployment's setting, as the services behind it)."""
+
+    def openapi(app: FastAPI) -> None:
+        document_models(app, Problem, TransferIn, WithdrawalIn, *models)
+        document_security(app, security)
+        generate = app.openapi
+
+        def with_currencies() -> dict[str, Any]:
+            schema = generate()
+            declare_currencies(schema, currencies)
+            return schema
+
+        app.openapi = with_currencies  # type: ignore[method-assign]
+
+    return openapi

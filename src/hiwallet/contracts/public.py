@@ -35,9 +35,13 @@ __all__ = [
     "AccountOut",
     "AccountsOut",
     "Amount",
+    "LimitOut",
+    "LimitsOut",
+    "LineOut",
     "MovementOut",
     "MovementsOut",
     "Name",
+    "PostedTransfer",
     "Problem",
     "ProgrammeIn",
     "ProgrammeOut",
@@ -196,8 +200,8 @@ class WalletOut(WalletRefOut):
     available: int
 
 
-class MovementOut(BaseModel):
-    transaction_id: str = Field(description="The transfer: GET /v1/transfers/{transaction_id}.")
+class LineOut(BaseModel):
+    transaction_id: str
     type: str
     reference: str
     amount: int
@@ -205,6 +209,12 @@ class MovementOut(BaseModel):
     balance_after: int
     version: int
     posted_at: datetime
+
+
+class MovementOut(LineOut):
+    # A statement's line as a client sees it: the same, the transaction described (the field
+    # keeps its place).
+    transaction_id: str = Field(description="The transfer: GET /v1/transfers/{transaction_id}.")
 
 
 class MovementsOut(BaseModel):
@@ -228,8 +238,8 @@ class PromoBatchesOut(BaseModel):
     batches: list[PromoBatchOut]
 
 
-class TransferOut(BaseModel):
-    """A transfer as a client sees it: who paid whom, how much, the fee; not its ledger legs."""
+class PostedTransfer(BaseModel):
+    """What every view of a posted transfer holds (wallet-api's own adds its ledger legs)."""
 
     id: str
     type: str
@@ -243,7 +253,27 @@ class TransferOut(BaseModel):
     reference: str
     refund_of: str | None
     posted_at: datetime
+
+
+class TransferOut(PostedTransfer):
+    """A transfer as a client sees it: who paid whom, how much, the fee; not its ledger legs."""
+
     expires_at: datetime | None = None
+
+
+class LimitOut(BaseModel):
+    kind: Literal["transfer", "payment"]
+    currency: str
+    limit_minor: int = Field(description="What the tier allows this calendar month (UTC); 0: not allowed.")
+    used_minor: int
+    remaining_minor: int
+
+
+class LimitsOut(BaseModel):
+    account_id: str
+    tier: str | None
+    month: str = Field(description="YYYY-MM (UTC)")
+    limits: list[LimitOut]
 
 
 class WithdrawalOut(BaseModel):

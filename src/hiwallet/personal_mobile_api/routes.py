@@ -37,11 +37,10 @@ from hiwallet.contracts.onboarding_api import (
     RegistrationOut,
     StatusOut,
 )
-from hiwallet.contracts.public import PromoBatchesOut
+from hiwallet.contracts.public import LimitsOut, PromoBatchesOut
 from hiwallet.core.edge.document import answers, path_param
 from hiwallet.core.edge.routes import Forwarding
 from hiwallet.core.http import LeanRoute
-from hiwallet.personal_mobile_api.models import LimitsOut
 
 __all__ = ["ONBOARDING", "router"]
 

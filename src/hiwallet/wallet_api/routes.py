@@ -17,6 +17,8 @@ from hiwallet.contracts.currency import Currency, declare_currencies
 from hiwallet.contracts.public import MAX_AMOUNT_MINOR as PUBLIC_MAX_AMOUNT_MINOR
 from hiwallet.contracts.public import (
     PROGRAMME_ID_PATTERN,
+    LineOut,
+    PostedTransfer,
     Problem,
     ProgrammeIn,
     ProgrammeOut,
@@ -105,17 +107,6 @@ class AccountsOut(BaseModel):
     accounts: list[AccountOut]
 
 
-class LineOut(BaseModel):
-    transaction_id: str
-    type: str
-    reference: str
-    amount: int
-    currency: str
-    balance_after: int
-    version: int
-    posted_at: datetime
-
-
 class StatementOut(BaseModel):
     wallet_id: str
     purse: Literal["cash", "promo"]
@@ -132,19 +123,8 @@ class LegOut(BaseModel):
     currency: str
 
 
-class TransferOut(BaseModel):
-    id: str
-    type: str
-    status: Literal["posted"]
-    from_wallet: str | None
-    to_wallet: str | None
-    amount: int
-    currency: str
-    fee: int
-    promo_used: int
-    reference: str
-    refund_of: str | None
-    posted_at: datetime
+class TransferOut(PostedTransfer):
+    # contracts.public's, with the ledger legs (a client's view drops them); ``expires_at`` last.
     legs: list[LegOut]
     expires_at: datetime | None = None
 
