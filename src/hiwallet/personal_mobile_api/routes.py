@@ -60,14 +60,18 @@ _REGISTER = Forwarding(
     "/v1/registrations",
     ONBOARDING,
     anonymous=True,
-    route={"status_code": 202, "response_model": RegistrationOut, "responses": _REGISTRATION},
+    route={
+        "status_code": 202,
+        "response_model": RegistrationOut,
+        "responses": _REGISTRATION,
+        "tags": ["registration"],
+    },
 )
 _REGISTER.declare(
     router,
     "register",
     description="Start a registration: a code is mailed to the address.",
     body="RegistrationIn",
-    tags=["registration"],
 )
 # A step of a registration: the same path behind.
 _STEP = Forwarding(
@@ -76,7 +80,7 @@ _STEP = Forwarding(
     ONBOARDING,
     anonymous=True,
     parameters=[path_param("registration_id", REGISTRATION_PATTERN)],
-    route={"responses": _REGISTRATION},
+    route={"responses": _REGISTRATION, "tags": ["registration"]},
 )
 _STEP.declare(
     router,
@@ -85,7 +89,6 @@ _STEP.declare(
     description="A new code, replacing the old one.",
     status_code=202,
     response_model=RegistrationOut,
-    tags=["registration"],
 )
 _STEP.declare(
     router,
@@ -94,7 +97,6 @@ _STEP.declare(
     description="The code from the e-mail: the address is verified.",
     response_model=StatusOut,
     body="CodeIn",
-    tags=["registration"],
 )
 _STEP.declare(
     router,
@@ -105,7 +107,6 @@ _STEP.declare(
     response_model=CompletedOut,
     responses={**_REGISTRATION, 200: {"model": CompletedOut, "description": "Completed before"}},
     body="CompleteIn",
-    tags=["registration"],
 )
 
 
@@ -115,14 +116,17 @@ _ME = Forwarding(
     "POST",
     "/v1/me",
     ONBOARDING,
-    route={"response_model": MeOut, "responses": answers(400, 401, 403, 404, 409, 413, 422, 429, 503)},
+    route={
+        "response_model": MeOut,
+        "responses": answers(400, 401, 403, 404, 409, 413, 422, 429, 503),
+        "tags": ["me"],
+    },
 )
 _ME.declare(
     router,
     "me",
     method="GET",
     description="What is verified, what was accepted, what remains, and the tier.",
-    tags=["me"],
 )
 _ME.declare(
     router,
@@ -132,7 +136,6 @@ _ME.declare(
     status_code=202,
     response_model=PhoneSentOut,
     body="PhoneIn",
-    tags=["me"],
 )
 _ME.declare(
     router,
@@ -140,7 +143,6 @@ _ME.declare(
     path="/v1/me/phone/verify",
     description="The SMS code: the phone is verified.",
     body="CodeIn",
-    tags=["me"],
 )
 _ME.declare(
     router,
@@ -148,7 +150,6 @@ _ME.declare(
     path="/v1/me/identity",
     description="The identity, checked against the population registry.",
     body="IdentityIn",
-    tags=["me"],
 )
 _ME.declare(
     router,
@@ -156,7 +157,6 @@ _ME.declare(
     path="/v1/me/consents",
     description="The current version of the user agreement or the privacy notice, accepted.",
     body="ConsentIn",
-    tags=["me"],
 )
 
 
