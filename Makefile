@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks schema
+.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,13 +31,13 @@ lint: install
 # The tests create and migrate their own databases (a template per database, a clone per
 # test); they never touch the databases `make up` runs on.
 #
-# Two pytest-xdist workers: most of the run waits on processes, sockets and the databases (one
-# worker left a core idle half the time), so two halve it; --dist loadfile keeps each file on one
-# worker (a module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one
-# process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
+# Three pytest-xdist workers on two cores: most of the run waits on processes, sockets and the
+# databases (one worker left a core idle half the time; two still left a third of the machine
+# idle), so a third worker fills the waits; --dist loadfile keeps each file on one worker (a
+# module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
 test: install lint browser
 	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
-	$(BIN)/pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n 3 --dist loadfile $(PYTEST_ARGS)
 
 # Debian's chromium, which the browser tests drive with Playwright (tests/browser): installed when
 # missing (as root, as the broker plugin is; apt's lists are refreshed only if the first try fails).
@@ -60,6 +60,7 @@ schema: install
 # `make bench-staff` only staff-admin's GET /v1/me (STAFF_BENCH_ARGS, e.g. "--duration 60");
 # `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
 # `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
+# `make bench-bff` only the personal web app's home page (BFF_BENCH_ARGS, e.g. "--duration 20").
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
@@ -68,6 +69,7 @@ bench: install
 	$(BIN)/python bench/staff_me_bench.py $(STAFF_BENCH_ARGS)
 	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
 	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
+	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -95,3 +97,8 @@ bench-front: install
 # (WEBHOOK_BENCH_ARGS, e.g. "--events 10000 --rate 400").
 bench-webhooks: install
 	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
+
+# personal-web-bff's home page against wallet-api's GET /v1/accounts, 8 signed-in people
+# (BFF_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
+bench-bff: install
+	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)

@@ -35,7 +35,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any process it started logged a secret; and make sure the scan saw the
     services the run exercised (their access lines are in the file).
 
-    Under pytest-xdist (``make test`` runs two workers) the workers inherit the controller's
+    Under pytest-xdist (``make test`` runs three workers) the workers inherit the controller's
     log file and the controller sees every worker's reports: the scan is the controller's, once,
     after every worker has finished."""
     if hasattr(session.config, "workerinput"):
@@ -150,7 +150,9 @@ async def staff_admin_db(staff_admin_template: str) -> AsyncIterator[str]:
 async def broker() -> AsyncIterator[Broker]:
     """A started broker client (tests/core, tests/topup_webhook, tests/wallet_consumer); the
     test gives what it declares a unique prefix and deletes it afterwards."""
-    b = Broker(get_settings().amqp_url, client_name="hiwallet-tests", confirm_timeout_s=5.0)
+    b = Broker(
+        get_settings().amqp_url.get_secret_value(), client_name="hiwallet-tests", confirm_timeout_s=5.0
+    )
     await b.start()
     yield b
     await b.close()

@@ -25,8 +25,11 @@ from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation.hypothesis.builder import HypothesisTestConfig, HypothesisTestMode, create_test
 
+from tests.strength import scaled
+
 PROBLEM = "https://hiwallet.dev/problems/"
-EXAMPLES = 25
+# 12 with `make test`'s profile, 100 with HYPOTHESIS_PROFILE=long (tests/strength.py).
+EXAMPLES = scaled(0.5)
 # Refusals that say "your request breaks the document": never the answer to a request the
 # document calls valid (a 422 of the domain, a refusal by design, is admitted).
 MALFORMED = frozenset(

@@ -34,9 +34,11 @@ async def drop_database(name: str) -> None:
 
 
 async def make_template(key: str) -> str:
-    """Create and migrate the template database of ``key`` for this test session."""
-    name = f"{_PREFIX}_tpl_{key}"
-    await drop_database(name)
+    """Create and migrate a template database of ``key``.
+
+    Each call makes its own (the uuid): a module that wants its own template (tests/e2e) must not
+    drop, when it ends, the session's template of the same key that later tests clone."""
+    name = f"{_PREFIX}_tpl_{key}_{uuid.uuid4().hex[:8]}"
     await databases.migrate(key, database=name)
     return name
 

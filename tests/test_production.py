@@ -265,3 +265,23 @@ def test_hiwallet_up_refuses_to_run_in_production(production: dict[str, str]) ->
             up()
     finally:
         get_settings.cache_clear()
+
+
+def test_the_connection_urls_are_secrets_never_shown_with_the_settings() -> None:
+    """A deployment's URLs carry passwords: the settings' repr (a log line, a traceback's locals)
+    never shows them; a URL's shipped default without a password is no development secret."""
+    from hiwallet.core.edge.settings import EdgeSettings
+    from hiwallet.core.settings import Settings, insecure_settings
+
+    core = Settings(
+        database_url="postgresql://wallet_api:pg-pass-1@db:5432",
+        migrate_database_url="postgresql://owner:pg-pass-2@db:5432",
+        amqp_url="amqp://svc:mq-pass-3@mq:5672/",
+    )
+    edge = EdgeSettings(redis_url="redis://:rd-pass-4@cache:6379/0")
+    shown = repr(core) + str(core) + repr(edge) + str(edge) + str(core.model_dump()) + str(edge.model_dump())
+    for password in ("pg-pass-1", "pg-pass-2", "mq-pass-3", "rd-pass-4"):
+        assert password not in shown
+    assert core.database_url.get_secret_value() == "postgresql://wallet_api:pg-pass-1@db:5432"
+    assert not [p for p in insecure_settings(Settings()) if "DATABASE_URL" in p]
+    assert [p for p in insecure_settings(Settings()) if "AMQP_URL" in p]  # guest:guest ships here

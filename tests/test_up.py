@@ -315,9 +315,13 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
     up_process: tuple[subprocess.Popen[bytes], dict[str, int], Output], databases: dict[str, str]
 ) -> None:
     proc, ports, out = up_process
+    # The banner is printed in two parts: the demo administrator's lines (the TOTP secret) come
+    # after "HiWallet is running", so the test waits for them, not for the first part.
     await asyncio.to_thread(
         until,
-        lambda: bool(out.lines("HiWallet is running")) or proc.poll() is not None,
+        lambda: (
+            bool(out.lines("HiWallet is running") and out.lines("TOTP secret")) or proc.poll() is not None
+        ),
         120,
         "hiwallet up running",
     )

@@ -91,6 +91,10 @@ GRANT INSERT, UPDATE (status, approved_by, approved_at, transaction_id) ON walle
     TO :"app_role";
 GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
 
+-- 3d'. The Contracted tier's records (migrations/wallet/0018): wallet-api inserts one with the
+--     raise; nothing changes or deletes them.
+GRANT SELECT, INSERT ON wallet.account_contracts TO :"app_role";
+
 -- 3e. The merchants' webhooks (migrations/wallet/0016, docs/webhooks.md). wallet-api: the
 --     endpoints its members register (no delete of anything else), and the events of its
 --     movements (payment.received in the statement of wallet.transfer_batch, payment.refunded
@@ -99,8 +103,9 @@ GRANT INSERT, UPDATE (used) ON wallet.staff_daily_usage TO :"app_role";
 --     schedule only). wallet-consumer: the withdrawals' events, written in the command's
 --     transaction, nothing else. merchant-webhooks: it reads the events and the endpoints,
 --     marks events dispatched, disables a failing endpoint (its state columns only) and adds
---     endpoint.disabled events, makes and updates deliveries and records attempts; nothing of
---     the ledger, nothing of wallet-api's other records.
+--     endpoint.disabled events, makes and updates deliveries and records attempts, and deletes
+--     them all past the retention (migration 0017); nothing of the ledger, nothing of
+--     wallet-api's other records.
 GRANT SELECT, INSERT, DELETE, UPDATE (url, event_types, description, enabled, disabled_reason,
     disabled_at, secret_sealed, previous_secret_sealed, previous_secret_until, failing_since, updated_at)
     ON wallet.webhook_endpoints TO :"app_role";
@@ -112,10 +117,25 @@ GRANT INSERT ON wallet.webhook_events TO :"wallet_consumer_role";
 GRANT USAGE ON SCHEMA wallet TO :"merchant_webhooks_role";
 GRANT SELECT, UPDATE (enabled, disabled_reason, disabled_at, failing_since, updated_at)
     ON wallet.webhook_endpoints TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT, UPDATE (dispatched_at) ON wallet.webhook_events TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT, UPDATE (status, attempts, next_attempt_at, last_status_code, last_error,
+GRANT SELECT, INSERT, DELETE, UPDATE (dispatched_at) ON wallet.webhook_events TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, DELETE, UPDATE (status, attempts, next_attempt_at, last_status_code, last_error,
     updated_at, delivered_at) ON wallet.webhook_deliveries TO :"merchant_webhooks_role";
-GRANT SELECT, INSERT ON wallet.webhook_attempts TO :"merchant_webhooks_role";
+GRANT SELECT, INSERT, DELETE ON wallet.webhook_attempts TO :"merchant_webhooks_role";
+
+-- 3f. Reconciliation (migrations/wallet/0019, src/hiwallet/reconciliation): wallet-consumer's
+--     jobs record findings (a new one, or the open one's details and last_seen_at refreshed),
+--     resolve those no longer found, and upsert the daily summary; verify runs as a job there
+--     (it calls the line hash). wallet-api's staff list and resolve findings, run a round on
+--     demand (the same statements) and read the summary. Nothing deleted (a trigger refuses),
+--     a resolution never rewritten (the same trigger).
+GRANT SELECT, INSERT, UPDATE (details, last_seen_at, status, resolved_by, resolution_note, resolved_at)
+    ON wallet.reconciliation_findings TO :"wallet_consumer_role", :"app_role";
+GRANT SELECT, INSERT, UPDATE (transactions, volume_in_minor, volume_out_minor, fees_minor, computed_at)
+    ON wallet.daily_summary TO :"wallet_consumer_role";
+GRANT SELECT ON wallet.daily_summary TO :"app_role";
+--     Of wallet-api's records, the summary reads which accounts are businesses' and their
+--     wallets (the columns above: bucket, id, kind; bucket, id, account_id, currency).
+GRANT EXECUTE ON FUNCTION ledger.line_hash TO :"wallet_consumer_role";
 
 -- 4. The ledger is written only by its functions, which check what they write: a service
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the

@@ -787,6 +787,15 @@ BEGIN
     RETURN ledger.post_batch(p_postings);
 END $$;
 
+-- Name: account_contracts_guard(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.account_contracts_guard() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION 'a contract record is never changed or deleted' USING ERRCODE = 'insufficient_privilege';
+END $$;
+
 -- Name: count_withdrawal(smallint, text, text, date, text, bigint, bigint); Type: FUNCTION; Schema: wallet; Owner: -
 
 CREATE FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) RETURNS jsonb
@@ -876,6 +885,23 @@ BEGIN
        (OLD.id, OLD.bucket, OLD.account_id, OLD.wallet_id, OLD.name, OLD.currency,
         OLD.amount_per_customer, OLD.budget_minor, OLD.expires_at, OLD.proposed_by, OLD.proposed_at) THEN
         RAISE EXCEPTION 'a programme''s terms are never changed' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- Name: reconciliation_findings_keep_resolution(); Type: FUNCTION; Schema: wallet; Owner: -
+
+CREATE FUNCTION wallet.reconciliation_findings_keep_resolution() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.status = 'resolved' THEN
+        RAISE EXCEPTION 'reconciliation finding % is resolved already', OLD.id
+            USING ERRCODE = 'HW030', CONSTRAINT = 'reconciliation_findings_resolved_once';
+    END IF;
+    IF NEW.kind <> OLD.kind OR NEW.subject <> OLD.subject OR NEW.found_at <> OLD.found_at THEN
+        RAISE EXCEPTION 'a finding''s kind, subject and found_at are kept'
+            USING ERRCODE = 'HW030', CONSTRAINT = 'reconciliation_findings_resolved_once';
     END IF;
     RETURN NEW;
 END $$;
@@ -1224,6 +1250,22 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+-- Name: account_contracts; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.account_contracts (
+    bucket smallint NOT NULL,
+    account_id text NOT NULL,
+    evidence text NOT NULL,
+    evidence_ref text NOT NULL,
+    previous_tier text NOT NULL,
+    recorded_by text NOT NULL,
+    recorded_at timestamp with time zone NOT NULL,
+    CONSTRAINT account_contracts_by_staff CHECK ((recorded_by ~~ 'staff:_%'::text)),
+    CONSTRAINT account_contracts_evidence_known CHECK ((evidence = ANY (ARRAY['remote_identity_verification'::text, 'signed_agreement'::text]))),
+    CONSTRAINT account_contracts_evidence_ref_length CHECK (((length(evidence_ref) >= 1) AND (length(evidence_ref) <= 200))),
+    CONSTRAINT account_contracts_is_a_raise CHECK ((previous_tier = ANY (ARRAY['unknown'::text, 'unverified'::text, 'verified'::text])))
+);
+
 -- Name: accounts; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.accounts (
@@ -1269,6 +1311,22 @@ CREATE TABLE wallet.campaigns (
     CONSTRAINT campaigns_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
     CONSTRAINT campaigns_name_length CHECK (((length(name) >= 1) AND (length(name) <= 140))),
     CONSTRAINT campaigns_never_overspent CHECK (((remaining_minor >= 0) AND (remaining_minor <= budget_minor)))
+);
+
+-- Name: daily_summary; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.daily_summary (
+    day date NOT NULL,
+    currency character(3) NOT NULL,
+    account_id text NOT NULL,
+    transactions bigint NOT NULL,
+    volume_in_minor bigint NOT NULL,
+    volume_out_minor bigint NOT NULL,
+    fees_minor bigint NOT NULL,
+    computed_at timestamp with time zone NOT NULL,
+    CONSTRAINT daily_summary_account_length CHECK ((length(account_id) <= 120)),
+    CONSTRAINT daily_summary_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT daily_summary_figures_not_negative CHECK (((transactions >= 0) AND (volume_in_minor >= 0) AND (volume_out_minor >= 0)))
 );
 
 -- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
@@ -1417,6 +1475,28 @@ CREATE TABLE wallet.promo_programmes (
     CONSTRAINT promo_programmes_reason_length CHECK (((length(decision_reason) >= 1) AND (length(decision_reason) <= 500))),
     CONSTRAINT promo_programmes_spent_only_accepted CHECK (((status = 'accepted'::text) OR (remaining_minor = budget_minor))),
     CONSTRAINT promo_programmes_status_known CHECK ((status = ANY (ARRAY['proposed'::text, 'accepted'::text, 'refused'::text])))
+);
+
+-- Name: reconciliation_findings; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.reconciliation_findings (
+    id text NOT NULL,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    found_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone NOT NULL,
+    status text DEFAULT 'open'::text NOT NULL,
+    resolved_by text,
+    resolution_note text,
+    resolved_at timestamp with time zone,
+    CONSTRAINT reconciliation_findings_details_size CHECK ((pg_column_size(details) <= 8192)),
+    CONSTRAINT reconciliation_findings_kind_format CHECK ((kind ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+    CONSTRAINT reconciliation_findings_note_length CHECK (((resolution_note IS NULL) OR ((length(resolution_note) >= 1) AND (length(resolution_note) <= 2000)))),
+    CONSTRAINT reconciliation_findings_resolution_complete CHECK ((((status = 'open'::text) = ((resolved_by IS NULL) AND (resolution_note IS NULL) AND (resolved_at IS NULL))) AND ((status = 'open'::text) OR ((resolved_by IS NOT NULL) AND (resolution_note IS NOT NULL) AND (resolved_at IS NOT NULL))))),
+    CONSTRAINT reconciliation_findings_seen_after_found CHECK ((last_seen_at >= found_at)),
+    CONSTRAINT reconciliation_findings_status_known CHECK ((status = ANY (ARRAY['open'::text, 'resolved'::text]))),
+    CONSTRAINT reconciliation_findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 300)))
 );
 
 -- Name: staff_daily_usage; Type: TABLE; Schema: wallet; Owner: -
@@ -1615,6 +1695,11 @@ ALTER TABLE ONLY public.processed_events
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
+-- Name: account_contracts account_contracts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.account_contracts
+    ADD CONSTRAINT account_contracts_pkey PRIMARY KEY (bucket, account_id);
+
 -- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.accounts
@@ -1629,6 +1714,11 @@ ALTER TABLE ONLY wallet.campaign_grants
 
 ALTER TABLE ONLY wallet.campaigns
     ADD CONSTRAINT campaigns_pkey PRIMARY KEY (id);
+
+-- Name: daily_summary daily_summary_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.daily_summary
+    ADD CONSTRAINT daily_summary_pkey PRIMARY KEY (day, currency, account_id);
 
 -- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1679,6 +1769,11 @@ ALTER TABLE ONLY wallet.promo_programme_receivers
 
 ALTER TABLE ONLY wallet.promo_programmes
     ADD CONSTRAINT promo_programmes_pkey PRIMARY KEY (id);
+
+-- Name: reconciliation_findings reconciliation_findings_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.reconciliation_findings
+    ADD CONSTRAINT reconciliation_findings_pkey PRIMARY KEY (id);
 
 -- Name: staff_daily_usage staff_daily_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1751,6 +1846,10 @@ CREATE INDEX promo_batches_spend_order ON ledger.promo_batches USING btree (buck
 
 CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btree (bucket, refund_of) WHERE ((refund_of IS NOT NULL) AND (bucket = home_bucket));
 
+-- Name: daily_summary_by_account; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX daily_summary_by_account ON wallet.daily_summary USING btree (account_id, day);
+
 -- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX goodwill_credits_pending ON wallet.goodwill_credits USING btree (requested_at) WHERE (status = 'pending'::text);
@@ -1783,6 +1882,14 @@ CREATE INDEX promo_programmes_account ON wallet.promo_programmes USING btree (bu
 
 CREATE INDEX promo_programmes_proposed ON wallet.promo_programmes USING btree (proposed_at) WHERE (status = 'proposed'::text);
 
+-- Name: reconciliation_findings_by_status; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX reconciliation_findings_by_status ON wallet.reconciliation_findings USING btree (status, found_at DESC, id DESC);
+
+-- Name: reconciliation_findings_one_open; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE UNIQUE INDEX reconciliation_findings_one_open ON wallet.reconciliation_findings USING btree (kind, subject) WHERE (status = 'open'::text);
+
 -- Name: unattributed_topups_open; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX unattributed_topups_open ON wallet.unattributed_topups USING btree (created_at) WHERE (attributed_wallet IS NULL);
@@ -1795,6 +1902,10 @@ CREATE INDEX webhook_deliveries_due ON wallet.webhook_deliveries USING btree (ne
 
 CREATE INDEX webhook_deliveries_endpoint ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, created_at, id);
 
+-- Name: webhook_deliveries_event; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_deliveries_event ON wallet.webhook_deliveries USING btree (bucket, event_id);
+
 -- Name: webhook_deliveries_pending_order; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX webhook_deliveries_pending_order ON wallet.webhook_deliveries USING btree (bucket, endpoint_id, resource_id, event_seq) WHERE (status = 'pending'::text);
@@ -1802,6 +1913,10 @@ CREATE INDEX webhook_deliveries_pending_order ON wallet.webhook_deliveries USING
 -- Name: webhook_endpoints_account; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX webhook_endpoints_account ON wallet.webhook_endpoints USING btree (bucket, account_id);
+
+-- Name: webhook_events_dispatched_created; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX webhook_events_dispatched_created ON wallet.webhook_events USING btree (created_at) WHERE (dispatched_at IS NOT NULL);
 
 -- Name: webhook_events_undispatched; Type: INDEX; Schema: wallet; Owner: -
 
@@ -1839,6 +1954,10 @@ CREATE TRIGGER transactions_append_only BEFORE DELETE OR UPDATE ON ledger.transa
 
 CREATE TRIGGER transactions_no_truncate BEFORE TRUNCATE ON ledger.transactions FOR EACH STATEMENT EXECUTE FUNCTION ledger.refuse_change();
 
+-- Name: account_contracts account_contracts_guard; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER account_contracts_guard BEFORE DELETE OR UPDATE ON wallet.account_contracts FOR EACH ROW EXECUTE FUNCTION wallet.account_contracts_guard();
+
 -- Name: goodwill_credits goodwill_credits_guard; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER goodwill_credits_guard BEFORE DELETE OR UPDATE ON wallet.goodwill_credits FOR EACH ROW EXECUTE FUNCTION wallet.goodwill_credits_guard();
@@ -1854,6 +1973,14 @@ CREATE TRIGGER processed_messages_append_only BEFORE DELETE OR UPDATE ON wallet.
 -- Name: promo_programmes promo_programmes_guard; Type: TRIGGER; Schema: wallet; Owner: -
 
 CREATE TRIGGER promo_programmes_guard BEFORE UPDATE ON wallet.promo_programmes FOR EACH ROW EXECUTE FUNCTION wallet.promo_programmes_guard();
+
+-- Name: reconciliation_findings reconciliation_findings_keep_resolution; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER reconciliation_findings_keep_resolution BEFORE UPDATE ON wallet.reconciliation_findings FOR EACH ROW EXECUTE FUNCTION wallet.reconciliation_findings_keep_resolution();
+
+-- Name: reconciliation_findings reconciliation_findings_never_deleted; Type: TRIGGER; Schema: wallet; Owner: -
+
+CREATE TRIGGER reconciliation_findings_never_deleted BEFORE DELETE ON wallet.reconciliation_findings FOR EACH ROW EXECUTE FUNCTION wallet.reconciliation_findings_keep_resolution();
 
 -- Name: unattributed_topups unattributed_topups_attributed_once; Type: TRIGGER; Schema: wallet; Owner: -
 
@@ -1878,6 +2005,11 @@ ALTER TABLE ONLY ledger.promo_spends
 
 ALTER TABLE ONLY ledger.promo_spends
     ADD CONSTRAINT promo_spends_transaction_fk FOREIGN KEY (bucket, transaction_id) REFERENCES ledger.transactions(bucket, id);
+
+-- Name: account_contracts account_contracts_account_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.account_contracts
+    ADD CONSTRAINT account_contracts_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
 
 -- Name: campaign_grants campaign_grants_campaign_id_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1966,6 +2098,7 @@ GRANT ALL ON FUNCTION ledger.ensure_system_accounts(p_bucket smallint, p_currenc
 REVOKE ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_app;
 GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_readonly;
+GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_version bigint, p_transaction_id text, p_amount bigint, p_currency text, p_balance_after bigint, p_type text, p_ref text, p_posted_at timestamp with time zone) TO hiwallet_wallet_consumer_app;
 
 -- Name: FUNCTION open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text); Type: ACL; Schema: ledger; Owner: -
 
@@ -2011,6 +2144,10 @@ REVOKE ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) FRO
 GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
 GRANT ALL ON FUNCTION ledger_api.post_batch(p_postings ledger.posting_in[]) TO hiwallet_wallet_consumer_app;
 
+-- Name: FUNCTION account_contracts_guard(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.account_contracts_guard() FROM PUBLIC;
+
 -- Name: FUNCTION count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.count_withdrawal(p_bucket smallint, p_command_id text, p_account text, p_month date, p_currency text, p_amount bigint, p_limit bigint) FROM PUBLIC;
@@ -2031,6 +2168,10 @@ REVOKE ALL ON FUNCTION wallet.processed_messages_append_only() FROM PUBLIC;
 -- Name: FUNCTION promo_programmes_guard(); Type: ACL; Schema: wallet; Owner: -
 
 REVOKE ALL ON FUNCTION wallet.promo_programmes_guard() FROM PUBLIC;
+
+-- Name: FUNCTION reconciliation_findings_keep_resolution(); Type: ACL; Schema: wallet; Owner: -
+
+REVOKE ALL ON FUNCTION wallet.reconciliation_findings_keep_resolution() FROM PUBLIC;
 
 -- Name: FUNCTION return_withdrawal(p_bucket smallint, p_command_id text); Type: ACL; Schema: wallet; Owner: -
 
@@ -2107,6 +2248,11 @@ GRANT UPDATE(outcome) ON TABLE public.processed_events TO hiwallet_wallet_consum
 
 GRANT SELECT ON TABLE public.schema_migrations TO hiwallet_wallet_readonly;
 
+-- Name: TABLE account_contracts; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.account_contracts TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.account_contracts TO hiwallet_wallet_app;
+
 -- Name: TABLE accounts; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.accounts TO hiwallet_wallet_readonly;
@@ -2146,6 +2292,32 @@ GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 -- Name: COLUMN campaigns.remaining_minor; Type: ACL; Schema: wallet; Owner: -
 
 GRANT UPDATE(remaining_minor) ON TABLE wallet.campaigns TO hiwallet_wallet_app;
+
+-- Name: TABLE daily_summary; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.daily_summary TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE wallet.daily_summary TO hiwallet_wallet_app;
+
+-- Name: COLUMN daily_summary.transactions; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(transactions) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.volume_in_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(volume_in_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.volume_out_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(volume_out_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.fees_minor; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(fees_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
+
+-- Name: COLUMN daily_summary.computed_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(computed_at) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 
@@ -2253,6 +2425,42 @@ GRANT UPDATE(decided_at) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app
 
 GRANT UPDATE(decision_reason) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
 
+-- Name: TABLE reconciliation_findings; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT SELECT,INSERT ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.details; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(details) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(details) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.last_seen_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(last_seen_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(last_seen_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.status; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(status) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(status) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolved_by; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolved_by) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolved_by) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolution_note; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolution_note) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolution_note) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: COLUMN reconciliation_findings.resolved_at; Type: ACL; Schema: wallet; Owner: -
+
+GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
+GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.staff_daily_usage TO hiwallet_wallet_readonly;
@@ -2308,13 +2516,13 @@ GRANT SELECT(closed_at) ON TABLE wallet.wallets TO hiwallet_wallet_consumer_app;
 
 GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE wallet.webhook_attempts TO hiwallet_wallet_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_attempts TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_attempts TO hiwallet_merchant_webhooks_app;
 
 -- Name: TABLE webhook_deliveries; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE wallet.webhook_deliveries TO hiwallet_wallet_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_deliveries TO hiwallet_merchant_webhooks_app;
 
 -- Name: COLUMN webhook_deliveries.status; Type: ACL; Schema: wallet; Owner: -
 
@@ -2408,7 +2616,7 @@ GRANT UPDATE(updated_at) ON TABLE wallet.webhook_endpoints TO hiwallet_merchant_
 GRANT SELECT ON TABLE wallet.webhook_events TO hiwallet_wallet_readonly;
 GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_app;
 GRANT INSERT ON TABLE wallet.webhook_events TO hiwallet_wallet_consumer_app;
-GRANT SELECT,INSERT ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
+GRANT SELECT,INSERT,DELETE ON TABLE wallet.webhook_events TO hiwallet_merchant_webhooks_app;
 
 -- Name: COLUMN webhook_events.dispatched_at; Type: ACL; Schema: wallet; Owner: -
 

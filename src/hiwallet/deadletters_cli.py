@@ -30,7 +30,7 @@ LimitOption = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At
 
 @asynccontextmanager
 async def _broker() -> AsyncIterator[Broker]:
-    broker = Broker(get_settings().amqp_url, client_name="hiwallet-cli dead-letters")
+    broker = Broker(get_settings().amqp_url.get_secret_value(), client_name="hiwallet-cli dead-letters")
     try:
         await broker.start()
         yield broker

@@ -603,6 +603,10 @@ def up() -> None:
     # unless configured; the services' own default refuses private addresses (docs/webhooks.md).
     os.environ.setdefault("HIWALLET_WALLET_API_WEBHOOK_ALLOW_PRIVATE_TARGETS", "true")
     os.environ.setdefault("HIWALLET_MERCHANT_WEBHOOKS_ALLOW_PRIVATE_TARGETS", "true")
+    # The front APIs run on 127.0.0.1 here: onboarding believes their X-Forwarded-For, so its
+    # per-address limit counts the client's address, not the front's (docs/onboarding.md). On
+    # this stand anything local could claim an address; a deployment names its fronts' addresses.
+    os.environ.setdefault("HIWALLET_ONBOARDING_TRUSTED_PROXIES", "127.0.0.1")
     stop = threading.Event()
     received: list[int] = []
 

@@ -427,7 +427,7 @@ async def test_the_consumer_waits_for_rabbitmq_at_start(
 ) -> None:
     proxy = FaultProxy(upstream_port=5672)
     await proxy.start()
-    url = get_settings().amqp_url
+    url = get_settings().amqp_url.get_secret_value()
     for host in ("localhost:5672", "127.0.0.1:5672"):
         url = url.replace(host, f"127.0.0.1:{proxy.port}")
     late = Broker(url, client_name="consumer-via-proxy", connect_timeout_s=1, reconnect_interval_s=0.2)

@@ -263,7 +263,7 @@ async def test_broker_unreachable_rows_wait_then_catch_up(
 ) -> None:
     proxy = FaultProxy(upstream_port=5672)
     await proxy.start()
-    url = get_settings().amqp_url.replace("localhost:5672", f"127.0.0.1:{proxy.port}")
+    url = get_settings().amqp_url.get_secret_value().replace("localhost:5672", f"127.0.0.1:{proxy.port}")
     url = url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
     flaky = Broker(
         url, client_name="relay-via-proxy", connect_timeout_s=1, confirm_timeout_s=1, reconnect_interval_s=0.2

@@ -55,12 +55,17 @@ WALLET_API_TABLES = {
     "wallet.promo_programme_receivers",
     "wallet.goodwill_credits",
     "wallet.staff_daily_usage",
+    "wallet.account_contracts",  # the Contracted tier's records (0018)
     # the merchants' webhooks (migrations/wallet/0016): endpoints registered, events of its
     # movements written, deliveries listed and replayed
     "wallet.webhook_endpoints",
     "wallet.webhook_events",
     "wallet.webhook_deliveries",
     "wallet.webhook_attempts",
+    # reconciliation (migrations/wallet/0019): findings listed, resolved and recorded (a round
+    # on demand), the daily summary read
+    "wallet.reconciliation_findings",
+    "wallet.daily_summary",
 }
 # wallet-consumer's tables: what its role reads, and nothing of wallet-api's but the columns below.
 WALLET_CONSUMER_TABLES = {
@@ -70,6 +75,9 @@ WALLET_CONSUMER_TABLES = {
     "wallet.outbox",
     "wallet.withdrawal_counts",
     "wallet.limit_usage",
+    # reconciliation's jobs (migrations/wallet/0019): findings recorded and resolved, the summary
+    "wallet.reconciliation_findings",
+    "wallet.daily_summary",
 }
 
 # What the application roles may do beyond SELECT on the tables they read: table-level
@@ -88,10 +96,14 @@ WALLET_APP_WRITES: dict[str, set[str]] = {
     "wallet.promo_programme_receivers": {"INSERT"},
     "wallet.goodwill_credits": {"INSERT"},
     "wallet.staff_daily_usage": {"INSERT"},
+    "wallet.account_contracts": {"INSERT"},
     "wallet.webhook_endpoints": {"INSERT", "DELETE"},
     "wallet.webhook_events": {"INSERT"},
+    "wallet.reconciliation_findings": {"INSERT"},
 }
+_FINDING_COLUMNS = ("details", "last_seen_at", "status", "resolved_by", "resolution_note", "resolved_at")
 WALLET_APP_COLUMNS = {
+    *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),
     *(
         ("wallet.webhook_endpoints", column, "UPDATE")
         for column in (
@@ -148,8 +160,16 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     "wallet.outbox": {"INSERT", "DELETE"},
     # the withdrawals' merchant events (migrations/wallet/0016), written, never read
     "wallet.webhook_events": {"INSERT"},
+    # reconciliation's jobs (migrations/wallet/0019)
+    "wallet.reconciliation_findings": {"INSERT"},
+    "wallet.daily_summary": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
+    *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),
+    *(
+        ("wallet.daily_summary", c, "UPDATE")
+        for c in ("transactions", "volume_in_minor", "volume_out_minor", "fees_minor", "computed_at")
+    ),
     ("public.processed_events", "outcome", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_wallet", "UPDATE"),
     ("wallet.unattributed_topups", "attributed_by", "UPDATE"),
@@ -169,9 +189,10 @@ MERCHANT_WEBHOOKS_TABLES = {
     "wallet.webhook_attempts",
 }
 MERCHANT_WEBHOOKS_WRITES: dict[str, set[str]] = {
-    "wallet.webhook_events": {"INSERT"},  # endpoint.disabled notices
-    "wallet.webhook_deliveries": {"INSERT"},
-    "wallet.webhook_attempts": {"INSERT"},
+    # endpoint.disabled notices; DELETE: the retention (migration 0017)
+    "wallet.webhook_events": {"INSERT", "DELETE"},
+    "wallet.webhook_deliveries": {"INSERT", "DELETE"},
+    "wallet.webhook_attempts": {"INSERT", "DELETE"},
 }
 MERCHANT_WEBHOOKS_COLUMNS = {
     *(
@@ -197,6 +218,7 @@ WALLET_CONSUMER_FUNCTIONS = {
     "ledger_api.post_batch",  # its own statements' batches
     "wallet.count_withdrawal",
     "wallet.return_withdrawal",
+    "ledger.line_hash",  # pure (STABLE): verify runs as a job (hiwallet.reconciliation)
 }
 IDENTITY_TABLES = (
     "users",
@@ -699,7 +721,7 @@ async def test_a_service_refuses_to_start_as_the_owner(wallet_db: str, owner: as
     with pytest.raises(db.DatabaseMisconfigured, match="could change or bypass the schema"):
         await db.create_pool(wallet_db, role=me, min_size=1, max_size=1)
     # nor when the service URL names the owner
-    url = get_settings().database_url.replace("://", f"://{me}@", 1)
+    url = get_settings().database_url.get_secret_value().replace("://", f"://{me}@", 1)
     with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_DATABASE_URL"):
         await db.create_pool(wallet_db, role=APP, settings=Settings(database_url=url), min_size=1, max_size=1)
     # nor as a role that owns one table
@@ -865,6 +887,6 @@ async def test_the_customer_realms_role_cannot_touch_the_staff_realms_users(
 
 
 async def test_migrate_refuses_to_run_as_a_services_role(wallet_db: str) -> None:
-    url = get_settings().database_url.replace("://", f"://{APP}@", 1)
+    url = get_settings().database_url.get_secret_value().replace("://", f"://{APP}@", 1)
     with pytest.raises(db.DatabaseMisconfigured, match="HIWALLET_MIGRATE_DATABASE_URL"):
         await databases.migrate("wallet", database=wallet_db, settings=Settings(migrate_database_url=url))

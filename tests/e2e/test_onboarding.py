@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import httpx
@@ -24,6 +25,7 @@ from tests.e2e.onboarding import (
     ISMAIL,
     MEHMET,
     NOT_FOUND,
+    ONBOARDING,
     PASSWORD,
     UNAVAILABLE,
     OnboardingSystem,
@@ -31,6 +33,7 @@ from tests.e2e.onboarding import (
     onboarding_system,
     problem,
 )
+from tests.edge.conftest import RedisServer, edge_settings, nowhere, running_front
 from tests.identity.conftest import IdentityServer
 
 
@@ -65,9 +68,38 @@ async def http(system: OnboardingSystem) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def mobile(system: OnboardingSystem, redis_server: RedisServer) -> AsyncIterator[httpx.AsyncClient]:
+    """The customer's app's client: personal-mobile-api in front of onboarding and wallet-api."""
+    settings = edge_settings(
+        system.idp,
+        redis_server.url,
+        wallet_api_url=system.api.base_url,
+        onboarding_url=system.url(ONBOARDING),
+        withdrawals_url=nowhere(),
+        upstream_read_timeout_s=30.0,
+    )
+    async with (
+        running_front("personal", **settings) as front,
+        httpx.AsyncClient(base_url=front.url, timeout=30) as client,
+    ):
+        yield client
+
+
 async def test_a_customer_registers_verifies_logs_in_and_is_verified_by_their_first_wire(
-    system: OnboardingSystem, http: httpx.AsyncClient
+    system: OnboardingSystem, mobile: httpx.AsyncClient
 ) -> None:
+    """The whole way through the mobile app's front door (personal-mobile-api): registration,
+    verifications, the tier raised by the first own wire, then money sent and read back."""
+    http = mobile
     email = new_email()
     registration_id = await system.register(http, email)
     verified = await http.post(
@@ -159,6 +191,24 @@ async def test_a_customer_registers_verifies_logs_in_and_is_verified_by_their_fi
         ring.open(sealed["tckn_enc"], place("customers", "tckn_enc", "someone-else"))
     # and no process logged what this customer sent
     assert system.leaks() == []
+
+    # Money through the same door: the two wires' 1,000 TL, 100 TL of it sent to someone else.
+    wallet = customer["wallet_id"]
+    assert (await http.get(f"/v1/wallets/{wallet}", headers=auth)).json()["cash"] == 1_000_00
+    friend = await system.api.customer()
+    sent = await http.post(
+        "/v1/transfers",
+        json={"from_wallet": wallet, "to_wallet_number": friend.number, "amount": 100_00},
+        headers={**auth, "Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert sent.status_code == 201, sent.text
+    assert (await http.get(f"/v1/wallets/{wallet}", headers=auth)).json()["cash"] == 900_00
+    movements = (await http.get(f"/v1/wallets/{wallet}/movements", headers=auth)).json()["lines"]
+    assert [(m["type"], m["balance_after"]) for m in movements] == [
+        ("topup", 500_00),
+        ("topup", 1_000_00),
+        ("p2p", 900_00),
+    ]
 
 
 async def test_every_refusal_of_registration_and_verification(

@@ -69,6 +69,15 @@ DECLARED = {
     "MAX_KEY",
     "MAX_BATCH",
     "MAX_STATEMENT_PAGE",
+    # the books' checks: verify, and the reads of reconciliation and the daily summary
+    "verify_ledger",
+    "VerifyReport",
+    "balance_mismatches",
+    "unsettled_topups",
+    "day_figures",
+    "BalanceMismatch",
+    "UnsettledTopup",
+    "DayFigures",
 }
 
 

@@ -13,6 +13,7 @@ from hiwallet.ledger.errors import HoldNotUsable, InsufficientFunds, NothingToEx
 from hiwallet.ledger.model import PostResult, TxType
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, FeePolicy
 from hiwallet.ledger.service import Ledger
+from tests import pgtemplate
 from tests.ledger.conftest import TL, assert_verified, cash, documented_fee, funded_wallet
 
 A, B = 7, 900  # two buckets, so that transfers cross shards as they will on Citus
@@ -199,6 +200,70 @@ async def test_expired_promo_is_not_spent(ledger: Ledger) -> None:
     assert legs(r)[promo_account(payer)] == -3 * TL  # the live batch only
     assert {b.id: b.remaining for b in await ledger.store.promo_batches(payer)}[live.id] == 0
     assert (await ledger.store.wallet_balance(payer)).promo == 10 * TL  # the expired one, untouched
+
+
+async def test_a_balance_never_counts_expired_promo_even_before_the_job(ledger: Ledger) -> None:
+    """Promo past its expiry is still in the promo account until the job returns it; the
+    balance names it apart (promo_expired) and leaves it out of promo_live and available, as
+    the payment path leaves it out of what it spends. After the job, nothing changes for the
+    customer."""
+    shop = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
+    payer = await funded_wallet(ledger, "alice", 10 * TL, bucket=A)
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await ledger.promo_grant("g1", payer, 40 * TL, expires_at=past, actor="shop", ref="c", business=shop)
+    await ledger.promo_grant("g2", payer, 6 * TL, expires_at=past, actor="ops", ref="c")
+    later = datetime.now(UTC) + timedelta(days=1)
+    await ledger.promo_grant("g3", payer, 5 * TL, expires_at=later, actor="ops", ref="c")
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.cash, b.promo, b.promo_expired, b.promo_live, b.available) == (
+        10 * TL,
+        51 * TL,
+        46 * TL,
+        5 * TL,
+        15 * TL,
+    )
+    # What the balance offers is what can be spent, and not a minor unit more.
+    with pytest.raises(InsufficientFunds):
+        await ledger.payment("too-much", payer, shop, 15 * TL, actor="alice", ref="o")  # + 2 % fee
+    r = await ledger.payment("pay", payer, shop, 14 * TL, actor="alice", ref="o")
+    assert legs(r)[promo_account(payer)] == -5 * TL  # the live batch only
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.promo_live, b.available) == (0, 10 * TL - (14 * TL + 28) + 5 * TL)
+    assert await ledger.expire_promos(actor="job") == 2
+    after = await ledger.store.wallet_balance(payer)
+    assert (after.promo, after.promo_expired, after.promo_live, after.available) == (0, 0, 0, b.available)
+    await assert_verified(ledger.store)
+
+
+async def test_promo_a_refund_gives_back_after_its_expiry_expires_again(
+    ledger: Ledger, wallet_db: str
+) -> None:
+    """A payment spent a batch; the batch expired (its remainder returned); the payment is then
+    refunded, which gives the spent promo back to the batch, expired by now. That money is the
+    funder's too: the next expiry returns it, under a key of its own (the first expiry's key is
+    a replay by then), once; the customer is never shown it meanwhile."""
+    shop = await funded_wallet(ledger, "shop", 100 * TL, bucket=B)
+    payer = await funded_wallet(ledger, "alice", 10 * TL, bucket=A)
+    later = datetime.now(UTC) + timedelta(days=1)
+    await ledger.promo_grant("g1", payer, 40 * TL, expires_at=later, actor="shop", ref="c", business=shop)
+    pay = await ledger.payment("pay", payer, shop, 10 * TL, actor="alice", ref="o")
+    assert legs(pay)[promo_account(payer)] == -(10 * TL + 20)
+    async with pgtemplate.owner_connection(wallet_db) as owner:  # its clock moves, no waiting
+        await owner.execute("UPDATE ledger.promo_batches SET expires_at = now() - interval '1 second'")
+    shop_before = await cash(ledger, shop)
+    assert await ledger.expire_promos(actor="job") == 1
+    assert await cash(ledger, shop) == shop_before + 40 * TL - (10 * TL + 20)
+
+    await ledger.refund(pay.id, actor="shop")  # the shop pays back 10 TL, the fee comes back
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.promo, b.promo_expired, b.promo_live) == (10 * TL + 20, 10 * TL + 20, 0)
+    assert await ledger.expire_promos(actor="operator:someone") == 1  # another actor: no matter
+    assert await ledger.expire_promos(actor="job") == 0
+    b = await ledger.store.wallet_balance(payer)
+    assert (b.promo, b.promo_expired) == (0, 0)
+    # The shop: its 40 TL grant back in full, less nothing; the payment and its refund net out.
+    assert await cash(ledger, shop) == shop_before + 40 * TL - (10 * TL + 20) - 10 * TL + (10 * TL + 20)
+    await assert_verified(ledger.store)
 
 
 async def test_promo_grant_business_and_campaign(ledger: Ledger) -> None:

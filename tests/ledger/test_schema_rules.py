@@ -217,7 +217,7 @@ _ONE_BUCKET = re.compile(r"\bbucket\s*=\s*\$\d+")
 _BUCKET_FILTER = re.compile(r"\bbucket\s*=\s*(\$\d+|ANY\s*\(\s*\$\d+)")
 
 
-@pytest.mark.parametrize("file", ["queries.sql", "verify.sql"])
+@pytest.mark.parametrize("file", ["queries.sql", "verify.sql", "reconcile.sql"])
 def test_named_queries_name_their_bucket(file: str) -> None:
     """Every named query on a distributed table filters on one bucket (or a list for a
     transaction's parts), or says it is a multi-shard read; every locking query names one."""

@@ -5,6 +5,8 @@ resource, a receiver down and back, replay through wallet-api, SSRF at delivery 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from datetime import UTC, datetime
 
@@ -12,6 +14,8 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from hiwallet.contracts import merchant_events as me
+from hiwallet.contracts.databases import service_role
+from hiwallet.core import db
 from hiwallet.merchant_webhooks.dispatcher import Dispatcher, next_delay_s
 from hiwallet.merchant_webhooks.settings import DEFAULT_SCHEDULE_S
 from tests.merchant_webhooks.conftest import (
@@ -23,7 +27,7 @@ from tests.merchant_webhooks.conftest import (
     start_receiver,
 )
 from tests.servers import stop
-from tests.waiting import Clock
+from tests.waiting import Clock, until
 from tests.wallet_api.conftest import TL, WalletApi
 
 
@@ -337,3 +341,71 @@ async def test_an_address_that_became_private_is_refused_at_delivery(
     [attempt] = await attempts(api, delivery["id"])
     assert attempt["error"] == "forbidden-target:private-address"
     assert receiver.requests == []
+
+
+@pytest.mark.parametrize(
+    "dispatcher_settings", [{"allow_private_targets": True, "connect_timeout_s": 1.0, "purge_batch": 2}]
+)
+async def test_events_past_the_retention_go_with_their_deliveries_and_attempts_unless_pending(
+    api: WalletApi, dispatcher: Dispatcher, receiver: Receiver, clock: Clock
+) -> None:
+    payer = await api.customer(funds=100 * TL)
+    shop = await api.business()
+    await register(api, shop, receiver.url)
+    for _ in range(5):
+        await api.transfer(payer, shop.number, 1 * TL)
+    # Another business's endpoint refuses connections: its delivery stays pending.
+    other = await api.business("Başka", client="merchant-two")
+    await register(api, other, "http://127.0.0.1:9/hook")
+    await api.transfer(payer, other.number, 1 * TL)
+    await settle(dispatcher)
+    assert sorted(d["status"] for d in await deliveries(api)) == ["delivered"] * 5 + ["pending"]
+
+    clock.advance(29 * 86_400)
+    assert await dispatcher.purge() == 0  # not yet thirty days old
+    clock.advance(2 * 86_400)
+    assert await dispatcher.purge() == 5  # three batches of at most two
+    [left] = await deliveries(api)
+    assert left["status"] == "pending"
+    async with api.owner_connection() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM wallet.webhook_events") == 1
+        assert await conn.fetchval("SELECT count(*) FROM wallet.webhook_attempts") == len(
+            await attempts(api, left["id"])
+        )
+    assert await dispatcher.purge() == 0
+
+
+@pytest.mark.parametrize(
+    "dispatcher_settings",
+    [{"allow_private_targets": True, "request_timeout_s": 5.0, "poll_interval_s": 300.0}],
+)
+async def test_a_lost_listener_connection_is_listened_again(
+    api: WalletApi, dispatcher: Dispatcher, receiver: Receiver
+) -> None:
+    """Polling is all but off (300 s): a delivery within seconds is the notice's doing, before
+    the listener's backend is terminated and after."""
+    payer = await api.customer(funds=100 * TL)
+    shop = await api.business()
+    await register(api, shop, receiver.url)
+    running = asyncio.create_task(
+        dispatcher.run(db.dedicated_connection(api.database, service_role("wallet", "merchant_webhooks")))
+    )
+    try:
+        await api.transfer(payer, shop.number, 1 * TL)
+        await until(lambda: len(receiver.requests) == 1, 10, "the first delivery")
+        listeners = "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'"
+        async with api.owner_connection() as conn:
+            [lost] = [r["pid"] for r in await conn.fetch(listeners, api.database)]
+            assert await conn.fetchval("SELECT pg_terminate_backend($1)", lost)
+
+            async def listening_again() -> bool:
+                pids = [r["pid"] for r in await conn.fetch(listeners, api.database)]
+                return len(pids) == 1 and pids[0] != lost
+
+            await until(listening_again, 10, "a new LISTEN connection")
+        await api.transfer(payer, shop.number, 2 * TL)
+        await until(lambda: len(receiver.requests) == 2, 10, "the delivery after the loss")
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

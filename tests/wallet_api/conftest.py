@@ -91,9 +91,17 @@ def staff_idp(idps: tuple[IdentityServer, IdentityServer]) -> IdentityServer:
     return idps[1]
 
 
+# A password grant hashes with argon2 in the identity server's thread of this process: on a loaded
+# machine (CI's two workers) one took 7.6 s, past httpx's default 5 s.
+TOKEN_TIMEOUT_S = 30.0
+
+
 def client_token(idp: IdentityServer, client_id: str) -> str:
     response = httpx.post(
-        idp.token_url, auth=(client_id, SECRETS[client_id]), data={"grant_type": "client_credentials"}
+        idp.token_url,
+        auth=(client_id, SECRETS[client_id]),
+        data={"grant_type": "client_credentials"},
+        timeout=TOKEN_TIMEOUT_S,
     )
     assert response.status_code == 200, response.text
     token: str = response.json()["access_token"]
@@ -110,6 +118,7 @@ def password_token(idp: IdentityServer, username: str) -> str:
             "password": PASSWORD,
             "scope": "openid",
         },
+        timeout=TOKEN_TIMEOUT_S,
     )
     assert response.status_code == 200, response.text
     token: str = response.json()["access_token"]

@@ -27,10 +27,13 @@ from schemathesis.generation.hypothesis.builder import HypothesisTestConfig, Hyp
 
 from tests import pgtemplate
 from tests.identity.conftest import IdentityServer
+from tests.strength import scaled
 from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, running_api
 
-EXAMPLES = 40
-STATEFUL_RUNS = 80
+# 20 cases per operation and mode, 40 scenarios with `make test`'s profile; eight times as many
+# with HYPOTHESIS_PROFILE=long (tests/strength.py).
+EXAMPLES = scaled(0.8)
+STATEFUL_RUNS = scaled(1.6)
 STATEFUL_STEPS = 8
 # Refusals that say "your request breaks the document": never the answer to a request the
 # document calls valid. (A 422 of the domain, e.g. funds, limits, a Luhn check digit, is a
@@ -180,7 +183,7 @@ def test_the_api_matches_its_document(contract_api: tuple[WalletApi, Customer, C
             except Exception as exc:
                 failures[f"{operation.label} ({mode.value})"] = str(exc)[:3000]
             ran += 1
-    assert ran == 50  # 25 operations (staff ones aside), positive and negative
+    assert ran == 52  # 26 operations (staff ones aside), positive and negative
     assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
     # The run reached the use cases, not only the refusals.
     for reached in (
@@ -283,6 +286,7 @@ def test_the_document_lists_every_endpoint_and_the_security_scheme(
         ("/v1/accounts", "get"),
         ("/v1/accounts/{account_id}", "get"),
         ("/v1/accounts/{account_id}/limits", "get"),
+        ("/v1/accounts/{account_id}/daily-summary", "get"),
         ("/v1/accounts/{account_id}/wallets", "post"),
         ("/v1/wallets/{wallet_id}", "get"),
         ("/v1/wallets/{wallet_id}/statement", "get"),

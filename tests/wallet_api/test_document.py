@@ -80,8 +80,9 @@ async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: Walle
     ]
     literal = {p for _, p, params in routes_of(app_of(api)) if not params}
     # Today: tier, account, limits, wallets, wallet, statement, promos, transfer, refund, programme;
-    # a webhook endpoint (get, change, delete, rotate), a delivery (get, replay).
-    assert len(with_ids) == 16, with_ids
+    # a webhook endpoint (get, change, delete, rotate), a delivery (get, replay); a business's
+    # daily summary.
+    assert len(with_ids) == 17, with_ids
     document = (await api.http.get("/openapi.json")).json()
     before = await api.counts()
     for method, template, params in with_ids:
@@ -131,6 +132,7 @@ async def test_a_method_a_path_does_not_have_is_405(api: WalletApi) -> None:
         "credit_id": UUID,
         "endpoint_id": MISSING["endpoint_id"],
         "delivery_id": MISSING["delivery_id"],
+        "finding_id": UUID,
     }
     checked = 0
     for template, item in document["paths"].items():

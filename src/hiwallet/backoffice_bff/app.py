@@ -20,6 +20,7 @@ from hiwallet.backoffice_bff.settings import BackofficeBffSettings, get_backoffi
 from hiwallet.backoffice_bff.upstream import STAFF_ADMIN, WALLET, WITHDRAWALS, Upstreams
 from hiwallet.core.bff import (
     BffSessions,
+    ErrorPage,
     GrantRefused,
     OidcClient,
     OidcClientConfig,
@@ -29,7 +30,7 @@ from hiwallet.core.bff import (
     is_local_http,
     parse_key_ring,
 )
-from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http import AiohttpTransport, ProblemError, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app
@@ -40,6 +41,8 @@ __all__ = ["SERVICE", "create_backoffice_bff_app", "refuse_plain_http", "run_bac
 SERVICE = "backoffice-bff"
 HERE = Path(__file__).resolve().parent
 STYLE = (HERE / "static" / "style.css").read_bytes()
+# Connections to the internal services, kept alive between pages.
+UPSTREAM_CONNECTIONS = 32
 log = structlog.get_logger(__name__)
 
 
@@ -59,7 +62,13 @@ def _sessions(settings: BackofficeBffSettings) -> BffSessions:
 
 def service_spec(settings: BackofficeBffSettings, sessions: BffSessions) -> ServiceSpec:
     async def setup(rt: Runtime) -> None:
-        client = httpx.AsyncClient(follow_redirects=False)
+        # httpx's API over aiohttp's pool (core.http.AiohttpTransport), as personal-web-bff:
+        # a fraction of httpx's own pool's CPU a call. Each call sets its timeout (upstream.py).
+        client = httpx.AsyncClient(
+            transport=AiohttpTransport(max_connections=UPSTREAM_CONNECTIONS),
+            follow_redirects=False,
+            trust_env=False,
+        )
         rt.closers.append(client.aclose)
         rt.app.state.upstreams = Upstreams(
             client,
@@ -113,6 +122,12 @@ def create_backoffice_bff_app(settings: BackofficeBffSettings | None = None) -> 
 
     app.add_exception_handler(SignInNeeded, as_page)
     app.add_exception_handler(ProblemError, as_page)
+
+    async def unexpected(request: Request) -> Response:
+        return render(request, "error.html", None, status=500, code=500)
+
+    # An unexpected error: the error page (500), inside the security headers (added after it).
+    app.add_middleware(ErrorPage, render=unexpected)
     identity_origin = settings.staff_issuer.split("/realms/")[0]
     csp = content_security_policy([identity_origin])
     app.add_middleware(SecurityHeaders, csp=csp, hsts=not is_local_http(settings.public_url))

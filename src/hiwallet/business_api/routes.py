@@ -1,10 +1,11 @@
-"""business-api's routes, for merchants' systems (a client's service account is the caller).
+r"""business-api's routes, for merchants' systems (a client's service account is the caller).
 Each only says where it leads; the door (core.edge) checks the token, the rate limit, forwards
 and answers.
 
 | here | behind (wallet-api unless said) |
 |---|---|
 | GET /v1/accounts, GET /v1/accounts/{account_id} | /v1/accounts… (the accounts the client is linked to) |
+| GET /v1/accounts/{account_id}/daily-summary?from=&to=&format=json\|csv | the same: the business's days |
 | GET /v1/wallets/{wallet_id} | the balance |
 | GET /v1/wallets/{wallet_id}/movements | …/statement |
 | GET /v1/wallets/{wallet_id}/payments?kind= | …/statement, only payments received (or refunds) |
@@ -22,7 +23,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from hiwallet.business_api.models import PaymentsOut
+from hiwallet.business_api.models import DailySummaryOut, PaymentsOut
 from hiwallet.contracts.front import (
     ACCOUNT,
     ACCOUNTS,
@@ -54,6 +55,26 @@ ACCOUNTS.declare(
     router, "accounts", description="The business accounts this client is linked to, and their wallets."
 )
 ACCOUNT.declare(router, "account")
+ACCOUNT.declare(
+    router,
+    "daily_summary",
+    path="/v1/accounts/{account_id}/daily-summary",
+    target="/v1/accounts/{account_id}/daily-summary",
+    description="The business's days (UTC, the last 31 unless ``from``/``to`` say): its transactions, what\n"
+    "came in and went out, the fees taken in them; ``format=csv`` for CSV. Refreshed every hour.",
+    params=("from", "to", "format"),
+    parameters=[
+        *ACCOUNT.parameters,
+        query_param("from", {"type": "string", "format": "date"}),
+        query_param("to", {"type": "string", "format": "date"}),
+        query_param("format", {"enum": ["json", "csv"], "type": "string", "default": "json"}),
+    ],
+    response_model=DailySummaryOut,
+    responses={
+        **LISTED,
+        200: {"content": {"text/csv": {"schema": {"type": "string"}}}, "description": "JSON, or CSV"},
+    },
+)
 WALLET_BALANCE.declare(router, "wallet", description="The balance: cash, promo, held, and available.")
 MOVEMENTS.declare(router, "movements")
 

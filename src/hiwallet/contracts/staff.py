@@ -65,6 +65,11 @@ class StaffPermission(StrEnum):
     PROMO_MERCHANT_ACCEPT = "promo.merchant_accept"
     STAFF_MANAGE = "staff.manage"
     CREDIT_GOODWILL = "credit.goodwill"
+    # Record the evidence (remote identity verification, signed agreement) that raises a
+    # personal account to the Contracted tier (wallet-api, POST /v1/staff/accounts/{id}/contract).
+    CUSTOMER_CONTRACT = "customer.contract"
+    # the books: reconciliation's findings (list, resolve, run a round) and the daily summary
+    FINANCE_RECONCILIATION = "finance.reconciliation"
 
 
 def staff_actor(subject: str) -> str:

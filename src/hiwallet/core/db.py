@@ -154,9 +154,9 @@ def owner_dsn(database: str, settings: Settings | None = None) -> str:
     """The owner's URL of ``database``: migrations, schema dumps, the tests' and the bench's
     set-up. Never a service's (services use :func:`create_pool`, which refuses the owner)."""
     settings = settings or get_settings()
-    if settings.migrate_database_url:
-        return _with_database(settings.migrate_database_url, database)
-    parts = urlsplit(settings.database_url)
+    if settings.migrate_database_url is not None:
+        return _with_database(settings.migrate_database_url.get_secret_value(), database)
+    parts = urlsplit(settings.database_url.get_secret_value())
     # database_url without its user (and password): the default user of the client (PGUSER or
     # the login user), the superuser of a local trust-auth server.
     server = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))
@@ -171,9 +171,10 @@ def service_dsn(database: str, role: str, settings: Settings | None = None) -> s
     """A service's URL of ``database``: database_url as ``role`` when the URL names no user,
     else as the user it names."""
     settings = settings or get_settings()
-    if urlsplit(settings.database_url).username:
-        return _with_database(settings.database_url, database)
-    return _with_database(settings.database_url, database, role)
+    url = settings.database_url.get_secret_value()
+    if urlsplit(url).username:
+        return _with_database(url, database)
+    return _with_database(url, database, role)
 
 
 def server_settings(settings: Settings) -> dict[str, str]:

@@ -53,7 +53,7 @@ class Messaging:
     topology: Topology
 
     def connect(self, settings: Settings, client_name: str) -> Broker:
-        return Broker(settings.amqp_url, client_name=client_name)
+        return Broker(settings.amqp_url.get_secret_value(), client_name=client_name)
 
     def start(
         self, bus: Broker, tasks: Background, checks: dict[str, ReadyCheck], then: Callable[[], None]

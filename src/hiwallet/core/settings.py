@@ -31,13 +31,14 @@ class Settings(BaseSettings):
     # A server URL; each service appends its own database name (docs/architecture.md).
     # Services connect as their database's application role (core/db.py, app_role) when the URL
     # names no user, else as the user it names (a deployment's per-service URL with a password).
-    database_url: str = "postgresql://localhost:5432"
+    # The URLs are secrets (they may carry a password): never printed with the settings.
+    database_url: SecretStr = SecretStr("postgresql://localhost:5432")
     # The server URL of the owner: migrations (`hiwallet migrate` creates the roles and grants),
     # `hiwallet schema dump`, the tests' and the bench's set-up. Unset: database_url without its
     # user, which connects as PGUSER or the login user (on a local trust-auth server, a
     # superuser; in production, a role that owns the schemas and may create roles).
-    migrate_database_url: str | None = None
-    amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    migrate_database_url: SecretStr | None = None
+    amqp_url: SecretStr = SecretStr("amqp://guest:guest@localhost:5672/")
     migrations_dir: Path = _REPO_ROOT / "migrations"
 
     # Limits on every database session (TIGER_STYLE): nothing waits forever on a lock or a query.
@@ -114,9 +115,14 @@ def _texts(value: Any) -> list[str] | None:
 
 
 def _shipped(default: Any) -> set[str]:
-    """The development values a field's default holds (a secret or a list of them)."""
+    """The development values a field's default holds (a secret or a list of them). A URL's
+    default without a password (the local database or Redis) holds none: it is a secret only for
+    what a deployment may put in it."""
     if isinstance(default, SecretStr):
-        return {default.get_secret_value()}
+        value = default.get_secret_value()
+        if "://" in value and urlsplit(value).password is None:
+            return set()
+        return {value}
     if isinstance(default, str):
         return {default}
     if isinstance(default, list | tuple):
@@ -187,7 +193,7 @@ def refuse_insecure_start(
         return
     environ = os.environ if environ is None else environ
     problems = insecure_settings(core, development_values)
-    broker = urlsplit(core.amqp_url)
+    broker = urlsplit(core.amqp_url.get_secret_value())
     if (broker.username, broker.password) == _BROKER_DEV_CREDENTIALS:
         problems.append(f"{env_name(core, 'amqp_url')} uses RabbitMQ's development user guest")
     for settings in service_settings:

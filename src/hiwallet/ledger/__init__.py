@@ -18,6 +18,9 @@ fault injection, the verifier's queries.
 - the errors: refusals (:class:`LedgerError` and its subclasses), :class:`LedgerUnavailable`
   (a retry can cure it) and :class:`LedgerInternalError` (a defect: a 500, never "retry").
 - the model: what goes in and comes out.
+- the books' checks: :func:`verify_ledger` (verify: the whole ledger from its lines) and the reads of
+  reconciliation and the daily summary (:func:`balance_mismatches`, :func:`unsettled_topups`,
+  :func:`day_figures`), which report and never fix (hiwallet.reconciliation keeps what they find).
 - account ids and limits: what a caller needs to name accounts and check input as the ledger
   will.
 
@@ -70,10 +73,20 @@ from hiwallet.ledger.model import (
     TxType,
     WalletBalance,
 )
+from hiwallet.ledger.reconcile import (
+    BalanceMismatch,
+    DayFigures,
+    UnsettledTopup,
+    balance_mismatches,
+    day_figures,
+    unsettled_topups,
+)
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.store import MAX_BATCH, MAX_STATEMENT_PAGE, LedgerStore, init_connection
+from hiwallet.ledger.verify import VerifyReport
+from hiwallet.ledger.verify import verify as verify_ledger
 
 __all__ = [
     "BUCKETS",
@@ -86,7 +99,9 @@ __all__ = [
     "REFUNDABLE",
     "AccountNotFound",
     "AccountState",
+    "BalanceMismatch",
     "CurrencyMismatch",
+    "DayFigures",
     "FeePolicy",
     "Fees",
     "HoldNotUsable",
@@ -116,16 +131,22 @@ __all__ = [
     "TransactionNotFound",
     "TransactionView",
     "TxType",
+    "UnsettledTopup",
+    "VerifyReport",
     "WalletBalance",
+    "balance_mismatches",
     "bucket_of",
     "cash_account",
     "check_amount",
     "check_text",
+    "day_figures",
     "get_ledger_settings",
     "init_connection",
     "new_wallet_id",
     "promo_account",
     "random_bucket",
     "system_account",
+    "unsettled_topups",
+    "verify_ledger",
     "wallet_of",
 ]

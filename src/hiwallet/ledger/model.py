@@ -136,13 +136,22 @@ class WalletBalance:
     wallet_id: str
     currency: str
     cash: int
-    promo: int
+    promo: int  # the promo account's balance (the book): expired batches not yet returned too
     held: int
+    # What batches past their expiry still hold: the expiry job returns it to their funders;
+    # until then it is in ``promo`` but never spent (the payment path takes live batches only).
+    promo_expired: int = 0
+
+    @property
+    def promo_live(self) -> int:
+        """The promo the wallet can spend now: what is shown to its customer as promo."""
+        return self.promo - self.promo_expired
 
     @property
     def available(self) -> int:
-        """What the wallet can spend now: cash not held, plus promo."""
-        return self.cash - self.held + self.promo
+        """What the wallet can spend now: cash not held, plus live promo (never expired promo,
+        even before the expiry job has returned it)."""
+        return self.cash - self.held + self.promo_live
 
 
 @dataclass(frozen=True, slots=True)

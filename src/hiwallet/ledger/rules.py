@@ -290,15 +290,29 @@ def goodwill(key: str, wallet: str, amount: int, currency: str, *, actor: str, r
 
 
 def promo_expiry(
-    batch_id: str, customer_promo_account: str, expire_to: str, currency: str, *, actor: str
+    batch_id: str,
+    customer_promo_account: str,
+    expire_to: str,
+    currency: str,
+    *,
+    actor: str,
+    round_: int = 0,
 ) -> Posting:
     """customer promo −remaining, funder (business cash or promo_breakage) +remaining.
 
-    The amount is what the batch holds when the posting function locks it."""
+    The amount is what the batch holds when the posting function locks it. ``round_``: the
+    batch's n-th expiry (0: the first). A batch expires again only when a refund gave money
+    back to it after its expiry (the refund restores the batches a payment spent, expired or
+    not); that expiry needs a key of its own, the first one's being a replay by then."""
     home = bucket_of(customer_promo_account)
     legs = [Leg(customer_promo_account, 0, currency), Leg(expire_to, 0, currency)]
+    key = (
+        derived_id("promo-expiry", batch_id)
+        if round_ == 0
+        else derived_id("promo-expiry", batch_id, str(round_))
+    )
     return _posting(
-        f"expiry:{derived_id('promo-expiry', batch_id)}",
+        f"expiry:{key}",
         home,
         TxType.PROMO_EXPIRY,
         actor,

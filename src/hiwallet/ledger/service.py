@@ -14,7 +14,7 @@ No HTTP and no broker here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +31,7 @@ from hiwallet.ledger.accounts import (
     new_wallet_id,
     random_bucket,
 )
-from hiwallet.ledger.errors import LedgerError, LedgerInternalError, NothingToExpire
+from hiwallet.ledger.errors import LedgerError, LedgerInternalError, NothingToExpire, TransactionIdReused
 from hiwallet.ledger.model import (
     HoldResult,
     Posting,
@@ -45,6 +45,14 @@ from hiwallet.ledger.model import (
 from hiwallet.ledger.rules import FeePolicy
 from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
 from hiwallet.ledger.store import LedgerStore, translate
+
+# How many times one promo batch may be expired (each after a refund gave it money back): a
+# bound on the keys tried, never reached by a real batch.
+MAX_EXPIRY_ROUNDS = 1000
+
+# The per-bucket system accounts a sweep gathers into their central account (rules.sweep):
+# transit is not (rules.sweep refuses it: its sub-accounts carry cross-bucket parts).
+SWEPT_ROLES = (Role.CLEARING, Role.REVENUE, Role.PROMO_EXPENSE, Role.PROMO_BREAKAGE)
 
 
 @dataclass(frozen=True)
@@ -332,27 +340,60 @@ class Ledger:
         )
 
     async def expire_promos(
-        self, *, actor: str, now: datetime | None = None, batch_size: int = 500, max_rounds: int = 100
+        self,
+        *,
+        actor: str,
+        now: datetime | None = None,
+        batch_size: int = 500,
+        max_rounds: int = 100,
+        on_expired: Callable[[str, PostResult, str, str], None] | None = None,
     ) -> int:
         """Expire every batch past its date that still holds money; returns how many. Safe to
         run concurrently and repeatedly: each expiry is keyed by its batch. Bounded: at most
-        ``max_rounds`` pages a run; the next run takes the rest."""
+        ``max_rounds`` pages a run; the next run takes the rest. ``on_expired(batch_id,
+        result, expire_to, currency)`` is told of each expiry this run posted (not a replay):
+        what went where is ``result.line_of(expire_to)``."""
         now = now or datetime.now(UTC)
         expired = 0
         for _ in range(max_rounds):
             rows = await self.store.expired_promo_batches(now, batch_size)
             for row in rows:
-                posting = rules.promo_expiry(
-                    row["id"], row["account_id"], row["expire_to_account"], row["currency"], actor=actor
-                )
-                try:
-                    result = await self.store.post(posting)
-                except NothingToExpire:
-                    continue  # spent or expired by someone else since we looked
-                expired += not result.replayed
+                result = await self._expire_batch(row, actor)
+                if result is not None:
+                    expired += 1
+                    if on_expired is not None:
+                        on_expired(row["id"], result, row["expire_to_account"], row["currency"])
             if len(rows) < batch_size:
                 break
         return expired
+
+    async def _expire_batch(self, row: Any, actor: str) -> PostResult | None:
+        """Expire one listed batch: the posting, or None when there was nothing to do (spent,
+        or expired by a concurrent round, since it was listed).
+
+        A key already taken while the batch still holds money (it was listed with some) is an
+        earlier expiry of this batch that a refund has given money back to since: the next
+        round's key. A concurrent twin's key is taken too; its next key then finds nothing to
+        expire. The posting function's lock on the batch row and its refusal of an empty batch
+        keep every remainder returned once, whatever the keys."""
+        for round_ in range(MAX_EXPIRY_ROUNDS):
+            posting = rules.promo_expiry(
+                row["id"],
+                row["account_id"],
+                row["expire_to_account"],
+                row["currency"],
+                actor=actor,
+                round_=round_,
+            )
+            try:
+                result = await self.store.post(posting)
+            except NothingToExpire:
+                return None  # spent or expired by someone else since we looked
+            except TransactionIdReused:
+                continue  # that round's expiry was another actor's (the job's, an operator's)
+            if not result.replayed:
+                return result
+        raise LedgerInternalError(f"promo batch {row['id']} expired {MAX_EXPIRY_ROUNDS} times")
 
     async def withdrawal(
         self,
@@ -492,15 +533,38 @@ class Ledger:
         )
 
     async def sweep(
-        self, role: Role, currency: str = "TRY", *, actor: str, provider: str | None = None
+        self,
+        role: Role,
+        currency: str = "TRY",
+        *,
+        actor: str,
+        provider: str | None = None,
+        on_swept: Callable[[Role, str, int], None] | None = None,
     ) -> int:
         """Move each per-bucket sub-account's balance of ``role`` into the central account;
-        returns how many moved. Keyed by the sub-account's version, so a repeat moves nothing."""
+        returns how many moved. Keyed by the sub-account's version, so a repeat moves nothing.
+        ``on_swept(role, currency, amount)`` is told of each move this call posted."""
         moved = 0
         for sub in await self.store.sub_accounts_to_sweep(role, currency, provider):
             key = f"sweep:{derived_id(sub.id, str(sub.version))}"
             posting = rules.sweep(
                 role, currency, sub.bucket, sub.balance, actor=actor, provider=provider, key=key
             )
-            moved += not (await self.store.post(posting)).replayed
+            if not (await self.store.post(posting)).replayed:
+                moved += 1
+                if on_swept is not None:
+                    on_swept(role, currency, sub.balance)
+        return moved
+
+    async def sweep_all(self, *, actor: str, on_swept: Callable[[Role, str, int], None] | None = None) -> int:
+        """:meth:`sweep` of every swept role (clearing of each provider), in every currency
+        whose sub-accounts hold something; returns how many moved."""
+        moved = 0
+        for currency in await self.store.currencies_to_sweep(SWEPT_ROLES):
+            for role in SWEPT_ROLES:
+                providers: list[str | None] = list(self.store.providers) if role is Role.CLEARING else [None]
+                for provider in providers:
+                    moved += await self.sweep(
+                        role, currency, actor=actor, provider=provider, on_swept=on_swept
+                    )
         return moved

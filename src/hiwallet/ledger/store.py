@@ -477,16 +477,23 @@ class LedgerStore:
     async def wallet_balance(self, wallet_id: str) -> WalletBalance:
         cash, promo = cash_account(wallet_id), promo_account(wallet_id)
         try:
-            rows = await self._pool.fetch(Q["get_accounts"], bucket_of(wallet_id), [cash, promo])
+            rows = await self._pool.fetch(Q["wallet_balance"], bucket_of(wallet_id), [cash, promo])
         except (errors.LedgerError, errors.LedgerInternalError):
             raise
         except Exception as exc:
             raise translate(exc) from exc
-        by_id = {r["id"]: _account(r) for r in rows}
+        by_id = {r["id"]: r for r in rows}
         if cash not in by_id or promo not in by_id:
             raise errors.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
-        c, p = by_id[cash], by_id[promo]
-        return WalletBalance(wallet_id, c.currency, cash=c.balance, promo=p.balance, held=c.held)
+        c, p = _account(by_id[cash]), _account(by_id[promo])
+        return WalletBalance(
+            wallet_id,
+            c.currency,
+            cash=c.balance,
+            promo=p.balance,
+            held=c.held,
+            promo_expired=int(by_id[promo]["expired"]),
+        )
 
     async def system_balance(self, role: Role, currency: str, provider: str | None = None) -> int:
         """The balance of a system account: the sum of its per-bucket sub-accounts."""
@@ -591,6 +598,11 @@ class LedgerStore:
     async def expired_promo_batches(self, now: datetime, limit: int = 500) -> list[asyncpg.Record]:
         """Batches past their expiry that still hold money, earliest first."""
         return list(await self._pool.fetch(Q["expired_promo_batches"], now, limit))
+
+    async def currencies_to_sweep(self, roles: Sequence[Role]) -> list[str]:
+        """The currencies in which a per-bucket sub-account of one of ``roles`` holds something."""
+        rows = await self._read("fetch", Q["currencies_to_sweep"], [r.value for r in roles])
+        return [str(r["currency"]) for r in rows]
 
     async def sub_accounts_to_sweep(
         self, role: Role, currency: str, provider: str | None

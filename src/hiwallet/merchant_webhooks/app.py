@@ -1,6 +1,7 @@
 """The merchant-webhooks app: no ingress (health, readiness and metrics on its port), the wallet
 database as its own role (it reads events and endpoints, writes deliveries and attempts, and
-nothing of the ledger: grants.sql), and the dispatcher as its one background part."""
+nothing of the ledger: grants.sql), the dispatcher and the retention's rounds as its background
+parts."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from prometheus_client import Counter
 
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
-from hiwallet.merchant_webhooks.dispatcher import Attempt, Clock, Dispatcher
+from hiwallet.merchant_webhooks.dispatcher import PURGE_LOCK_KEY, Attempt, Clock, Dispatcher
 from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings, get_merchant_webhooks_settings
 
 __all__ = ["SERVICE", "create_merchant_webhooks_app", "run_merchant_webhooks", "service_spec"]
@@ -54,6 +56,21 @@ def service_spec(
             await dispatcher.run(connect)
 
         rt.jobs.append(("dispatcher", dispatch))
+        purged = Counter(
+            "hiwallet_webhook_events_purged",
+            "Webhook events deleted past the retention, with their deliveries and attempts",
+            registry=rt.app.state.metrics_registry,
+        )
+
+        async def purge() -> int:
+            count = await dispatcher.purge()
+            purged.inc(count)
+            return count
+
+        retention = PeriodicJob(
+            "webhook-retention", settings.purge_interval_s, PURGE_LOCK_KEY, purge, connect
+        )
+        rt.jobs.append(("webhook-retention", retention.run_forever))
 
     return ServiceSpec(
         SERVICE,

@@ -48,6 +48,7 @@ import structlog
 from hiwallet.contracts.merchant_events import ENDPOINT_DISABLED, NOTIFY_CHANNEL, event_id, secret_place
 from hiwallet.core.egress import ForbiddenTarget, PublicResolver, check_url, resolve_public
 from hiwallet.core.http.client import AiohttpTransport
+from hiwallet.core.jobs import in_batches
 from hiwallet.core.queries import load_queries
 from hiwallet.core.sealing import KeyRing, Unopenable
 from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings
@@ -61,6 +62,8 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 # One fan-out at a time in hiwallet_wallet (advisory locks are per database; wallet-api's
 # purge is "hwai", wallet-consumer's "hwwr" and "hwwp").
 FAN_OUT_LOCK_KEY = 0x6877_6D66  # "hwmf"
+# One retention round at a time (PeriodicJob's session lock).
+PURGE_LOCK_KEY = 0x6877_6D70  # "hwmp"
 
 Clock = Callable[[], float]
 CHECK_TTL_S = 10.0
@@ -156,6 +159,20 @@ class Dispatcher:
         size = self.settings.batch_size if size is None else size
         rows: list[asyncpg.Record] = await self.pool.fetch(Q["claim"], now, size, lease_end)
         return rows
+
+    async def purge(self) -> int:
+        """Events past the retention, with their deliveries and attempts, deleted in batches of
+        ``purge_batch`` (each its own short statement: no long transaction, no lock held for a
+        round), at most ``purge_max_batches`` a round; the number of events deleted."""
+        before = self.now() - timedelta(days=self.settings.retention_days)
+
+        async def batch() -> int:
+            status = await self.pool.execute(Q["purge"], before, self.settings.purge_batch)
+            return int(status.split()[-1])  # "DELETE n"
+
+        return await in_batches(
+            batch, batch=self.settings.purge_batch, max_batches=self.settings.purge_max_batches
+        )
 
     async def round(self) -> bool:
         """One round; True when there may be more to do at once: a full fan-out, or any
@@ -376,11 +393,18 @@ class Dispatcher:
         """Rounds until cancelled: at once while there is more, else on a writer's pg_notify or
         after ``poll_interval_s``. A failed round raises (the service's Background logs it and
         starts the dispatcher again after a pause)."""
-        conn = await connect()
+        conn = await self._listen(connect)
         recorder = asyncio.create_task(self._recorder())
         try:
-            await conn.add_listener(NOTIFY_CHANNEL, self._notified)
             while True:
+                if conn.is_closed():
+                    # The LISTEN connection was lost (a restarted or failed-over server, a
+                    # terminated backend): without it the dispatcher would only poll. Listen
+                    # again; a failure raises and the service's Background restarts the
+                    # dispatcher after a pause. A notice sent meanwhile was lost: look now.
+                    log.warning("webhook listener connection lost; listening again")
+                    conn = await self._listen(connect)
+                    self.wake.set()
                 self.wake.clear()
                 more = await self.pump()
                 if not more:
@@ -394,6 +418,17 @@ class Dispatcher:
             self._done.clear()
             with contextlib.suppress(Exception):
                 await conn.close()
+
+    async def _listen(self, connect: Callable[[], Awaitable[asyncpg.Connection]]) -> asyncpg.Connection:
+        conn = await connect()
+        try:
+            await conn.add_listener(NOTIFY_CHANNEL, self._notified)
+            # Its loss wakes the loop at once (it would otherwise notice only at the next poll).
+            conn.add_termination_listener(self._notified)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
 
     def _notified(self, *_args: object) -> None:
         self.wake.set()

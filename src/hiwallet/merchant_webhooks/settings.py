@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.merchant_events import DEV_SECRET_KEYS
@@ -58,6 +58,14 @@ class MerchantWebhooksSettings(BaseSettings):
     disable_after_s: float = 3 * 24 * 3600.0
 
     user_agent: str = "HiWallet-Webhooks/1"
+
+    # Retention: an event, its deliveries and their attempts are deleted once the event is this
+    # old and nothing of it is pending (Stripe keeps events 30 days; the retry schedule ends
+    # after three). A round an hour, in batches: at most purge_batch × purge_max_batches events.
+    retention_days: float = Field(default=30.0, ge=4.0)
+    purge_interval_s: float = Field(default=3600.0, gt=0)
+    purge_batch: int = Field(default=1000, ge=1, le=10_000)
+    purge_max_batches: int = Field(default=100, ge=1)
 
 
 @lru_cache(maxsize=1)

@@ -198,7 +198,7 @@ class Accounts:
             **wallet_ref(access.wallet),
             "account_id": access.wallet.account_id,
             "cash": balance.cash,
-            "promo": balance.promo,
+            "promo": balance.promo_live,  # never expired promo, even before the job returned it
             "held": balance.held,
             "available": balance.available,
         }

@@ -28,9 +28,11 @@ from hiwallet.core.logging import configure_logging
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, LedgerError, LedgerStore, init_connection
+from hiwallet.reconciliation import Reconciler, get_reconciliation_settings
 from hiwallet.wallet_api import errors
 from hiwallet.wallet_api.identities import CustomerIdentities
 from hiwallet.wallet_api.limits import limits_router
+from hiwallet.wallet_api.reconciliation_routes import reconciliation_router
 from hiwallet.wallet_api.routes import document, lean_router, router
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
@@ -102,6 +104,10 @@ def service_spec(settings: WalletApiSettings, *, database: str | None = None) ->
         rt.close(identities.aclose)
         app.state.staff_desk = StaffDesk(pool, service.ledger, settings, identities)
         rt.job(purge_job(service, settings, rt.connect()))
+        # A reconciliation round on demand (staff): the same round as wallet-consumer's job,
+        # under the same lock, on a connection of its own for the lock.
+        app.state.reconciler = Reconciler(pool, get_reconciliation_settings())
+        app.state.reconciliation_connect = rt.connect()
 
     return ServiceSpec(
         SERVICE,
@@ -143,6 +149,7 @@ def create_wallet_api_app(
     app.include_router(staff_router)
     app.include_router(staff_money_router)
     app.include_router(webhook_router)
+    app.include_router(reconciliation_router)
     # The schemas the document refers to by hand, the supported currencies, the links.
     document(app, settings.currencies)
     return app

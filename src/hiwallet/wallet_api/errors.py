@@ -169,6 +169,20 @@ class AlreadyDecided(ProblemError):
     title = "This was decided already"
 
 
+class FindingResolved(ProblemError):
+    """A reconciliation finding is resolved once; its resolution is never rewritten."""
+
+    status = 409
+    slug = "finding-resolved"
+    title = "This finding is resolved already"
+
+
+class ReconciliationRunning(ProblemError):
+    status = 409
+    slug = "reconciliation-running"
+    title = "A reconciliation round is running; try again when it is done"
+
+
 class WebhookUrlForbidden(ProblemError):
     """A webhook endpoint's URL that may not be called (docs/webhooks.md, the SSRF rule):
     ``reason`` is one of scheme, userinfo, malformed, too-long, unresolvable, private-address."""

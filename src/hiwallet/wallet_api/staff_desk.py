@@ -1,6 +1,7 @@
 """What employees do in wallet-api that moves no money: find a customer, read their record
-(accounts, members, wallets, balances, movements with who made each), and open business
-accounts and link merchant integrations to them (what ``hiwallet business`` does for a shell).
+(accounts, members, wallets, balances, movements with who made each), open business
+accounts and link merchant integrations to them (what ``hiwallet business`` does for a shell),
+and raise a personal account to the Contracted tier on recorded evidence (``customer.contract``).
 
 Membership is not asked (with ``customer.view`` an employee views any customer's record:
 docs/architecture.md, "Tokens and realms"); the permission was checked before a method here is
@@ -17,10 +18,10 @@ import structlog
 from hiwallet import ledger
 from hiwallet.wallet_api import domain, errors
 from hiwallet.wallet_api.accounts import Accounts
-from hiwallet.wallet_api.adapters import Repo
+from hiwallet.wallet_api.adapters import Q, Repo
 from hiwallet.wallet_api.domain import AccountKind
 from hiwallet.wallet_api.identities import CustomerIdentities
-from hiwallet.wallet_api.retry import answered
+from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
 
@@ -157,12 +158,67 @@ class StaffDesk:
                         **wallet_ref(wallet),
                         "account_id": account_id,
                         "cash": balance.cash,
-                        "promo": balance.promo,
+                        "promo": balance.promo_live,  # never expired promo, even before the job returned it
                         "held": balance.held,
                         "available": balance.available,
                     }
                 )
             view["wallets"] = shown
+        return view
+
+    # -- the Contracted tier ----------------------------------------------------------------------
+
+    async def contract(self, actor: str, account_id: str, evidence: str, reference: str) -> JSON:
+        """Raise a personal account to the Contracted tier on the evidence the employee records
+        (``evidence``: remote identity verification or a signed agreement; ``reference``: the
+        evidence's own reference), once: the record (who, on what, from which tier, when) and
+        the raise commit together. An account contracted already is answered as it is, its
+        record unchanged (a tier only goes up; a second record is refused by the database)."""
+        bucket = domain.bucket_in(account_id)
+
+        async def work(conn: asyncpg.Connection) -> bool:
+            # The account's row lock orders this against onboarding's raise of the same account.
+            account = await Repo(conn).account(bucket, account_id, for_update=True)
+            if account is None:
+                raise errors.NotFound("no such account")
+            if account.kind is not AccountKind.PERSONAL or account.tier is None:
+                raise errors.NotPersonal("only a personal account has a tier")
+            if not domain.check_tier_raise(account.tier, domain.Tier.CONTRACTED):
+                return False  # contracted already
+            await conn.execute(
+                Q["insert_account_contract"],
+                bucket,
+                account_id,
+                evidence,
+                reference,
+                account.tier.value,
+                actor,
+            )
+            await conn.execute(Q["set_tier"], bucket, account_id, domain.Tier.CONTRACTED.value)
+            return True
+
+        raised = await in_transaction(self.pool, work)
+        # The audit line: who raised whom, on which kind of evidence (its reference is in the
+        # record, not in the log).
+        log.info(
+            "staff raised tier to contracted" if raised else "staff contract: contracted already",
+            actor=actor,
+            account_id=account_id,
+            evidence=evidence,
+        )
+        view = await self._record(account_id, bucket)
+        row = await self.pool.fetchrow(Q["account_contract"], bucket, account_id)
+        view["contract"] = (
+            None  # contracted before records were kept (onboarding's raise)
+            if row is None
+            else {
+                "evidence": row["evidence"],
+                "evidence_ref": row["evidence_ref"],
+                "previous_tier": row["previous_tier"],
+                "recorded_by": row["recorded_by"],
+                "recorded_at": ts(row["recorded_at"]),
+            }
+        )
         return view
 
     # -- business accounts ----------------------------------------------------------------------

@@ -4,6 +4,8 @@ says who the employee is now). Customer endpoints stay closed to staff (routes.v
 
 - ``customer.view``: ``GET /v1/staff/customers?wallet_number=|account_id=|email=``,
   ``GET /v1/staff/accounts/{id}``, ``GET /v1/staff/wallets/{id}/statement``.
+- ``customer.contract``: ``POST /v1/staff/accounts/{id}/contract`` (the Contracted tier, on
+  recorded evidence).
 - Business accounts, ``promo.merchant_accept``: ``POST /v1/staff/business-accounts``,
   ``POST /v1/staff/business-accounts/{id}/members``. The issue names no permission for them and
   the list is fixed; ``promo.merchant_accept`` is the one about businesses and what they may do
@@ -65,6 +67,7 @@ def _staff(permission: StaffPermission) -> Any:
 
 Viewer = Annotated[StaffMember, _staff(StaffPermission.CUSTOMER_VIEW)]
 BusinessClerk = Annotated[StaffMember, _staff(BUSINESS_PERMISSION)]
+Contractor = Annotated[StaffMember, _staff(StaffPermission.CUSTOMER_CONTRACT)]
 
 
 async def _desk(request: Request) -> StaffDesk:
@@ -126,6 +129,31 @@ class MemberIn(_In):
     )
 
 
+class ContractIn(_In):
+    evidence: Literal["remote_identity_verification", "signed_agreement"] = Field(
+        description="What the Contracted tier is set on: a remote identity verification or a "
+        "signed agreement."
+    )
+    reference: Annotated[PrintableText, Field(min_length=1, max_length=200)] = Field(
+        description="The evidence's own reference (the verification's id, the agreement's number)."
+    )
+
+
+class ContractOut(BaseModel):
+    evidence: Literal["remote_identity_verification", "signed_agreement"]
+    evidence_ref: str
+    previous_tier: Literal["unknown", "unverified", "verified"]
+    recorded_by: str = Field(description="The employee who recorded it: staff:<sub>.")
+    recorded_at: datetime
+
+
+class StaffContractedOut(StaffAccountOut):
+    contract: ContractOut | None = Field(
+        description="The record the tier was raised on; null for an account contracted before "
+        "records were kept."
+    )
+
+
 @staff_router.get("/customers", response_model=StaffAccountsOut)
 async def find_customers(
     who: Viewer,
@@ -177,3 +205,13 @@ async def link_business(who: BusinessClerk, desk: DeskDep, account_id: AccountId
     return await desk.link(
         who.actor, path_id(account_id, "account"), client_id=body.client_id, subject=body.subject
     )
+
+
+@staff_router.post("/accounts/{account_id}/contract", response_model=StaffContractedOut)
+async def contract_account(
+    who: Contractor, desk: DeskDep, account_id: AccountIdPath, body: ContractIn
+) -> Any:
+    """Raise a personal account to the Contracted tier, recording the evidence (which kind, its
+    reference) and the employee. Once: an account contracted already is answered as it is, with
+    its record; a business account is 422 ``not-a-personal-account``."""
+    return await desk.contract(who.actor, path_id(account_id, "account"), body.evidence, body.reference)

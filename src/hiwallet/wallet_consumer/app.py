@@ -2,7 +2,8 @@
 HTTP app for ``/health``, ``/ready`` (database, broker, consumers, background) and ``/metrics``
 only. Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's
 wallet commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of
-``wallet.outbox`` that publishes their responses, and that outbox's purge job.
+``wallet.outbox`` that publishes their responses, that outbox's purge job, and the ledger's
+jobs (jobs.py: promo expiry and the sweep of per-bucket sub-accounts).
 
 Built by core.service: at start it connects to PostgreSQL as the wallet database's application
 role; as soon as RabbitMQ answers it declares the top-ups', withdrawals' and events' topology
@@ -38,8 +39,18 @@ from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
+from hiwallet.reconciliation import (
+    Reconciler,
+    ReconciliationMetrics,
+    ReconciliationSettings,
+    get_reconciliation_settings,
+    reconciliation_job,
+    summary_job,
+    verify_job,
+)
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
-from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
+from hiwallet.wallet_consumer.jobs import LedgerJobs
+from hiwallet.wallet_consumer.metrics import LedgerJobMetrics, TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
 from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, count_unattributed
 from hiwallet.wallet_consumer.withdrawals import (
@@ -132,10 +143,18 @@ def purge_job(
     )
 
 
-def service_spec(settings: WalletConsumerSettings, *, database: str | None = None) -> ServiceSpec:
+def service_spec(
+    settings: WalletConsumerSettings,
+    *,
+    database: str | None = None,
+    reconciliation: ReconciliationSettings | None = None,
+) -> ServiceSpec:
     """wallet-consumer, declared: the wallet database (the ledger's codecs on each connection),
     the top-ups', withdrawals' and events' topology, and in ``setup`` the two consumers (top-ups,
-    the saga's wallet commands), the relay of wallet.outbox, its purge and the gauges."""
+    the saga's wallet commands), the relay of wallet.outbox, its purge, the ledger's jobs (promo
+    expiry, sweep), the books' jobs (verify, reconciliation, the daily summary:
+    hiwallet.reconciliation) and the gauges."""
+    recon_settings = reconciliation or get_reconciliation_settings()
 
     async def setup(rt: Runtime) -> None:
         app, pool = rt.app, rt.db
@@ -216,6 +235,21 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
         )
         app.state.relay = hint.relay = rt.relay("relay", relay)
         rt.job(purge_job(pool, settings, connect))
+        # The ledger's jobs (jobs.py): promo expiry and the sweep, each one instance a round.
+        ledger_jobs = LedgerJobs(ledger, settings, LedgerJobMetrics(registry))
+        app.state.ledger_jobs = ledger_jobs
+        app.state.promo_expiry_job = rt.job(ledger_jobs.promo_expiry_job(connect))
+        app.state.sweep_job = rt.job(ledger_jobs.sweep_job(connect))
+        # The books' jobs, each one instance a round (core.jobs), the first one interval after
+        # the start: verify, reconciliation, the daily summary.
+        recon_metrics = app.state.reconciliation_metrics = ReconciliationMetrics(registry)
+        app.state.reconciler = Reconciler(pool, recon_settings, recon_metrics)
+        app.state.verify_job = rt.job(verify_job(pool, recon_settings, recon_metrics, connect))
+        app.state.reconciliation_job = rt.job(reconciliation_job(app.state.reconciler, connect))
+        app.state.summary_job = rt.job(summary_job(pool, recon_settings, recon_metrics, connect))
+
+        async def findings_gauge() -> None:
+            await recon_metrics.refresh(pool)
 
         async def outbox_gauges() -> None:
             async with pool.acquire() as conn:
@@ -226,6 +260,7 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
 
         rt.every("outbox-gauges", settings.outbox_metrics_interval_s, outbox_gauges)
         rt.every("unattributed-gauge", settings.unattributed_refresh_s, unattributed_gauge)
+        rt.every("findings-gauge", recon_settings.metrics_refresh_s, findings_gauge)
 
     return ServiceSpec(
         SERVICE,
@@ -248,11 +283,12 @@ def create_wallet_consumer_app(
     *,
     database: str | None = None,
     core_settings: Settings | None = None,
+    reconciliation: ReconciliationSettings | None = None,
 ) -> FastAPI:
     """``database`` overrides hiwallet_wallet (tests use fresh ones)."""
     settings = settings or get_wallet_consumer_settings()
     checks: dict[str, ReadyCheck] = {}
-    spec = service_spec(settings, database=database)
+    spec = service_spec(settings, database=database, reconciliation=reconciliation)
     return create_app(
         SERVICE, ready_checks=checks, lifespan=service_lifespan(spec, checks, settings=core_settings)
     )

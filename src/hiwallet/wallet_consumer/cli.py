@@ -1,6 +1,8 @@
 """``hiwallet topups unattributed`` and ``hiwallet topups attribute``: the top-ups wallet-consumer
 could not attribute, and an operator's attribution of one. Commands only translate; the work is
-in :mod:`hiwallet.wallet_consumer.attribution`.
+in :mod:`hiwallet.wallet_consumer.attribution`. And ``hiwallet ledger expire-promos`` /
+``sweep``: a round of wallet-consumer's ledger jobs now (:mod:`hiwallet.wallet_consumer.jobs`),
+under the job's lock, printing what it did.
 
 Other packages add their own ``topups`` commands (topup-webhook: ``reconcile``): the commands
 here are added to any Typer by :func:`register` (``hiwallet.cli`` mounts one ``topups``
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import asyncpg
 import typer
@@ -20,11 +22,12 @@ from rich.table import Table
 
 from hiwallet.contracts.databases import DATABASES, service_role
 from hiwallet.core import db
-from hiwallet.core.actors import operator_login
+from hiwallet.core.actors import operator_actor, operator_login
 from hiwallet.core.cli import Refusals, run_command
 from hiwallet.core.settings import get_settings
 from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connection
 from hiwallet.wallet_consumer.attribution import AlreadyAttributed, AttributionRefused, attribute
+from hiwallet.wallet_consumer.jobs import LedgerJobs
 from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
 from hiwallet.wallet_consumer.topups import UnattributedTopup, list_unattributed
 
@@ -121,7 +124,75 @@ def attribute_command(
     )
 
 
+def _jobs_run(work: Callable[[LedgerJobs, Callable[[], Awaitable[asyncpg.Connection]]], Awaitable[T]]) -> T:
+    """``work`` on the ledger's jobs as wallet-consumer runs them: its role, its settings, its
+    lock (a dedicated connection, as the scheduled job's)."""
+    settings = get_wallet_consumer_settings()
+    database = settings.database or DATABASES["wallet"]
+    connect = db.dedicated_connection(database, service_role("wallet", "wallet_consumer"))
+    return _run(lambda _, ledger: work(LedgerJobs(ledger, settings, actor=operator_actor()), connect))
+
+
+def _busy(job: str) -> NoReturn:
+    console.print(f"[yellow]another instance is running a {job} round now[/yellow]: nothing done; try again")
+    raise typer.Exit(2)
+
+
+def expire_promos_command() -> None:
+    """Run a promo expiry round now (as wallet-consumer's job does, under its lock): return each
+    expired batch's remainder to the business that funded it, or to promo_breakage; print
+    what went where."""
+    report = _jobs_run(lambda jobs, connect: jobs.expire_promos_now(connect))
+    if report is None:
+        _busy("promo expiry")
+    if not report.expired:
+        console.print("no promo batch to expire")
+        return
+    table = Table(title="expired promo batches")
+    for column in ["batch", "currency", "returned to", "account", "amount (minor)", "transaction"]:
+        table.add_column(column, overflow="fold")
+    for e in report.expired:
+        table.add_row(e.batch_id, e.currency, e.to, e.account, str(e.amount_minor), e.transaction_id)
+    console.print(table)
+    currencies = sorted({e.currency for e in report.expired})
+    for currency in currencies:
+        console.print(
+            f"{currency}: {report.returned_minor(currency, 'business')} to businesses, "
+            f"{report.returned_minor(currency, 'breakage')} to promo_breakage (minor units)"
+        )
+    console.print(f"expired {len(report.expired)} batches")
+
+
+def sweep_command() -> None:
+    """Run a sweep round now (under the job's lock): move each per-bucket sub-account of
+    clearing, revenue, promo_expense and promo_breakage into its central account."""
+    report = _jobs_run(lambda jobs, connect: jobs.sweep_now(connect))
+    if report is None:
+        _busy("sweep")
+    if not report.swept:
+        console.print("nothing to sweep")
+        return
+    table = Table(title="swept into the central accounts")
+    for column in ["role", "currency", "sub-accounts", "amount (minor, signed)"]:
+        table.add_column(column)
+    totals: dict[tuple[str, str], tuple[int, int]] = {}
+    for s in report.swept:
+        count, amount = totals.get((s.role, s.currency), (0, 0))
+        totals[(s.role, s.currency)] = (count + 1, amount + s.amount_minor)
+    for (role, currency), (count, amount) in sorted(totals.items()):
+        table.add_row(role, currency, str(count), str(amount))
+    console.print(table)
+    console.print(f"swept {len(report.swept)} sub-accounts")
+
+
 def register(app: typer.Typer) -> None:
     """Add wallet-consumer's ``topups`` commands to ``app``."""
     app.command("unattributed")(unattributed)
     app.command("attribute")(attribute_command)
+
+
+def register_ledger_jobs(app: typer.Typer) -> None:
+    """Add wallet-consumer's ledger job commands (``expire-promos``, ``sweep``) to ``app``
+    (``hiwallet ledger``)."""
+    app.command("expire-promos")(expire_promos_command)
+    app.command("sweep")(sweep_command)

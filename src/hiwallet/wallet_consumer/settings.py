@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.events import EVENTS_DEAD_LETTER_KEY, EVENTS_DEAD_LETTER_QUEUE, EVENTS_EXCHANGE
@@ -56,9 +57,11 @@ class WalletConsumerSettings(BaseSettings):
     max_attempts: int = 5
     # A connection per partition being handled, one for the ledger's reads (a reused key), one
     # for /ready and the unattributed count; one for the withdrawal commands, one for the
-    # ledger's read of a refunded debit, one for the outbox's gauges and purge; and one per
-    # withdrawal command in hand (withdrawals_concurrency).
-    db_pool_max_size: int = 26
+    # ledger's read of a refunded debit, one for the outbox's gauges and purge; one for each of
+    # the ledger's jobs (promo expiry, sweep: a posting at a time each); one per withdrawal
+    # command in hand (withdrawals_concurrency); one for each of the books' jobs (verify,
+    # reconciliation, the daily summary: hiwallet.reconciliation) and their gauge.
+    db_pool_max_size: int = 32
     # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
     # At stop: how long the message in hand may take to finish (else it is given back and
@@ -102,6 +105,24 @@ class WalletConsumerSettings(BaseSettings):
     outbox_purge_max_batches: int = 100
     # How often the outbox lag gauges are read.
     outbox_metrics_interval_s: float = 15.0
+
+    # The ledger's jobs (jobs.py; PeriodicJob: one instance a round, the first one interval
+    # after the start). Promo expiry: each batch past its expires_at that still holds money is
+    # returned to its funder (the business, or promo_breakage for the platform's), once. A
+    # round reads promo_expiry_batch batches a page, at most promo_expiry_max_pages pages (the
+    # rest waits for the next round), each expiry its own short transaction, and may take
+    # promo_expiry_timeout_s. Until the round runs, shown balances and payments leave an
+    # expired batch out already (the ledger), so the interval is about when the funder gets
+    # the money back, not about what the customer can spend.
+    promo_expiry_interval_s: float = Field(default=300.0, gt=0)
+    promo_expiry_batch: int = Field(default=500, ge=1, le=10_000)
+    promo_expiry_max_pages: int = Field(default=20, ge=1, le=1_000)
+    promo_expiry_timeout_s: float = Field(default=240.0, gt=0)
+    # The sweep: each per-bucket sub-account of clearing, revenue, promo_expense and
+    # promo_breakage that holds something is moved into its central account (Ledger.sweep),
+    # one posting a sub-account, keyed by its version (a repeat moves nothing).
+    sweep_interval_s: float = Field(default=3600.0, gt=0)
+    sweep_timeout_s: float = Field(default=600.0, gt=0)
 
     # Events (contracts.events): a credited wire's TopupCredited goes to events_exchange through
     # wallet.outbox. Publishing is mandatory, so the whole contracts.events.events_topology() (the

@@ -1,7 +1,9 @@
 """What every BFF needs, knowing no business word: sealed cookies (:mod:`.seal`), its OpenID
 Connect client (:mod:`.oidc`), sessions with refresh, logout and the CSRF check (:mod:`.session`)
-and the pages' security headers (:mod:`.headers`). docs/architecture.md, "The BFFs"."""
+the pages' security headers (:mod:`.headers`) and the error page of an unexpected error
+(:mod:`.errors`). docs/architecture.md, "The BFFs"."""
 
+from hiwallet.core.bff.errors import ErrorPage
 from hiwallet.core.bff.headers import SecurityHeaders, content_security_policy
 from hiwallet.core.bff.oidc import GrantRefused, OidcClient, OidcClientConfig, SignInUnavailable, Tokens
 from hiwallet.core.bff.seal import KEY_BYTES, Sealer, SealError, parse_key_ring
@@ -18,6 +20,7 @@ __all__ = [
     "KEY_BYTES",
     "BffSessions",
     "CsrfRefused",
+    "ErrorPage",
     "GrantRefused",
     "OidcClient",
     "OidcClientConfig",

@@ -56,7 +56,7 @@ class FrontDoor:
         )
         counters = app.state.edge_counters
         self.limiter = RateLimiter(
-            settings.redis_url,
+            settings.redis_url.get_secret_value(),
             prefix=f"hiwallet:ratelimit:{name}",
             timeout_s=settings.redis_timeout_s,
             retry_s=settings.redis_retry_s,

@@ -5,6 +5,7 @@ addresses."""
 
 from __future__ import annotations
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["EdgeSettings"]
@@ -34,7 +35,7 @@ class EdgeSettings(BaseSettings):
 
     # Rate limits: requests per window, per token subject and per client address (anonymous
     # endpoints), shared by every instance through Redis; a local limit while Redis is away.
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")  # may carry a password
     redis_timeout_s: float = 0.05
     # While Redis is away it is asked again at most this often (each try may cost the timeout).
     redis_retry_s: float = 1.0

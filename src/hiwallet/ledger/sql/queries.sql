@@ -26,11 +26,31 @@ SELECT bucket, id, role, purse, currency, owner, balance, held, version
 SELECT bucket, id, role, purse, currency, owner, balance, held, version
   FROM ledger.accounts WHERE bucket = $1 AND id = ANY ($2::text[])
 
+-- name: wallet_balance
+-- A wallet's two accounts and, on its promo account, what its batches past their expiry still
+-- hold (the expiry job has not returned it yet): shown balances leave it out, as the payment
+-- path does (migration 0008: only batches with expires_at > now are spent). One statement, so
+-- the balance and the expired part are read at one snapshot; the batches' bucket is the
+-- account's (one shard).
+SELECT a.bucket, a.id, a.role, a.purse, a.currency, a.owner, a.balance, a.held, a.version,
+       CASE WHEN a.purse = 'promo' THEN
+           (SELECT coalesce(sum(b.remaining), 0) FROM ledger.promo_batches b
+             WHERE b.bucket = a.bucket AND b.account_id = a.id AND b.remaining > 0
+               AND b.expires_at <= clock_timestamp())
+       ELSE 0 END AS expired
+  FROM ledger.accounts a WHERE a.bucket = $1 AND a.id = ANY ($2::text[])
+
 -- name: system_balance
 -- A system account's balance is the sum of its sub-accounts; a report, not a posting input.
 -- citus: multi-shard read
 SELECT coalesce(sum(balance), 0) FROM ledger.accounts
  WHERE role = $1 AND currency = $2 AND ($3::text IS NULL OR id LIKE '%:' || $3 || ':' || $2)
+
+-- name: currencies_to_sweep
+-- citus: multi-shard read (the sweep job's currencies: those whose sub-accounts hold something)
+SELECT DISTINCT currency FROM ledger.accounts
+ WHERE role = ANY ($1::ledger.account_role[]) AND bucket <> 0 AND balance <> 0
+ ORDER BY currency
 
 -- name: sub_accounts_to_sweep
 -- citus: multi-shard read (the sweep job's work list; each sweep then posts per bucket)

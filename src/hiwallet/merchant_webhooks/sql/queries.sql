@@ -110,3 +110,26 @@ ON CONFLICT ON CONSTRAINT webhook_events_pkey DO NOTHING
 -- name: backlog
 SELECT (SELECT count(*) FROM wallet.webhook_events WHERE dispatched_at IS NULL) AS undispatched,
        (SELECT count(*) FROM wallet.webhook_deliveries WHERE status = 'pending') AS pending
+
+-- name: purge
+-- At most $2 events created before $1, dispatched and with nothing pending, deleted with their
+-- deliveries (and, by the cascade, their attempts). SKIP LOCKED: an event another instance's
+-- round is deleting is left to it. The event's foreign key from its deliveries is checked at the
+-- statement's end, when both are gone.
+WITH old AS MATERIALIZED (
+    SELECT e.bucket, e.id
+      FROM wallet.webhook_events e
+     WHERE e.dispatched_at IS NOT NULL AND e.created_at < $1
+       AND NOT EXISTS (SELECT 1 FROM wallet.webhook_deliveries d
+                        WHERE d.bucket = e.bucket AND d.event_id = e.id AND d.status = 'pending')
+     ORDER BY e.created_at
+     LIMIT $2
+       FOR UPDATE OF e SKIP LOCKED
+), gone AS (
+    DELETE FROM wallet.webhook_deliveries d
+     USING old
+     WHERE d.bucket = old.bucket AND d.event_id = old.id
+)
+DELETE FROM wallet.webhook_events e
+ USING old
+ WHERE e.bucket = old.bucket AND e.id = old.id

@@ -59,6 +59,16 @@ SELECT account_id FROM wallet.wallets WHERE bucket = $1 AND id = $2
 UPDATE wallet.accounts SET tier = $3, updated_at = clock_timestamp()
  WHERE bucket = $1 AND id = $2
 
+-- name: insert_account_contract
+-- The Contracted tier's record (migrations/wallet/0018), in the transaction that raises it.
+INSERT INTO wallet.account_contracts
+       (bucket, account_id, evidence, evidence_ref, previous_tier, recorded_by, recorded_at)
+VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())
+
+-- name: account_contract
+SELECT evidence, evidence_ref, previous_tier, recorded_by, recorded_at
+  FROM wallet.account_contracts WHERE bucket = $1 AND account_id = $2
+
 -- name: insert_wallet
 INSERT INTO wallet.wallets (bucket, id, account_id, currency, number, created_at)
 VALUES ($1, $2, $3, $4, $5, clock_timestamp())
