@@ -10,10 +10,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from hiwallet.contracts.onboarding_api import PHONE_PATTERN, PhoneIn
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.crypto import Hasher, KeyMisconfigured, KeyRing, Undecryptable, kid_of, place
 from hiwallet.onboarding.registry import envelope, turkish_upper
-from hiwallet.onboarding.routes import PHONE_PATTERN, PhoneIn
 from hiwallet.onboarding.service import _E164, mask_phone, normalize_phone
 from hiwallet.onboarding.settings import DEV_DATA_KEYS, DEV_HASH_KEY
 

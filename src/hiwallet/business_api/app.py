@@ -3,21 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 
 from hiwallet.business_api import webhooks
-from hiwallet.business_api.models import ProgrammeIn, PromoIn, RefundIn
-from hiwallet.business_api.routes import WALLET, WITHDRAWALS, router
+from hiwallet.business_api.routes import router
 from hiwallet.business_api.settings import BusinessApiSettings, get_business_api_settings
-from hiwallet.contracts.currency import declare_currencies
-from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
+from hiwallet.contracts.front import WALLET, WITHDRAWALS, front_document
+from hiwallet.contracts.public import ProgrammeIn, PromoIn, RefundIn
 from hiwallet.contracts.webhook_api import EndpointIn, EndpointPatch
 from hiwallet.core.auth import TokenVerifier
 from hiwallet.core.edge import front_spec
-from hiwallet.core.edge.document import document_security
-from hiwallet.core.http import document_models, serve, settle_heap_once_started
+from hiwallet.core.http import serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.service import ServiceSpec, build_app
 from hiwallet.core.settings import refuse_insecure_start
@@ -27,37 +23,25 @@ __all__ = ["SERVICE", "create_business_api_app", "run_business_api", "service_sp
 SERVICE = "business-api"
 
 
-def _document(settings: BusinessApiSettings) -> Any:
-    def openapi(app: FastAPI) -> None:
-        document_models(
-            app, Problem, TransferIn, WithdrawalIn, PromoIn, ProgrammeIn, RefundIn, EndpointIn, EndpointPatch
-        )
-        document_security(
-            app,
-            "A client-credentials access token (the merchant's client, customer realm) whose audience "
-            f"holds {SERVICE!r} and 'hiwallet-api'.",
-        )
-        generate = app.openapi
-
-        def with_currencies() -> dict[str, Any]:
-            schema = generate()
-            declare_currencies(schema, settings.currencies)
-            return schema
-
-        app.openapi = with_currencies  # type: ignore[method-assign]
-
-    return openapi
-
-
 def service_spec(settings: BusinessApiSettings, *, verifier: TokenVerifier | None = None) -> ServiceSpec:
     upstreams = {WALLET: settings.wallet_api_url, WITHDRAWALS: settings.withdrawals_url}
+    document = front_document(
+        settings.currencies,
+        "A client-credentials access token (the merchant's client, customer realm) whose audience "
+        f"holds {SERVICE!r} and 'hiwallet-api'.",
+        PromoIn,
+        ProgrammeIn,
+        RefundIn,
+        EndpointIn,
+        EndpointPatch,
+    )
     return front_spec(
         SERVICE,
         settings,
         upstreams,
         "service_account",
         [router, webhooks.router],
-        openapi=_document(settings),
+        openapi=document,
         verifier=verifier,
     )
 

@@ -17,118 +17,32 @@ Verification (a customer's token):
 from __future__ import annotations
 
 import re
-from datetime import date
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr
 
+from hiwallet.contracts.onboarding_api import (
+    REGISTRATION_PATTERN,
+    CodeIn,
+    CompletedOut,
+    CompleteIn,
+    ConsentIn,
+    IdentityIn,
+    MeOut,
+    PhoneIn,
+    PhoneSentOut,
+    RegistrationIn,
+    RegistrationOut,
+    StatusOut,
+)
 from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
 from hiwallet.core.http import MALFORMED_BODY_ANSWER, PROBLEM_CONTENT_TYPE
-from hiwallet.core.text import EMAIL_PATTERN, PrintableText
 from hiwallet.onboarding import errors
 from hiwallet.onboarding.service import OnboardingService
 
-REGISTRATION_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
 _REGISTRATION = re.compile(REGISTRATION_PATTERN)
-# What normalize_phone (service.py) takes, exactly: E.164 (+ or 00), or a Turkish mobile number
-# as people write it (05xx …, 5xx …, 90 5xx …), digits apart as people space them (a space,
-# a dot, a hyphen, parentheses). A Turkish
-# number (+90) is a mobile one (5xx: an SMS reaches only those); E.164 has 8 to 15 digits.
-_SEP = r"[ ().-]{0,2}"  # "(0532) 123 45 67": two at most between digits
-_DIGIT = rf"[0-9]{_SEP}"
-_TURKISH_MOBILE = rf"5{_SEP}(?:{_DIGIT}){{9}}"
-PHONE_PATTERN = (
-    rf"^{_SEP}(?:"
-    rf"(?:\+|0{_SEP}0){_SEP}(?:9{_SEP}0{_SEP}{_TURKISH_MOBILE}"
-    rf"|[1-8]{_SEP}(?:{_DIGIT}){{7,14}}|9{_SEP}[1-9]{_SEP}(?:{_DIGIT}){{6,13}})"
-    rf"|(?:0{_SEP}|9{_SEP}0{_SEP})?{_TURKISH_MOBILE}"
-    r")$"
-)
-# The T.C. identity number: 11 digits, the first not 0 (its check digits are the service's
-# refusal, ``tckn-invalid``).
-TCKN_PATTERN = r"^[1-9][0-9]{10}$"
-
-
-class RegistrationIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    email: Annotated[StrictStr, Field(max_length=254, pattern=EMAIL_PATTERN)]
-
-
-class CodeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    code: Annotated[StrictStr, Field(pattern=r"^[0-9]{6}$", description="The 6 digits sent.")]
-
-
-class CompleteIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    # SecretStr: never in a repr, a log line or a validation error.
-    password: Annotated[SecretStr, Field(min_length=10, max_length=256)]
-
-
-class PhoneIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    phone: Annotated[
-        StrictStr,
-        Field(min_length=8, max_length=32, pattern=PHONE_PATTERN, description="E.164, or 05xx … in Turkey"),
-    ]
-
-
-class IdentityIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tckn: Annotated[
-        StrictStr,
-        Field(min_length=11, max_length=11, pattern=TCKN_PATTERN, description="The T.C. identity number"),
-    ]
-    given_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
-    family_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
-    # between 1900 and today: the service's refusal (birth-date-invalid), the document cannot say it
-    birth_date: date
-
-
-class ConsentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    document: Literal["user_agreement", "privacy_notice"]
-    version: Annotated[PrintableText, Field(min_length=1, max_length=40)]
-
-
-class RegistrationOut(BaseModel):
-    registration_id: str
-    expires_at: str
-
-
-class StatusOut(BaseModel):
-    registration_id: str
-    status: str
-
-
-class CompletedOut(StatusOut):
-    account_id: str
-    login_url: str
-
-
-class ConsentOut(BaseModel):
-    document: str
-    version: str
-    accepted_at: str
-
-
-class MeOut(BaseModel):
-    tier: str
-    account_id: str | None
-    phone_verified: bool
-    phone: str | None = Field(description="Masked: the country code and the last two digits.")
-    identity_verified: bool
-    consents: list[ConsentOut]
-    remaining: list[str]
-
-
-class PhoneSentOut(BaseModel):
-    phone: str
-    expires_at: str
-
 
 _PROBLEM: dict[str, Any] = {"content": {PROBLEM_CONTENT_TYPE: {}}}
 _REGISTRATION_ANSWERS: dict[int | str, dict[str, Any]] = {

@@ -3,20 +3,10 @@ upstreams (wallet-api, withdrawal-orchestrator, onboarding), people's tokens onl
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 
-from hiwallet.contracts.currency import declare_currencies
-from hiwallet.contracts.public import Problem, TransferIn, WithdrawalIn
-from hiwallet.core.auth import TokenVerifier
-from hiwallet.core.edge import front_spec
-from hiwallet.core.edge.document import document_security
-from hiwallet.core.http import document_models, serve, settle_heap_once_started
-from hiwallet.core.logging import configure_logging
-from hiwallet.core.service import ServiceSpec, build_app
-from hiwallet.core.settings import refuse_insecure_start
-from hiwallet.personal_mobile_api.models import (
+from hiwallet.contracts.front import WALLET, WITHDRAWALS, front_document
+from hiwallet.contracts.onboarding_api import (
     CodeIn,
     CompleteIn,
     ConsentIn,
@@ -24,42 +14,18 @@ from hiwallet.personal_mobile_api.models import (
     PhoneIn,
     RegistrationIn,
 )
-from hiwallet.personal_mobile_api.routes import ONBOARDING, WALLET, WITHDRAWALS, router
+from hiwallet.core.auth import TokenVerifier
+from hiwallet.core.edge import front_spec
+from hiwallet.core.http import serve, settle_heap_once_started
+from hiwallet.core.logging import configure_logging
+from hiwallet.core.service import ServiceSpec, build_app
+from hiwallet.core.settings import refuse_insecure_start
+from hiwallet.personal_mobile_api.routes import ONBOARDING, router
 from hiwallet.personal_mobile_api.settings import PersonalMobileApiSettings, get_personal_mobile_api_settings
 
 __all__ = ["SERVICE", "create_personal_mobile_api_app", "run_personal_mobile_api", "service_spec"]
 
 SERVICE = "personal-mobile-api"
-
-
-def _document(settings: PersonalMobileApiSettings) -> Any:
-    def openapi(app: FastAPI) -> None:
-        document_models(
-            app,
-            Problem,
-            TransferIn,
-            WithdrawalIn,
-            RegistrationIn,
-            CodeIn,
-            CompleteIn,
-            PhoneIn,
-            IdentityIn,
-            ConsentIn,
-        )
-        document_security(
-            app,
-            f"A customer's access token (customer realm); its audience holds {SERVICE!r}, 'hiwallet-api'.",
-        )
-        generate = app.openapi
-
-        def with_currencies() -> dict[str, Any]:
-            schema = generate()
-            declare_currencies(schema, settings.currencies)
-            return schema
-
-        app.openapi = with_currencies  # type: ignore[method-assign]
-
-    return openapi
 
 
 def service_spec(
@@ -70,9 +36,17 @@ def service_spec(
         WITHDRAWALS: settings.withdrawals_url,
         ONBOARDING: settings.onboarding_url,
     }
-    return front_spec(
-        SERVICE, settings, upstreams, "person", [router], openapi=_document(settings), verifier=verifier
+    document = front_document(
+        settings.currencies,
+        f"A customer's access token (customer realm); its audience holds {SERVICE!r}, 'hiwallet-api'.",
+        RegistrationIn,
+        CodeIn,
+        CompleteIn,
+        PhoneIn,
+        IdentityIn,
+        ConsentIn,
     )
+    return front_spec(SERVICE, settings, upstreams, "person", [router], openapi=document, verifier=verifier)
 
 
 def create_personal_mobile_api_app(

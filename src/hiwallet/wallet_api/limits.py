@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
 
+from hiwallet.contracts.public import LimitOut, LimitsOut
 from hiwallet.core.queries import load_queries
 from hiwallet.wallet_api.access import own_account
 from hiwallet.wallet_api.adapters import Repo
@@ -24,21 +24,6 @@ from hiwallet.wallet_api.routes import _COMMON, ACCOUNT, AccountIdPath, CallerDe
 __all__ = ["LimitOut", "LimitsOut", "limits_router"]
 
 Q = load_queries(Path(__file__).parent / "sql" / "limits.sql")
-
-
-class LimitOut(BaseModel):
-    kind: Literal["transfer", "payment"]
-    currency: str
-    limit_minor: int = Field(description="What the tier allows this calendar month (UTC); 0: not allowed.")
-    used_minor: int
-    remaining_minor: int
-
-
-class LimitsOut(BaseModel):
-    account_id: str
-    tier: str | None
-    month: str = Field(description="YYYY-MM (UTC)")
-    limits: list[LimitOut]
 
 
 limits_router = APIRouter(prefix="/v1", responses=_COMMON)

@@ -9,11 +9,26 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
 from starlette.convertors import Convertor, register_url_convertor
 
+from hiwallet.contracts import public
 from hiwallet.contracts.currency import Currency, declare_currencies
-from hiwallet.contracts.public import CounterpartyOut
+from hiwallet.contracts.public import MAX_AMOUNT_MINOR as PUBLIC_MAX_AMOUNT_MINOR
+from hiwallet.contracts.public import (
+    PROGRAMME_ID_PATTERN,
+    LineOut,
+    PostedTransfer,
+    Problem,
+    ProgrammeIn,
+    ProgrammeOut,
+    ProgrammesOut,
+    PromoBatchesOut,
+    RefundIn,
+    TransferIn,
+    WalletOut,
+    WalletRefOut,
+)
 from hiwallet.core.auth import CallerNotAllowed, bearer_token
 from hiwallet.core.http import (
     PROBLEM_CONTENT_TYPE,
@@ -23,13 +38,12 @@ from hiwallet.core.http import (
     json_body,
     json_body_openapi,
 )
-from hiwallet.core.text import PrintableText
+from hiwallet.core.http.idempotency import IDEMPOTENCY_KEY_PATTERN
 from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_STATEMENT_PAGE
 from hiwallet.wallet_api.domain import (
     ACCOUNT_ID_PATTERN,
     TRANSFER_ID_PATTERN,
     WALLET_ID_PATTERN,
-    WALLET_NUMBER_PATTERN,
     Caller,
     Tier,
     path_id,
@@ -42,26 +56,10 @@ from hiwallet.wallet_api.service import WalletService
 # ---------------------------------------------------------------------------------------------
 
 
-def _whole_number(value: object) -> object:
-    # JSON has one number type: 18259.0 is the integer 18259, and JSON Schema's "integer" admits
-    # it, so the service does too. 18259.5, a string or a boolean is still refused (StrictInt).
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Amount = Annotated[
-    StrictInt,
-    Field(gt=0, le=MAX_AMOUNT_MINOR, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
-    BeforeValidator(_whole_number),
-]
-# The document's enum of currencies is the service's own setting (``document``); a code of the
-# right shape that is not supported is 422 ``unsupported-currency`` with the supported ones.
-Reference = Annotated[PrintableText, Field(min_length=1, max_length=140)]
-WalletId = Annotated[StrictStr, Field(pattern=WALLET_ID_PATTERN)]
-WalletNumber = Annotated[
-    StrictStr, Field(pattern=WALLET_NUMBER_PATTERN, description="16 digits, the last a Luhn check digit.")
-]
+# The ledger's bound is the one the shapes (contracts.public's, the front APIs' too) document:
+# refused at start if they drift apart, not as a 500 in a transfer.
+if MAX_AMOUNT_MINOR != PUBLIC_MAX_AMOUNT_MINOR:
+    raise RuntimeError(f"the ledger's MAX_AMOUNT_MINOR {MAX_AMOUNT_MINOR} is not the contract's")
 
 
 class _In(BaseModel):
@@ -79,78 +77,21 @@ class TierIn(_In):
 
 
 class OpenWalletIn(_In):
+    # The document's enum of currencies is the service's own setting (``document``); a code of
+    # the right shape that is not supported is 422 ``unsupported-currency`` with the supported ones.
     currency: Currency
 
 
-class TransferIn(_In):
-    from_wallet: WalletId
-    to_wallet_number: WalletNumber
-    amount: Amount
-    currency: Currency = "TRY"
-    reference: Reference | None = None
-
-
-ProgrammeId = Annotated[
-    StrictStr,
-    Field(
-        pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-        description="An accepted promo programme of the granting business (POST /v1/promo-programmes).",
-    ),
-]
-Name = Annotated[PrintableText, Field(min_length=1, max_length=140)]
-
-
-class PromoIn(_In):
-    from_wallet: WalletId
-    to_wallet_number: WalletNumber
-    amount: Amount
-    currency: Currency = "TRY"
-    programme: ProgrammeId
-    expires_at: AwareDatetime | None = Field(
-        default=None, description="At most the programme's expiry, which it is when left out."
-    )
-    reference: Reference | None = None
-
-
-class ProgrammeIn(_In):
-    from_wallet: WalletId = Field(description="The business's wallet that funds the grants.")
-    name: Name
-    amount_per_customer: Amount
-    budget_minor: Amount
-    expires_at: AwareDatetime = Field(description="No grant after it, and no grant's promo outlives it.")
-
-
-class ProgrammeOut(BaseModel):
-    id: str
-    account_id: str
-    wallet_id: str
-    name: str
-    currency: str
-    amount_per_customer: int
-    budget_minor: int
-    remaining_minor: int
-    expires_at: datetime
-    status: Literal["proposed", "accepted", "refused"]
-    proposed_by: str
-    proposed_at: datetime
-    decided_by: str | None
-    decided_at: datetime | None
-    decision_reason: str | None
-
-
-class ProgrammesOut(BaseModel):
-    programmes: list[ProgrammeOut]
-    next_cursor: str | None = None
-
-
-class RefundIn(_In):
-    reference: Reference | None = None
-
-
-class WalletRefOut(BaseModel):
-    id: str
-    number: str
-    currency: str
+class PromoIn(public.PromoIn):
+    # contracts.public's, the programme described with where it comes from (wallet-api's document
+    # says more than business-api's); the field keeps its place.
+    programme: Annotated[
+        StrictStr,
+        Field(
+            pattern=PROGRAMME_ID_PATTERN,
+            description="An accepted promo programme of the granting business (POST /v1/promo-programmes).",
+        ),
+    ]
 
 
 class AccountOut(BaseModel):
@@ -166,48 +107,11 @@ class AccountsOut(BaseModel):
     accounts: list[AccountOut]
 
 
-class WalletOut(WalletRefOut):
-    account_id: str
-    cash: int
-    promo: int
-    held: int
-    available: int
-
-
-class LineOut(BaseModel):
-    transaction_id: str
-    type: str
-    reference: str
-    amount: int
-    currency: str
-    balance_after: int
-    version: int
-    posted_at: datetime
-    counterparty: CounterpartyOut | None = Field(
-        description="The other wallet of a transfer, a payment or a refund; null for a top-up, "
-        "a withdrawal, a promo grant."
-    )
-
-
 class StatementOut(BaseModel):
     wallet_id: str
     purse: Literal["cash", "promo"]
     lines: list[LineOut]
     next_cursor: str | None
-
-
-class PromoBatchOut(BaseModel):
-    id: str
-    funded_by: str
-    amount: int
-    remaining: int
-    expires_at: datetime
-    grant_transaction_id: str
-
-
-class PromoBatchesOut(BaseModel):
-    wallet_id: str
-    batches: list[PromoBatchOut]
 
 
 class LegOut(BaseModel):
@@ -219,32 +123,10 @@ class LegOut(BaseModel):
     currency: str
 
 
-class TransferOut(BaseModel):
-    id: str
-    type: str
-    status: Literal["posted"]
-    from_wallet: str | None
-    to_wallet: str | None
-    amount: int
-    currency: str
-    fee: int
-    promo_used: int
-    reference: str
-    refund_of: str | None
-    posted_at: datetime
+class TransferOut(PostedTransfer):
+    # contracts.public's, with the ledger legs (a client's view drops them); ``expires_at`` last.
     legs: list[LegOut]
     expires_at: datetime | None = None
-
-
-class Problem(BaseModel):
-    """RFC 9457 problem details; extra members carry what a client needs (e.g. ``balance``)."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str
-    title: str
-    status: int
-    detail: str | None = None
-    instance: str | None = None
 
 
 _PROBLEM = {
@@ -261,15 +143,6 @@ _COMMON: dict[int | str, dict[str, Any]] = {
     422: {**_PROBLEM, "description": "Refused: invalid input, funds, limits, tier, key reused"},
     503: {**_PROBLEM, "description": "A dependency is not reachable; retry with the same key"},
 }
-# What ``core.http.idempotency.check_idempotency_key`` accepts, exactly: 1 to 255 visible ASCII characters,
-# bare or as an sf-string ("…", the quotes not counted). A bare key of two or more characters
-# that starts and ends with a quote is read as quoted, so '""' (nothing inside) is the one bare
-# key refused; the alternatives below spell "V{1,255} but not two quotes" without a lookahead,
-# which not every generator of the document's readers supports. Tested against the service's
-# check (tests/wallet_api/test_document.py).
-IDEMPOTENCY_KEY_PATTERN = (
-    r'^(?:"[\x21-\x7e]{1,255}"|[\x21-\x7e]|[\x21\x23-\x7e][\x21-\x7e]|"[\x21\x23-\x7e]|[\x21-\x7e]{3,255})$'
-)
 _IDEMPOTENCY_HEADER = {
     "parameters": [
         {

@@ -12,20 +12,15 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, Field
 
 from hiwallet.contracts.currency import Currency
+from hiwallet.contracts.public import Amount, Name, ProgrammeOut, ProgrammesOut, Reference, WalletId
 from hiwallet.contracts.staff import StaffMember, StaffPermission
 from hiwallet.core.text import PrintableText
 from hiwallet.wallet_api.idempotency import Answer
 from hiwallet.wallet_api.routes import (
     _IDEMPOTENCY_HEADER,
     _REPLAYED,
-    Amount,
-    Name,
-    ProgrammeOut,
-    ProgrammesOut,
-    Reference,
     ServiceDep,
     TransferOut,
-    WalletId,
     _answer,
     _In,
 )

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, BeforeValidator, Field, StrictStr
 
+from hiwallet.contracts.public import LineOut, WalletOut
 from hiwallet.contracts.staff import StaffMember, StaffPermission, require_staff
 from hiwallet.core.text import PrintableText
 from hiwallet.ledger import MAX_STATEMENT_PAGE
@@ -31,8 +32,6 @@ from hiwallet.wallet_api.routes import (
     _COMMON,
     _PROBLEM,
     AccountOut,
-    LineOut,
-    WalletOut,
     _bearer,
     _decimal,
     _In,

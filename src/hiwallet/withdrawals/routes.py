@@ -16,9 +16,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
-from hiwallet.contracts.currency import Currency, declare_currencies
+from hiwallet.contracts.currency import declare_currencies
+from hiwallet.contracts.public import (
+    WITHDRAWAL_ID_PATTERN,
+    WITHDRAWAL_WALLET_PATTERN,
+    WithdrawalIn,
+    WithdrawalOut,
+    WithdrawalsOut,
+)
 from hiwallet.contracts.withdrawals import Requester
 from hiwallet.core.auth import CallerNotAllowed, Principal, bearer_token
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, LeanRoute, document_models, json_body, json_body_openapi
@@ -28,54 +34,10 @@ from hiwallet.withdrawals.service import WithdrawalService, view
 from hiwallet.withdrawals.visibility import WalletDirectory
 
 # As the saga's messages bound a wallet id (contracts.withdrawals); a UUIDv7 for a withdrawal.
-WALLET_PATTERN = r"^[A-Za-z0-9:_.\-|]{1,200}$"
-SAGA_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+WALLET_PATTERN = WITHDRAWAL_WALLET_PATTERN
+SAGA_PATTERN = WITHDRAWAL_ID_PATTERN
 _SAGA = re.compile(SAGA_PATTERN)
 MAX_PAGE = 100
-
-
-def _whole_number(value: object) -> object:
-    # JSON has one number type: 18259.0 is the integer 18259, and JSON Schema's "integer" admits
-    # it, so the service does too (as wallet-api). 18259.5, a string or a boolean is refused.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-class WithdrawalIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    wallet: Annotated[StrictStr, Field(pattern=WALLET_PATTERN)]
-    amount_minor: Annotated[
-        StrictInt,
-        Field(gt=0, le=10**15, description="Minor units (kuruş, cents); 1250.0 is read as 1250."),
-        BeforeValidator(_whole_number),
-    ]
-    # The document's enum is the service's setting (``document``): a code of the right shape
-    # that is not one of them is 422 unsupported-currency, which the document would not say.
-    currency: Currency
-    destination_iban: Annotated[
-        StrictStr, Field(min_length=15, max_length=50, description="The IBAN, with or without spaces.")
-    ]
-
-
-class WithdrawalOut(BaseModel):
-    id: str
-    state: str
-    wallet: str
-    amount_minor: int
-    fee_minor: int | None
-    currency: str
-    destination_iban: str = Field(description="Masked: the country and the last four characters.")
-    reason: str | None
-    created_at: str
-    state_changed_at: str
-
-
-class WithdrawalsOut(BaseModel):
-    wallet: str
-    withdrawals: list[WithdrawalOut]
-    next_cursor: str | None
 
 
 _PROBLEM: dict[str, Any] = {"content": {PROBLEM_CONTENT_TYPE: {}}}

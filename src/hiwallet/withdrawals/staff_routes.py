@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 
+from hiwallet.contracts.public import WithdrawalOut
 from hiwallet.contracts.staff import StaffMember, StaffPermission, require_staff
 from hiwallet.withdrawals import errors
 from hiwallet.withdrawals.routes import (
@@ -26,7 +27,6 @@ from hiwallet.withdrawals.routes import (
     _SAGA,
     MAX_PAGE,
     SAGA_PATTERN,
-    WithdrawalOut,
     _bearer,
     _service,
 )

@@ -60,7 +60,8 @@ class IdempotencyInProgress(ProblemError):
 # visible ASCII characters, bare or as an sf-string ("…", the quotes not counted). A bare key of
 # two or more characters that starts and ends with a quote is read as quoted, so '""' is the one
 # bare key refused; the alternatives spell "V{1,255} but not two quotes" without a lookahead.
-# (wallet-api's routes.py holds the same pattern, tested against this check.)
+# (the documents' pattern: wallet-api's and the front APIs'; tests/wallet_api/test_document.py
+# tests it against this check.)
 IDEMPOTENCY_KEY_PATTERN = (
     r'^(?:"[\x21-\x7e]{1,255}"|[\x21-\x7e]|[\x21\x23-\x7e][\x21-\x7e]|"[\x21\x23-\x7e]|[\x21-\x7e]{3,255})$'
 )

@@ -1,5 +1,8 @@
-"""personal-mobile-api's own request and answer shapes for registration and verification (as
-onboarding takes and answers them; the money shapes are contracts.public's)."""
+"""onboarding's public shapes: the registration (no token) and the customer's verification
+(``/v1/me``), as onboarding takes and answers them and personal-mobile-api documents them (the
+front API forwards the body as it came; services do not import each other, both import these).
+One definition, so a request the front API documents as valid is one onboarding takes.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictStr
 from hiwallet.core.text import EMAIL_PATTERN, PrintableText
 
 __all__ = [
+    "PHONE_PATTERN",
     "REGISTRATION_PATTERN",
+    "TCKN_PATTERN",
     "CodeIn",
     "CompleteIn",
     "CompletedOut",
     "ConsentIn",
+    "ConsentOut",
     "IdentityIn",
-    "LimitOut",
-    "LimitsOut",
     "MeOut",
     "PhoneIn",
     "PhoneSentOut",
@@ -28,8 +32,11 @@ __all__ = [
 ]
 
 REGISTRATION_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
-# onboarding's (its routes.py): E.164, or a Turkish mobile number as people write it.
-_SEP = r"[ ().-]{0,2}"
+# What normalize_phone (onboarding's service.py) takes, exactly: E.164 (+ or 00), or a Turkish
+# mobile number as people write it (05xx …, 5xx …, 90 5xx …), digits apart as people space them
+# (a space, a dot, a hyphen, parentheses). A Turkish number (+90) is a mobile one (5xx: an SMS
+# reaches only those); E.164 has 8 to 15 digits.
+_SEP = r"[ ().-]{0,2}"  # "(0532) 123 45 67": two at most between digits
 _DIGIT = rf"[0-9]{_SEP}"
 _TURKISH_MOBILE = rf"5{_SEP}(?:{_DIGIT}){{9}}"
 PHONE_PATTERN = (
@@ -39,6 +46,8 @@ PHONE_PATTERN = (
     rf"|(?:0{_SEP}|9{_SEP}0{_SEP})?{_TURKISH_MOBILE}"
     r")$"
 )
+# The T.C. identity number: 11 digits, the first not 0 (its check digits are onboarding's
+# refusal, ``tckn-invalid``).
 TCKN_PATTERN = r"^[1-9][0-9]{10}$"
 
 
@@ -55,6 +64,7 @@ class CodeIn(_In):
 
 
 class CompleteIn(_In):
+    # SecretStr: never in a repr, a log line or a validation error.
     password: Annotated[SecretStr, Field(min_length=10, max_length=256)]
 
 
@@ -72,6 +82,7 @@ class IdentityIn(_In):
     ]
     given_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
     family_name: Annotated[PrintableText, Field(min_length=1, max_length=100)]
+    # between 1900 and today: onboarding's refusal (birth-date-invalid), the document cannot say it
     birth_date: date
 
 
@@ -114,18 +125,3 @@ class MeOut(BaseModel):
 class PhoneSentOut(BaseModel):
     phone: str
     expires_at: str
-
-
-class LimitOut(BaseModel):
-    kind: Literal["transfer", "payment"]
-    currency: str
-    limit_minor: int = Field(description="What the tier allows this calendar month (UTC); 0: not allowed.")
-    used_minor: int
-    remaining_minor: int
-
-
-class LimitsOut(BaseModel):
-    account_id: str
-    tier: str | None
-    month: str = Field(description="YYYY-MM (UTC)")
-    limits: list[LimitOut]
