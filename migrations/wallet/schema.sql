@@ -1271,6 +1271,34 @@ CREATE TABLE wallet.campaigns (
     CONSTRAINT campaigns_never_overspent CHECK (((remaining_minor >= 0) AND (remaining_minor <= budget_minor)))
 );
 
+-- Name: findings; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.findings (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    found_by text NOT NULL,
+    found_at timestamp with time zone DEFAULT now() NOT NULL,
+    resolved_at timestamp with time zone,
+    resolved_by text,
+    resolution text,
+    CONSTRAINT findings_kind_format CHECK ((kind ~ '^[a-z][a-z0-9\-]{0,62}$'::text)),
+    CONSTRAINT findings_resolved_together CHECK ((((resolved_at IS NULL) = (resolved_by IS NULL)) AND ((resolved_at IS NULL) = (resolution IS NULL)))),
+    CONSTRAINT findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 500)))
+);
+
+-- Name: findings_id_seq; Type: SEQUENCE; Schema: wallet; Owner: -
+
+ALTER TABLE wallet.findings ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME wallet.findings_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.goodwill_credits (
@@ -1417,6 +1445,20 @@ CREATE TABLE wallet.promo_programmes (
     CONSTRAINT promo_programmes_reason_length CHECK (((length(decision_reason) >= 1) AND (length(decision_reason) <= 500))),
     CONSTRAINT promo_programmes_spent_only_accepted CHECK (((status = 'accepted'::text) OR (remaining_minor = budget_minor))),
     CONSTRAINT promo_programmes_status_known CHECK ((status = ANY (ARRAY['proposed'::text, 'accepted'::text, 'refused'::text])))
+);
+
+-- Name: settled_topups; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.settled_topups (
+    payment_id text NOT NULL,
+    provider text NOT NULL,
+    payout_id text NOT NULL,
+    line_id text NOT NULL,
+    gross_minor bigint NOT NULL,
+    fee_minor bigint NOT NULL,
+    settled_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT settled_topups_fee_in_range CHECK (((fee_minor >= 0) AND (fee_minor < gross_minor))),
+    CONSTRAINT settled_topups_gross_positive CHECK ((gross_minor > 0))
 );
 
 -- Name: staff_daily_usage; Type: TABLE; Schema: wallet; Owner: -
@@ -1630,6 +1672,16 @@ ALTER TABLE ONLY wallet.campaign_grants
 ALTER TABLE ONLY wallet.campaigns
     ADD CONSTRAINT campaigns_pkey PRIMARY KEY (id);
 
+-- Name: findings findings_kind_subject_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.findings
+    ADD CONSTRAINT findings_kind_subject_unique UNIQUE (kind, subject);
+
+-- Name: findings findings_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.findings
+    ADD CONSTRAINT findings_pkey PRIMARY KEY (id);
+
 -- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.goodwill_credits
@@ -1679,6 +1731,11 @@ ALTER TABLE ONLY wallet.promo_programme_receivers
 
 ALTER TABLE ONLY wallet.promo_programmes
     ADD CONSTRAINT promo_programmes_pkey PRIMARY KEY (id);
+
+-- Name: settled_topups settled_topups_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.settled_topups
+    ADD CONSTRAINT settled_topups_pkey PRIMARY KEY (payment_id);
 
 -- Name: staff_daily_usage staff_daily_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1750,6 +1807,10 @@ CREATE INDEX promo_batches_spend_order ON ledger.promo_batches USING btree (buck
 -- Name: transactions_refunded_once; Type: INDEX; Schema: ledger; Owner: -
 
 CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btree (bucket, refund_of) WHERE ((refund_of IS NOT NULL) AND (bucket = home_bucket));
+
+-- Name: findings_open; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX findings_open ON wallet.findings USING btree (found_at) WHERE (resolved_at IS NULL);
 
 -- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
 
@@ -2147,6 +2208,11 @@ GRANT SELECT,INSERT ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
 GRANT UPDATE(remaining_minor) ON TABLE wallet.campaigns TO hiwallet_wallet_app;
 
+-- Name: TABLE findings; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.findings TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.findings TO hiwallet_wallet_consumer_app;
+
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_readonly;
@@ -2252,6 +2318,11 @@ GRANT UPDATE(decided_at) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app
 -- Name: COLUMN promo_programmes.decision_reason; Type: ACL; Schema: wallet; Owner: -
 
 GRANT UPDATE(decision_reason) ON TABLE wallet.promo_programmes TO hiwallet_wallet_app;
+
+-- Name: TABLE settled_topups; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.settled_topups TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.settled_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 

@@ -70,6 +70,8 @@ WALLET_CONSUMER_TABLES = {
     "wallet.outbox",
     "wallet.withdrawal_counts",
     "wallet.limit_usage",
+    "wallet.settled_topups",
+    "wallet.findings",
 }
 
 # What the application roles may do beyond SELECT on the tables they read: table-level
@@ -148,6 +150,9 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     "wallet.outbox": {"INSERT", "DELETE"},
     # the withdrawals' merchant events (migrations/wallet/0016), written, never read
     "wallet.webhook_events": {"INSERT"},
+    # the providers' payouts (migrations/wallet/0017): each top-up settled, and the findings
+    "wallet.settled_topups": {"INSERT"},
+    "wallet.findings": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
     ("public.processed_events", "outcome", "UPDATE"),

@@ -25,7 +25,7 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.contracts.databases import DATABASES, service_role
-from hiwallet.contracts.events import events_topology
+from hiwallet.contracts.events import WALLET_SETTLEMENTS_QUEUE, events_topology
 from hiwallet.contracts.merchant_events import NOTIFY_CHANNEL
 from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.core.broker import Topology, partition_queues, partitioned_topology
@@ -41,6 +41,11 @@ from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_transient
 from hiwallet.wallet_consumer.metrics import TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
+from hiwallet.wallet_consumer.settlements import (
+    SETTLEMENTS_CONSUMER_NAME,
+    SettlementHandler,
+    SettlementMetrics,
+)
 from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, count_unattributed
 from hiwallet.wallet_consumer.withdrawals import (
     OUTBOX_CHANNEL,
@@ -99,6 +104,10 @@ def withdrawal_topology_of(settings: WalletConsumerSettings) -> Topology:
         exchanges=topology.exchanges,
         queues=tuple(q if q.name in own else replace(q, name=prefix + q.name) for q in topology.queues),
     )
+
+
+def settlements_queue(settings: WalletConsumerSettings) -> str:
+    return settings.events_queue_prefix + WALLET_SETTLEMENTS_QUEUE
 
 
 def withdrawals_queue(settings: WalletConsumerSettings) -> str:
@@ -201,6 +210,25 @@ def service_spec(settings: WalletConsumerSettings, *, database: str | None = Non
                 **batched_or_concurrent(
                     command_handler.batch, settings.withdrawals_batch, settings.withdrawals_concurrency
                 ),
+            ),
+        )
+        # The providers' payouts (settlements.py): one at a time, each in its own transaction
+        # (a payout is rare and may be long; order does not matter, the ledger's key and
+        # settled_topups make each payout and each top-up settle once).
+        settlement_metrics = SettlementMetrics(registry)
+        app.state.settlements = rt.consumer(
+            "settlements",
+            Consumer(
+                broker=rt.bus,
+                pool=pool,
+                queues=[settlements_queue(settings)],
+                consumer_name=SETTLEMENTS_CONSUMER_NAME,
+                handler=SettlementHandler(ledger, settlement_metrics),
+                dead_letter_exchange=settings.dead_letter_exchange,
+                dead_letter_key=settings.events_dead_letter_key,
+                max_attempts=settings.max_attempts,
+                is_transient=is_transient,
+                metrics=consumer_metrics,
             ),
         )
         connect = rt.connect()
