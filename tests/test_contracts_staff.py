@@ -208,7 +208,7 @@ async def test_no_token_is_401(client: httpx.AsyncClient) -> None:
     assert response.status_code == 401
 
 
-def test_the_permissions_are_the_fixed_eight() -> None:
+def test_the_permissions_are_the_fixed_nine() -> None:
     assert sorted(StaffPermission) == sorted(
         [
             "customer.view",
@@ -219,6 +219,7 @@ def test_the_permissions_are_the_fixed_eight() -> None:
             "promo.merchant_accept",
             "staff.manage",
             "credit.goodwill",
+            "finance.invoices",
         ]
     )
     assert StaffMember("x", None, frozenset()).actor == "staff:x"

@@ -124,12 +124,13 @@ def _register_subcommands() -> None:
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.topup_webhook.cli import register as register_topup_webhook
-    from hiwallet.wallet_api.cli import business_app
+    from hiwallet.wallet_api.cli import business_app, invoices_app
     from hiwallet.wallet_consumer.cli import register as register_wallet_consumer
 
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
+    app.add_typer(invoices_app, name="invoices")
     app.add_typer(dead_letters_app, name="dead-letters")
     # One `topups` sub-app, each service adding its commands (neither imports the other):
     # topup-webhook's reconcile, wallet-consumer's unattributed and attribute.

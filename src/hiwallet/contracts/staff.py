@@ -65,6 +65,7 @@ class StaffPermission(StrEnum):
     PROMO_MERCHANT_ACCEPT = "promo.merchant_accept"
     STAFF_MANAGE = "staff.manage"
     CREDIT_GOODWILL = "credit.goodwill"
+    FINANCE_INVOICES = "finance.invoices"
 
 
 def staff_actor(subject: str) -> str:

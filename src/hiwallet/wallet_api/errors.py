@@ -169,6 +169,12 @@ class AlreadyDecided(ProblemError):
     title = "This was decided already"
 
 
+class InvoiceEnteredOtherwise(ProblemError):
+    status = 409
+    slug = "invoice-entered-otherwise"
+    title = "This provider's invoice was entered before with another amount or currency"
+
+
 class WebhookUrlForbidden(ProblemError):
     """A webhook endpoint's URL that may not be called (docs/webhooks.md, the SSRF rule):
     ``reason`` is one of scheme, userinfo, malformed, too-long, unresolvable, private-address."""
