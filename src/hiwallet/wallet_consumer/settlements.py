@@ -37,6 +37,7 @@ from hiwallet.ledger import BUCKETS, InvalidRequest, Ledger, LedgerError, Ledger
 __all__ = [
     "FINDING_KINDS",
     "MESSAGE_TYPE",
+    "SETTLED_LINE_TYPES",
     "SETTLEMENTS_CONSUMER_NAME",
     "SettlementHandler",
     "SettlementMetrics",
@@ -53,9 +54,11 @@ SETTLEMENTS_CONSUMER_NAME = "wallet-consumer-settlements"
 UNMATCHED = "settlement-unmatched-line"  # names no top-up the ledger holds
 AMOUNT_DIFFERS = "settlement-amount-differs"  # another gross amount or currency than the top-up
 ALREADY_SETTLED = "settlement-already-settled"  # the top-up was settled by another payout
-UNSUPPORTED = "settlement-unsupported-line"  # not a card payment (a refund, an adjustment …)
+UNSUPPORTED = "settlement-unsupported-line"  # not a payment (a refund, an adjustment …)
 INCONSISTENT = "settlement-inconsistent-line"  # net ≠ gross − fee, or a fee in the gross model
 TOTAL_DIFFERS = "settlement-payout-total-differs"  # the lines' nets do not add up to the payout
+# The lines that settle a top-up: a card payment (Stripe's charge), a wire (the bank's statement).
+SETTLED_LINE_TYPES = frozenset({"charge", "wire"})
 FINDING_KINDS = (UNMATCHED, AMOUNT_DIFFERS, ALREADY_SETTLED, UNSUPPORTED, INCONSISTENT, TOTAL_DIFFERS)
 
 
@@ -100,7 +103,7 @@ class SettlementHandler:
         findings: list[tuple[str, str, str]] = []
         candidates: list[SettlementLine] = []
         for line in body.lines:
-            if line.type != "charge":
+            if line.type not in SETTLED_LINE_TYPES:
                 findings.append(_finding(UNSUPPORTED, body, line.line_id, line=line.model_dump()))
             elif line.net_minor != line.gross_minor - line.fee_minor or not (
                 0 <= line.fee_minor < line.gross_minor
