@@ -148,7 +148,7 @@ async def test_a_days_statement_settles_its_wires_once(
             async with topups.wallet_pool(wallet_db, max_size=1, service="wallet_consumer") as consumer_pool:
                 findings = await consumer_pool.fetch("SELECT kind, details FROM wallet.findings")
             assert [f["kind"] for f in findings] == ["settlement-unmatched-line"], findings
-            assert lost.json()["id"] in findings[0]["details"]
+            assert findings[0]["details"]["line"]["provider_payment_id"] == lost.json()["id"]
             report = await ledger.store.verify()
             assert report.ok, report.problems
     finally:

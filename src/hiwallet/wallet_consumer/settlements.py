@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
@@ -79,11 +78,16 @@ class SettlementMetrics:
         )
 
 
-def _finding(kind: str, body: SettlementReported, subject: str, **details: Any) -> tuple[str, str, str]:
+# (kind, subject, details): details as a JSON object (the connection's jsonb codec encodes it:
+# ledger.init_connection)
+Finding = tuple[str, str, dict[str, Any]]
+
+
+def _finding(kind: str, body: SettlementReported, subject: str, **details: Any) -> Finding:
     return (
         kind,
         f"{body.provider}:{body.payout_id}:{subject}"[:500],
-        orjson.dumps({"provider": body.provider, "payout_id": body.payout_id, **details}).decode(),
+        {"provider": body.provider, "payout_id": body.payout_id, **details},
     )
 
 
@@ -100,7 +104,7 @@ class SettlementHandler:
         except ValidationError as exc:
             raise Unprocessable(f"not a SettlementReported: {exc.errors()[0]['msg']}") from exc
         actor = f"settlement-importer:{body.provider}"
-        findings: list[tuple[str, str, str]] = []
+        findings: list[Finding] = []
         candidates: list[SettlementLine] = []
         for line in body.lines:
             if line.type not in SETTLED_LINE_TYPES:
@@ -206,7 +210,7 @@ class SettlementHandler:
         conn: asyncpg.Connection,
         body: SettlementReported,
         lines: list[SettlementLine],
-        findings: list[tuple[str, str, str]],
+        findings: list[Finding],
     ) -> list[SettlementLine]:
         """The lines whose top-up the ledger holds with their gross and currency; the others
         appended to ``findings``."""
