@@ -3,14 +3,19 @@ reads (a payout, its balance transactions with gross, fee and net, each charge's
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import mt940
 import pytest
 import stripe
 
-from tests.fakes.conftest import STRIPE_KEY, Fake, Receiver
+from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
+from hiwallet.fakes.stripe import StripeFakeSettings, create_stripe_fake_app
+from tests.fakes.conftest import BANK_KEY, BANK_SECRET, STRIPE_KEY, Fake, Receiver, served_fake
 from tests.fakes.test_stripe_fake import pay
+from tests.waiting import until_sync
 
 
 def client_of(fake: Fake) -> stripe.StripeClient:
@@ -27,8 +32,11 @@ def pay_out(fake: Fake, currency: str | None = None) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("stripe_overrides", "fees"),
     [
-        ({"settlement_model": "net", "fee_bps": 290, "fee_fixed_minor": 30}, [30 + 29, 30 + 73, 30 + 290]),
-        ({"settlement_model": "gross"}, [0, 0, 0]),
+        (
+            {"settlement_model": "net", "fee_bps": 290, "fee_fixed_minor": 30, "payout_deposit_url": None},
+            [30 + 29, 30 + 73, 30 + 290],
+        ),
+        ({"settlement_model": "gross", "payout_deposit_url": None}, [0, 0, 0]),
     ],
     ids=["net", "gross"],
 )
@@ -73,6 +81,7 @@ def test_a_payout_pays_out_the_charges_and_the_client_lists_it(
     assert sum(t.net for t in everything.data) == 0
 
 
+@pytest.mark.parametrize("stripe_overrides", [{"payout_deposit_url": None}])
 def test_payouts_per_currency_and_unknown_ones(stripe_fake: Fake, receiver: Receiver) -> None:
     pay(stripe_fake, 500)
     with stripe_fake.client() as http:
@@ -90,10 +99,30 @@ def test_payouts_per_currency_and_unknown_ones(stripe_fake: Fake, receiver: Rece
     assert httpx.get(f"{stripe_fake.base_url}/v1/payouts").status_code == 401
 
 
-@pytest.mark.parametrize("stripe_overrides", [{"payout_interval_s": 0.2}])
+@pytest.mark.parametrize("stripe_overrides", [{"payout_interval_s": 0.2, "payout_deposit_url": None}])
 def test_payouts_are_made_on_a_schedule(stripe_fake: Fake, receiver: Receiver) -> None:
-    from tests.waiting import until_sync
-
     pay(stripe_fake, 900)
     client = client_of(stripe_fake)
     until_sync(lambda: len(client.v1.payouts.list().data) == 1, 10.0, "a scheduled payout")
+
+
+def test_a_payouts_money_arrives_at_the_bank(stripe_settings: dict[str, Any]) -> None:
+    """With bank-fake's address, each payout is credited to our account: the day's MT940
+    statement shows it, referenced by the payout's id."""
+    bank_settings = BankFakeSettings(
+        webhook_url="http://127.0.0.1:9/nowhere", signing_secrets=[BANK_SECRET], api_key=BANK_KEY
+    )
+    with served_fake(create_bank_fake_app(bank_settings), "bank-fake", BANK_KEY) as bank:
+        settings = StripeFakeSettings(
+            **{**stripe_settings, "payout_deposit_url": f"{bank.base_url}/_control/credits"}
+        )
+        with served_fake(create_stripe_fake_app(settings), "stripe-fake", STRIPE_KEY) as stripe_fake:
+            pay(stripe_fake, 2_000)
+            (made,) = pay_out(stripe_fake)
+        with bank.client() as client:
+            text = client.get(f"/v1/statements/{datetime.now(UTC).date().isoformat()}").text
+    parsed = mt940.models.Transactions()
+    parsed.parse(text)
+    (credit,) = [t.data for t in parsed]
+    assert credit["customer_reference"] == made["id"][:16]
+    assert int(credit["amount"].amount * 100) == made["amount"]

@@ -93,6 +93,7 @@ async def test_a_payout_settles_once_and_what_does_not_match_is_a_finding(
             signing_secrets=[STRIPE_SECRET],
             api_key=STRIPE_KEY,
             payout_interval_s=0,
+            payout_deposit_url=None,
             settlement_model=model,
             fee_bps=FEE_BPS,
             fee_fixed_minor=FEE_FIXED,

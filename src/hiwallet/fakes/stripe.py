@@ -38,6 +38,7 @@ from functools import lru_cache
 from html import escape
 from typing import Any, Literal
 
+import httpx
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -91,6 +92,10 @@ class StripeFakeSettings(DeliverySettings):
     settlement_model: Literal["net", "gross"] = "net"
     fee_bps: int = Field(default=290, ge=0, le=10_000)
     fee_fixed_minor: int = Field(default=30, ge=0, le=100_000)
+    # Where a payout's money arrives: our bank's API for a credit to our account (bank-fake's
+    # /_control/credits, with the payout's id as the reference); None: nowhere (tests).
+    payout_deposit_url: str | None = "http://127.0.0.1:8094/_control/credits"
+    payout_deposit_timeout_s: float = Field(default=5.0, gt=0, le=60)
 
     @field_validator("signing_secrets")
     @classmethod
@@ -369,12 +374,35 @@ class Payouts:
             raise _StripeError(404, f"No such charge: '{charge_id}'", code="resource_missing", param="id")
         return charge
 
+    async def pay_out_and_deposit(self, currency: str | None = None) -> list[dict[str, Any]]:
+        """:meth:`pay_out`, then each payout's money sent to our bank (``payout_deposit_url``):
+        a bank that does not answer is logged (the payout stays paid, as Stripe's would)."""
+        made = self.pay_out(currency)
+        url = self.settings.payout_deposit_url
+        if url is None or not made:
+            return made
+        async with httpx.AsyncClient(timeout=self.settings.payout_deposit_timeout_s) as client:
+            for payout in made:
+                body = {
+                    "amount_minor": payout["amount"],
+                    "currency": payout["currency"].upper(),
+                    "counterparty": "STRIPE PAYMENTS",
+                    "reference": payout["id"],
+                    "description": f"STRIPE PAYOUT {payout['id']}",
+                }
+                try:
+                    response = await client.post(url, json=body)
+                    response.raise_for_status()
+                except httpx.HTTPError as exc:
+                    log.warning("payout not deposited at the bank", payout=payout["id"], error=str(exc))
+        return made
+
     async def schedule(self) -> None:
         """Automatic payouts every payout_interval_s (the first one interval after the start)."""
         while True:
             await asyncio.sleep(self.settings.payout_interval_s)
             try:
-                self.pay_out()
+                await self.pay_out_and_deposit()
             except Exception:  # a fake's round: logged, the next one tries again
                 log.exception("payout round failed")
 
@@ -976,7 +1004,7 @@ def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAP
     # available, per currency (or ?currency=try); the payouts made.
     @app.post("/_control/payouts")
     async def pay_out_now(currency: str | None = None) -> dict[str, Any]:
-        return {"object": "list", "data": fake.payouts.pay_out(currency), "has_more": False}
+        return {"object": "list", "data": await fake.payouts.pay_out_and_deposit(currency), "has_more": False}
 
     @app.get("/v1/events/{event_id}")
     async def get_event(event_id: str, request: Request) -> dict[str, Any]:
