@@ -1,7 +1,8 @@
 """The topup-webhook app: the shared HTTP factory, the pool (as the top-up database's application
 role), the webhook routes, and what runs beside them in this one process: the outbox relay to
 ``hiwallet.topups`` (its topology declared as soon as RabbitMQ answers: core.service), the
-reconciliation and retention jobs, and the refresh of the gauges."""
+reconciliation, retention and settlement import jobs (the last announces the card provider's
+payouts to ``hiwallet.events``: settlements.py), and the refresh of the gauges."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The wallet-consumer process: core's Consumer on the top-up partitions, the handler, and an
 HTTP app for ``/health``, ``/ready`` (database, broker, consumers, background) and ``/metrics``
 only. Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's
-wallet commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of
-``wallet.outbox`` that publishes their responses, and that outbox's purge job.
+wallet commands, withdrawals.py, up to withdrawals_batch a transaction), a third on
+``hiwallet.wallet.settlements`` (the providers' payouts, settlements.py, one a transaction), the
+relay of ``wallet.outbox`` that publishes their responses, and that outbox's purge job.
 
 Built by core.service: at start it connects to PostgreSQL as the wallet database's application
 role; as soon as RabbitMQ answers it declares the top-ups', withdrawals' and events' topology
