@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from hiwallet.bank.adapter import create_bank_adapter_app, statement_client, statement_job
+from hiwallet.bank.cli import statements_once
 from hiwallet.bank.pool import database_spec
 from hiwallet.bank.statements import StatementImporter
 from hiwallet.core.broker import Broker
@@ -122,6 +123,8 @@ async def test_a_days_statement_settles_its_wires_once(
             store = adapter.state.store
             today = StatementImporter(store, client, lookback_days=2, exchange=settings.events_exchange)
             assert await today.run() == 2  # yesterday and the day before: empty days, announced
+            # the operator's round over the same two days: nothing new
+            assert await statements_once(settings.model_copy(update={"statement_lookback_days": 2})) == 0
             tomorrow = StatementImporter(
                 store,
                 client,
