@@ -6,11 +6,18 @@ real PostgreSQL, real staff-realm tokens (tests/wallet_api/test_staff_money.py's
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
+import pytest
+from typer.testing import CliRunner
+
+from hiwallet.contracts.databases import DATABASES
 from hiwallet.ledger import Role
+from hiwallet.wallet_api import cli as wallet_cli
 from hiwallet.wallet_api.staff_money import enter_provider_invoice
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
+from tests.wallet_api.test_cli import _in_thread
 from tests.wallet_api.test_staff_money import Staff
 from tests.wallet_api.test_staff_money import staff as staff
 from tests.wallet_api.test_staff_money import staff_admin as staff_admin
@@ -81,3 +88,22 @@ async def test_only_finance_may_enter_an_invoice(api: WalletApi, staff: Staff) -
     assert (await api.post(PATH, {**body, "amount_minor": 0}, finance)).status_code == 422
     assert (await api.post(PATH, {**body, "provider": "Stripe!"}, finance)).status_code == 422
     assert await books(api) == before
+
+
+async def test_an_operator_enters_an_invoice_once(api: WalletApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``hiwallet invoices enter``: the operator as the actor; again, the same posting; another
+    amount under the number, refused (exit code 1, nothing booked)."""
+    monkeypatch.setitem(DATABASES, "wallet", api.database)
+    monkeypatch.setattr(wallet_cli, "get_wallet_api_settings", lambda: api.service.settings)
+    monkeypatch.setattr(wallet_cli, "operator", lambda: "operator:ayla")
+    runner = CliRunner()
+    before = await books(api)
+    args = ["invoices", "enter", "--provider", "bank", "--number", "2026/11-7", "--amount-minor", "4500"]
+    first = await _in_thread(runner, *args)
+    transaction = re.search(r"in transaction (\S+)", first)[1]  # type: ignore[index]
+    assert transaction in await _in_thread(runner, *args)
+    assert (await api.ledger.transaction(transaction)).actor == "operator:ayla"
+    refused = await _in_thread(runner, *args[:-1], "4600", code=1)
+    assert "invoice-entered-otherwise" in refused or "another amount" in refused
+    assert await books(api) == (before[0] - 4500, before[1] + 4500)
+    await api.verify()
