@@ -221,6 +221,7 @@ def test_the_permissions_are_the_fixed_ones() -> None:
             "credit.goodwill",
             "customer.contract",
             "finance.reconciliation",
+            "finance.invoices",
         ]
     )
     assert StaffMember("x", None, frozenset()).actor == "staff:x"

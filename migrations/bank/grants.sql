@@ -40,7 +40,7 @@ DO $$
 DECLARE
     writers CONSTANT text[] := ARRAY['bank.record_transfer', 'bank.receive_callback',
                                      'bank.reconcile_transfer', 'bank.republish_outcome',
-                                     'bank.purge_inbox'];
+                                     'bank.purge_inbox', 'bank.record_statement'];
     internal CONSTANT text[] := ARRAY['bank.announce', 'bank.apply_outcome', 'bank.lock_reference'];
     missing text;
     f regprocedure;

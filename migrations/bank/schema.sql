@@ -168,6 +168,24 @@ CREATE FUNCTION bank.reconcile_transfer(p_bank_reference text, p_succeeded boole
                               p_exchange)
 $$;
 
+-- Name: record_statement(date, text, bigint, integer, text, text, text, text, jsonb, jsonb); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO bank.statements (day, message_id, currency, amount_minor, lines)
+    VALUES (p_day, p_message_id, p_currency, p_amount_minor, p_lines)
+    ON CONFLICT ON CONSTRAINT statements_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO bank.outbox (message_id, exchange, routing_key, message_type, headers, body)
+    VALUES (p_message_id, p_exchange, p_routing_key, p_message_type, p_headers, p_body);
+    RETURN true;
+END $$;
+
 -- Name: record_transfer(text, text, bigint, text, text, text, text, text, text); Type: FUNCTION; Schema: bank; Owner: -
 
 CREATE FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text) RETURNS text
@@ -301,6 +319,19 @@ CREATE TABLE bank.processed_events (
     outcome jsonb DEFAULT '{}'::jsonb NOT NULL
 );
 
+-- Name: statements; Type: TABLE; Schema: bank; Owner: -
+
+CREATE TABLE bank.statements (
+    day date NOT NULL,
+    message_id text NOT NULL,
+    currency text NOT NULL,
+    amount_minor bigint NOT NULL,
+    lines integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT statements_amount_not_negative CHECK ((amount_minor >= 0)),
+    CONSTRAINT statements_lines_not_negative CHECK ((lines >= 0))
+);
+
 -- Name: schema_migrations; Type: TABLE; Schema: public; Owner: -
 
 CREATE TABLE public.schema_migrations (
@@ -334,6 +365,16 @@ ALTER TABLE ONLY bank.outbox
 
 ALTER TABLE ONLY bank.processed_events
     ADD CONSTRAINT processed_events_pkey PRIMARY KEY (consumer, message_id);
+
+-- Name: statements statements_message_id_unique; Type: CONSTRAINT; Schema: bank; Owner: -
+
+ALTER TABLE ONLY bank.statements
+    ADD CONSTRAINT statements_message_id_unique UNIQUE (message_id);
+
+-- Name: statements statements_pkey; Type: CONSTRAINT; Schema: bank; Owner: -
+
+ALTER TABLE ONLY bank.statements
+    ADD CONSTRAINT statements_pkey PRIMARY KEY (day);
 
 -- Name: transfers transfers_bank_reference_unique; Type: CONSTRAINT; Schema: bank; Owner: -
 
@@ -407,6 +448,11 @@ GRANT ALL ON FUNCTION bank.receive_callback(p_webhook_id text, p_type text, p_ba
 REVOKE ALL ON FUNCTION bank.reconcile_transfer(p_bank_reference text, p_succeeded boolean, p_reason text, p_message_id text, p_exchange text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bank.reconcile_transfer(p_bank_reference text, p_succeeded boolean, p_reason text, p_message_id text, p_exchange text) TO hiwallet_bank_app;
 
+-- Name: FUNCTION record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bank.record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) TO hiwallet_bank_app;
+
 -- Name: FUNCTION record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 
 REVOKE ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text) FROM PUBLIC;
@@ -439,6 +485,11 @@ GRANT SELECT ON TABLE bank.processed_events TO hiwallet_bank_readonly;
 -- Name: COLUMN processed_events.outcome; Type: ACL; Schema: bank; Owner: -
 
 GRANT UPDATE(outcome) ON TABLE bank.processed_events TO hiwallet_bank_app;
+
+-- Name: TABLE statements; Type: ACL; Schema: bank; Owner: -
+
+GRANT SELECT ON TABLE bank.statements TO hiwallet_bank_app;
+GRANT SELECT ON TABLE bank.statements TO hiwallet_bank_readonly;
 
 -- Name: TABLE schema_migrations; Type: ACL; Schema: public; Owner: -
 

@@ -29,12 +29,14 @@ GRANT SELECT ON public.schema_migrations TO :"readonly_role";
 -- 3. The relay (core/outbox.py): claim due rows, mark them sent, purge sent ones.
 GRANT UPDATE (sent_at), DELETE ON topup.outbox TO :"app_role";
 
+--    A payout and its SettlementReported only together, once (topup.record_settlement).
 -- 4. Everything else is written by these functions, as the owner (SECURITY DEFINER, the search
 --    path pinned so that nothing the caller creates can stand in for what they name). Listed
 --    by name, every overload; a name that no longer exists stops migrate.
 DO $$
 DECLARE
-    writers CONSTANT text[] := ARRAY['topup.ingest', 'topup.ingest_batch', 'topup.purge_inbox'];
+    writers CONSTANT text[] := ARRAY['topup.ingest', 'topup.ingest_batch', 'topup.purge_inbox',
+                                       'topup.record_settlement'];
     missing text;
     f regprocedure;
 BEGIN

@@ -173,6 +173,24 @@ CREATE FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) RETURN
     SELECT count(*)::integer FROM gone
 $$;
 
+-- Name: record_settlement(text, text, text, bigint, integer, text, text, text, text, jsonb, jsonb); Type: FUNCTION; Schema: topup; Owner: -
+
+CREATE FUNCTION topup.record_settlement(p_provider text, p_payout_id text, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'topup', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO topup.settlements (provider, payout_id, message_id, currency, amount_minor, lines)
+    VALUES (p_provider, p_payout_id, p_message_id, p_currency, p_amount_minor, p_lines)
+    ON CONFLICT ON CONSTRAINT settlements_pkey DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO topup.outbox (message_id, exchange, routing_key, message_type, headers, body)
+    VALUES (p_message_id, p_exchange, p_routing_key, p_message_type, p_headers, p_body);
+    RETURN true;
+END $$;
+
 -- Name: payments; Type: TABLE; Schema: topup; Owner: -
 
 CREATE TABLE topup.payments (
@@ -310,6 +328,20 @@ ALTER TABLE topup.outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- Name: settlements; Type: TABLE; Schema: topup; Owner: -
+
+CREATE TABLE topup.settlements (
+    provider text NOT NULL,
+    payout_id text NOT NULL,
+    message_id text NOT NULL,
+    currency text NOT NULL,
+    amount_minor bigint NOT NULL,
+    lines integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT settlements_amount_not_negative CHECK ((amount_minor >= 0)),
+    CONSTRAINT settlements_lines_not_negative CHECK ((lines >= 0))
+);
+
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 
 ALTER TABLE ONLY public.schema_migrations
@@ -345,6 +377,16 @@ ALTER TABLE ONLY topup.payments
 ALTER TABLE ONLY topup.payments
     ADD CONSTRAINT payments_pkey PRIMARY KEY (id);
 
+-- Name: settlements settlements_message_id_unique; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.settlements
+    ADD CONSTRAINT settlements_message_id_unique UNIQUE (message_id);
+
+-- Name: settlements settlements_pkey; Type: CONSTRAINT; Schema: topup; Owner: -
+
+ALTER TABLE ONLY topup.settlements
+    ADD CONSTRAINT settlements_pkey PRIMARY KEY (provider, payout_id);
+
 -- Name: outbox_unsent; Type: INDEX; Schema: topup; Owner: -
 
 CREATE INDEX outbox_unsent ON topup.outbox USING btree (id) WHERE (sent_at IS NULL);
@@ -376,6 +418,11 @@ REVOKE ALL ON FUNCTION topup.outbox_keeps_unsent() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION topup.purge_inbox(p_older_than interval, p_batch integer) TO hiwallet_topup_app;
+
+-- Name: FUNCTION record_settlement(p_provider text, p_payout_id text, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb); Type: ACL; Schema: topup; Owner: -
+
+REVOKE ALL ON FUNCTION topup.record_settlement(p_provider text, p_payout_id text, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION topup.record_settlement(p_provider text, p_payout_id text, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) TO hiwallet_topup_app;
 
 -- Name: TABLE payments; Type: ACL; Schema: topup; Owner: -
 
@@ -411,3 +458,8 @@ GRANT SELECT ON TABLE topup.outbox TO hiwallet_topup_readonly;
 -- Name: COLUMN outbox.sent_at; Type: ACL; Schema: topup; Owner: -
 
 GRANT UPDATE(sent_at) ON TABLE topup.outbox TO hiwallet_topup_app;
+
+-- Name: TABLE settlements; Type: ACL; Schema: topup; Owner: -
+
+GRANT SELECT ON TABLE topup.settlements TO hiwallet_topup_app;
+GRANT SELECT ON TABLE topup.settlements TO hiwallet_topup_readonly;

@@ -1329,6 +1329,34 @@ CREATE TABLE wallet.daily_summary (
     CONSTRAINT daily_summary_figures_not_negative CHECK (((transactions >= 0) AND (volume_in_minor >= 0) AND (volume_out_minor >= 0)))
 );
 
+-- Name: findings; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.findings (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    subject text NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    found_by text NOT NULL,
+    found_at timestamp with time zone DEFAULT now() NOT NULL,
+    resolved_at timestamp with time zone,
+    resolved_by text,
+    resolution text,
+    CONSTRAINT findings_kind_format CHECK ((kind ~ '^[a-z][a-z0-9\-]{0,62}$'::text)),
+    CONSTRAINT findings_resolved_together CHECK ((((resolved_at IS NULL) = (resolved_by IS NULL)) AND ((resolved_at IS NULL) = (resolution IS NULL)))),
+    CONSTRAINT findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 500)))
+);
+
+-- Name: findings_id_seq; Type: SEQUENCE; Schema: wallet; Owner: -
+
+ALTER TABLE wallet.findings ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME wallet.findings_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.goodwill_credits (
@@ -1497,6 +1525,20 @@ CREATE TABLE wallet.reconciliation_findings (
     CONSTRAINT reconciliation_findings_seen_after_found CHECK ((last_seen_at >= found_at)),
     CONSTRAINT reconciliation_findings_status_known CHECK ((status = ANY (ARRAY['open'::text, 'resolved'::text]))),
     CONSTRAINT reconciliation_findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 300)))
+);
+
+-- Name: settled_topups; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.settled_topups (
+    payment_id text NOT NULL,
+    provider text NOT NULL,
+    payout_id text NOT NULL,
+    line_id text NOT NULL,
+    gross_minor bigint NOT NULL,
+    fee_minor bigint NOT NULL,
+    settled_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT settled_topups_fee_in_range CHECK (((fee_minor >= 0) AND (fee_minor < gross_minor))),
+    CONSTRAINT settled_topups_gross_positive CHECK ((gross_minor > 0))
 );
 
 -- Name: staff_daily_usage; Type: TABLE; Schema: wallet; Owner: -
@@ -1720,6 +1762,16 @@ ALTER TABLE ONLY wallet.campaigns
 ALTER TABLE ONLY wallet.daily_summary
     ADD CONSTRAINT daily_summary_pkey PRIMARY KEY (day, currency, account_id);
 
+-- Name: findings findings_kind_subject_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.findings
+    ADD CONSTRAINT findings_kind_subject_unique UNIQUE (kind, subject);
+
+-- Name: findings findings_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.findings
+    ADD CONSTRAINT findings_pkey PRIMARY KEY (id);
+
 -- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.goodwill_credits
@@ -1774,6 +1826,11 @@ ALTER TABLE ONLY wallet.promo_programmes
 
 ALTER TABLE ONLY wallet.reconciliation_findings
     ADD CONSTRAINT reconciliation_findings_pkey PRIMARY KEY (id);
+
+-- Name: settled_topups settled_topups_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.settled_topups
+    ADD CONSTRAINT settled_topups_pkey PRIMARY KEY (payment_id);
 
 -- Name: staff_daily_usage staff_daily_usage_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
@@ -1849,6 +1906,10 @@ CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btre
 -- Name: daily_summary_by_account; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX daily_summary_by_account ON wallet.daily_summary USING btree (account_id, day);
+
+-- Name: findings_open; Type: INDEX; Schema: wallet; Owner: -
+
+CREATE INDEX findings_open ON wallet.findings USING btree (found_at) WHERE (resolved_at IS NULL);
 
 -- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
 
@@ -2319,6 +2380,11 @@ GRANT UPDATE(fees_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consum
 
 GRANT UPDATE(computed_at) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
 
+-- Name: TABLE findings; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.findings TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.findings TO hiwallet_wallet_consumer_app;
+
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.goodwill_credits TO hiwallet_wallet_readonly;
@@ -2460,6 +2526,11 @@ GRANT UPDATE(resolution_note) ON TABLE wallet.reconciliation_findings TO hiwalle
 
 GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_consumer_app;
 GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wallet_app;
+
+-- Name: TABLE settled_topups; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.settled_topups TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.settled_topups TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 

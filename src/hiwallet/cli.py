@@ -125,7 +125,7 @@ def _register_subcommands() -> None:
     from hiwallet.ledger.cli import ledger_app
     from hiwallet.reconciliation.cli import reconcile_app
     from hiwallet.topup_webhook.cli import register as register_topup_webhook
-    from hiwallet.wallet_api.cli import business_app
+    from hiwallet.wallet_api.cli import business_app, invoices_app
     from hiwallet.wallet_consumer.cli import register as register_wallet_consumer
     from hiwallet.wallet_consumer.cli import register_ledger_jobs
 
@@ -134,6 +134,7 @@ def _register_subcommands() -> None:
     app.add_typer(ledger_app, name="ledger")
     app.add_typer(identity_app, name="identity")
     app.add_typer(business_app, name="business")
+    app.add_typer(invoices_app, name="invoices")
     app.add_typer(dead_letters_app, name="dead-letters")
     app.add_typer(reconcile_app, name="reconcile")
     # One `topups` sub-app, each service adding its commands (neither imports the other):

@@ -23,6 +23,7 @@ BANK_APP_FUNCTIONS = {
     "bank.reconcile_transfer",
     "bank.republish_outcome",
     "bank.purge_inbox",
+    "bank.record_statement",
 }
 
 RECORD = (
@@ -34,7 +35,13 @@ CALLBACK = "SELECT bank.receive_callback($1, 'transfer.succeeded', $2, '{}', NUL
 
 async def test_the_bank_roles_may_do_exactly_what_their_services_need(owner: asyncpg.Connection) -> None:
     tables = await table_names(owner, "bank")
-    assert tables == {"bank.transfers", "bank.inbox", "bank.outbox", "bank.processed_events"}
+    assert tables == {
+        "bank.transfers",
+        "bank.inbox",
+        "bank.outbox",
+        "bank.processed_events",
+        "bank.statements",
+    }
     assert await privileges(owner, APP) == expected(
         tables, BANK_APP_WRITES, BANK_APP_COLUMNS, BANK_APP_FUNCTIONS, {"bank", "public"}
     )
@@ -58,6 +65,9 @@ BANK_REFUSED = [
     "UPDATE bank.outbox SET body = '{}'",
     "UPDATE bank.outbox SET message_type = 'BankTransferSucceeded'",
     "DELETE FROM bank.outbox WHERE sent_at IS NULL",
+    # a day's statement is recorded only with its announcement (bank.record_statement)
+    "INSERT INTO bank.statements (day, message_id, currency, amount_minor, lines)"
+    " VALUES ('2026-01-01', 'm', 'TRY', 0, 0)",
     "TRUNCATE bank.outbox",
     # a transfer is written by the functions only; its outcome never changed, never erased
     "INSERT INTO bank.transfers (command_id, saga_id, amount_minor, currency, destination_iban, state,"

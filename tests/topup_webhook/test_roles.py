@@ -18,7 +18,7 @@ PINNED = "search_path=pg_catalog, topup, pg_temp"
 
 TOPUP_APP_WRITES: dict[str, set[str]] = {"topup.outbox": {"DELETE"}}
 TOPUP_APP_COLUMNS = {("topup.outbox", "sent_at", "UPDATE")}
-TOPUP_APP_FUNCTIONS = {"topup.ingest", "topup.ingest_batch", "topup.purge_inbox"}
+TOPUP_APP_FUNCTIONS = {"topup.ingest", "topup.ingest_batch", "topup.purge_inbox", "topup.record_settlement"}
 
 INGEST = (
     "SELECT topup.ingest('stripe', $1, 'payment_intent.succeeded', 'webhook', '{}', $2, $3, $4, NULL,"
@@ -28,7 +28,7 @@ INGEST = (
 
 async def test_the_topup_roles_may_do_exactly_what_their_services_need(owner: asyncpg.Connection) -> None:
     tables = await table_names(owner, "topup")
-    assert tables == {"topup.inbox", "topup.payments", "topup.outbox"}
+    assert tables == {"topup.inbox", "topup.payments", "topup.outbox", "topup.settlements"}
     assert await privileges(owner, APP) == expected(
         tables, TOPUP_APP_WRITES, TOPUP_APP_COLUMNS, TOPUP_APP_FUNCTIONS, {"topup", "public"}
     )
@@ -41,7 +41,7 @@ async def test_the_topup_roles_may_do_exactly_what_their_services_need(owner: as
         " AND has_function_privilege($1, p.oid, 'EXECUTE')",
         APP,
     )
-    assert {r["proname"] for r in rows} == {"ingest", "ingest_batch", "purge_inbox"}
+    assert {r["proname"] for r in rows} == {"ingest", "ingest_batch", "purge_inbox", "record_settlement"}
     assert all(r["prosecdef"] and PINNED in (r["proconfig"] or []) for r in rows)
 
 
@@ -58,6 +58,10 @@ TOPUP_REFUSED = [
     "INSERT INTO topup.payments (id, provider, provider_payment_id, amount_minor, currency, reported_by,"
     " routes) VALUES ('x', 'stripe', 'pi_x', 1, 'TRY', '{e}', '{webhook}')",
     "UPDATE topup.payments SET amount_minor = amount_minor * 100",
+    # a payout's record is written only with its announcement (topup.record_settlement)
+    "INSERT INTO topup.settlements (provider, payout_id, message_id, currency, amount_minor, lines)"
+    " VALUES ('stripe', 'po_x', 'm', 'TRY', 1, 1)",
+    "DELETE FROM topup.settlements",
     "UPDATE topup.payments SET wallet = 'mallory'",
     "UPDATE topup.payments SET reported_by = '{}'",
     "DELETE FROM topup.payments",

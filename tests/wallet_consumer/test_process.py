@@ -87,11 +87,11 @@ async def test_the_process_serves_consumes_and_stops_on_sigterm(
         lines = [orjson.loads(line) for line in log_file.read_bytes().splitlines() if line.startswith(b"{")]
         events = [line["event"] for line in lines if line.get("service") == "wallet-consumer"]
         stopped = events[events.index("Waiting for application shutdown.") :]
-        # both consumers (top-ups, withdrawal commands) stopped before the process's end; the
-        # relay's task is cancelled between
+        # the three consumers (top-ups, withdrawal commands, settlements) stopped before the
+        # process's end; the relay's task is cancelled between
         end = stopped.index("stopped")
         assert stopped[0] == "Waiting for application shutdown."
-        assert stopped[1:end].count("consumer stopped") == 2, stopped
+        assert stopped[1:end].count("consumer stopped") == 3, stopped
         assert "Application shutdown complete." in stopped
     finally:
         if process.returncode is None:

@@ -27,7 +27,9 @@ from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.pool import database_spec
 from hiwallet.bank.reconcile import Reconciler
 from hiwallet.bank.settings import BankSettings, get_bank_settings
+from hiwallet.bank.statements import StatementImporter
 from hiwallet.bank.store import OUTBOX_CHANNEL, OUTBOX_TABLE, BankStore, StoreUnavailable
+from hiwallet.contracts.events import events_topology
 from hiwallet.contracts.withdrawals import withdrawals_topology
 from hiwallet.core.broker import Topology
 from hiwallet.core.consumer import Consumer, ConsumerMetrics, batched_or_concurrent
@@ -48,17 +50,40 @@ PROCESSED_TABLE = "bank.processed_events"
 RELAY_LOCK_KEY = 0x6877_6272  # "hwbr"
 RECONCILE_LOCK_KEY = 0x6877_6263  # "hwbc"
 RETENTION_LOCK_KEY = 0x6877_6264  # "hwbd"
+STATEMENT_LOCK_KEY = 0x6877_6273  # "hwbs"
 
 
 def topology_of(settings: BankSettings) -> Topology:
     """What bank-adapter declares: contracts.withdrawals.withdrawals_topology() with the default
-    settings."""
-    return withdrawals_topology(
-        exchange=settings.exchange,
-        dead_letter_exchange=settings.dead_letter_exchange,
-        dead_letter_key=settings.dead_letter_key,
-        dead_letter_queue=settings.dead_letter_queue,
+    settings, and contracts.events.events_topology() (the statements' SettlementReported)."""
+    return (
+        withdrawals_topology(
+            exchange=settings.exchange,
+            dead_letter_exchange=settings.dead_letter_exchange,
+            dead_letter_key=settings.dead_letter_key,
+            dead_letter_queue=settings.dead_letter_queue,
+        )
+        + events_topology()
     )
+
+
+def statement_client(settings: BankSettings) -> httpx.AsyncClient:
+    """The bank's API for its statements: its key, a timeout on everything."""
+    return httpx.AsyncClient(
+        base_url=settings.bank_url,
+        headers={"authorization": f"Bearer {settings.bank_api_key.get_secret_value()}"},
+        timeout=httpx.Timeout(settings.bank_timeout_s),
+    )
+
+
+def statement_job(
+    run: Callable[[], Awaitable[int | None]],
+    settings: BankSettings,
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """The statements' import (``run``: StatementImporter.run), one round at a time across
+    instances and the operator's command, the first one interval after the start."""
+    return PeriodicJob("bank-statements", settings.statement_interval_s, STATEMENT_LOCK_KEY, run, connect)
 
 
 def reconcile_job(
@@ -181,9 +206,18 @@ def service_spec(
                 await outbox_metrics.refresh(conn, OUTBOX_TABLE)
 
         rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
+        client = statement_client(settings)
+        rt.close(client.aclose)
+        statements = app.state.statements = StatementImporter(
+            store,
+            client,
+            lookback_days=settings.statement_lookback_days,
+            exchange=settings.events_exchange,
+        )
         if reconcile:
             rt.job(reconcile_job(reconciler.run, settings, connect))
             rt.job(retention_job(store, settings, metrics, connect))
+            rt.job(statement_job(statements.run, settings, connect))
 
     return ServiceSpec(
         SERVICE,

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.contracts.events import EVENTS_EXCHANGE
 from hiwallet.contracts.topups import DEAD_LETTER_EXCHANGE
 from hiwallet.contracts.withdrawals import (
     BANK_QUEUE,
@@ -97,6 +98,13 @@ class BankSettings(BaseSettings):
     retention_batch: int = 1_000
     retention_max_batches: int = 100
     metrics_interval_s: float = 15.0
+    # The statement importer (statements.py, a PeriodicJob in bank-adapter; `hiwallet bank
+    # statements` by hand): each round reads the MT940 statements of the complete days (UTC) of
+    # the last statement_lookback_days not read yet and announces the wires each one shows
+    # credited (SettlementReported to events_exchange: the bank's top-ups settled).
+    statement_interval_s: float = 3_600.0
+    statement_lookback_days: int = 7
+    events_exchange: str = EVENTS_EXCHANGE
 
     @field_validator("webhook_secrets")
     @classmethod

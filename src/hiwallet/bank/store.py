@@ -4,9 +4,9 @@ errors at this edge (what a retry can cure: :class:`StoreUnavailable`)."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -193,6 +193,12 @@ class BankStore:
     async def stale_pending(self, older_than_s: float, limit: int) -> list[StalePending]:
         rows = await _translated(self.pool.fetch(Q["stale_pending"], float(older_than_s), limit))
         return [StalePending(r["command_id"], r["bank_reference"], r["requested_at"]) for r in rows]
+
+    async def recorded_statements(self, days: Sequence[date]) -> set[date]:
+        """Which of these days' statements are recorded (statements.py writes them: bank-webhook,
+        which imports this store, publishes nothing)."""
+        rows = await _translated(self.pool.fetch(Q["recorded_statements"], list(days)))
+        return {r["day"] for r in rows}
 
     async def purge_inbox(self, older_than_h: int, batch: int) -> int:
         """Delete at most ``batch`` applied callbacks older than ``older_than_h`` hours (at least

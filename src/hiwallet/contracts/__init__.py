@@ -5,6 +5,24 @@ keys they exchange (``topups``, ``withdrawals``, ``events``), the staff permissi
 Services depend on the contracts and on the platform (``hiwallet.core``), never on each other;
 the contracts depend only on the platform (import-linter's layers in pyproject.toml)."""
 
-from hiwallet.contracts import currency, databases, events, merchant_events, staff, topups, withdrawals
+from hiwallet.contracts import (
+    currency,
+    databases,
+    events,
+    merchant_events,
+    settlements,
+    staff,
+    topups,
+    withdrawals,
+)
 
-__all__ = ["currency", "databases", "events", "merchant_events", "staff", "topups", "withdrawals"]
+__all__ = [
+    "currency",
+    "databases",
+    "events",
+    "merchant_events",
+    "settlements",
+    "staff",
+    "topups",
+    "withdrawals",
+]

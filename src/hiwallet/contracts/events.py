@@ -45,8 +45,10 @@ __all__ = [
     "EVENTS_DEAD_LETTER_QUEUE",
     "EVENTS_EXCHANGE",
     "ONBOARDING_WIRES_QUEUE",
+    "SETTLEMENT_REPORTED",
     "SUBSCRIPTIONS",
     "TOPUP_CREDITED",
+    "WALLET_SETTLEMENTS_QUEUE",
     "TopupCredited",
     "events_topology",
     "topup_credited",
@@ -58,10 +60,15 @@ EVENTS_DEAD_LETTER_KEY = "hiwallet.events"
 EVENTS_DEAD_LETTER_QUEUE = "hiwallet.events.dead"
 ONBOARDING_WIRES_QUEUE = "hiwallet.onboarding.wires"
 TOPUP_CREDITED = "topup.credited"
+# A provider's payout, reported by the service that owns its connection (contracts/settlements.py),
+# posted by wallet-consumer from its own queue.
+SETTLEMENT_REPORTED = "settlement.reported"
+WALLET_SETTLEMENTS_QUEUE = "hiwallet.wallet.settlements"
 
 # queue -> the routing keys (topic patterns) it is bound with
 SUBSCRIPTIONS: dict[str, tuple[str, ...]] = {
     ONBOARDING_WIRES_QUEUE: (TOPUP_CREDITED,),
+    WALLET_SETTLEMENTS_QUEUE: (SETTLEMENT_REPORTED,),
 }
 
 _ID = Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9:_.\-|]+$")]

@@ -70,6 +70,8 @@ class StaffPermission(StrEnum):
     CUSTOMER_CONTRACT = "customer.contract"
     # the books: reconciliation's findings (list, resolve, run a round) and the daily summary
     FINANCE_RECONCILIATION = "finance.reconciliation"
+    # the providers' invoices entered (wallet-api, POST /v1/staff/provider-invoices)
+    FINANCE_INVOICES = "finance.invoices"
 
 
 def staff_actor(subject: str) -> str:

@@ -22,6 +22,13 @@ never the refused value.
 
 :meth:`BankFake.notify` is the one way out for every notification type, on the same delivery
 machinery (:mod:`hiwallet.fakes.delivery`). State is in memory.
+
+Our account's book (:class:`AccountBook`): every movement the bank knows of on our account - a
+wire received (credit), a transfer that succeeded (debit), a credit from another institution
+(a card provider's payout: ``POST /_control/credits``, the fake's own, as the provider's deposit
+would arrive) - and a daily account statement in SWIFT MT940 for it:
+``GET /v1/statements/{YYYY-MM-DD}`` (``text/plain``; opening and closing balance, one ``:61:``
+line and its ``:86:`` details per movement; the bank's reference after ``//``).
 """
 
 from __future__ import annotations
@@ -34,13 +41,13 @@ import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 import structlog
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import SettingsConfigDict
 from schwifty import IBAN
@@ -99,6 +106,8 @@ class BankFakeSettings(DeliverySettings):
     # acceptance the outcome is decided unless a rule (/_control/transfers) says otherwise.
     transfer_callback_url: str = "http://127.0.0.1:8021/v1/webhooks/bank"
     transfer_decide_after_s: float = Field(default=0.5, ge=0, le=3600)
+    # Our account's balance before the first movement the fake books (its statements' start).
+    opening_balance_minor: int = Field(default=0, ge=-(10**15), le=10**15)
 
     @field_validator("signing_secrets")
     @classmethod
@@ -282,6 +291,101 @@ def _validated(model: type[_M], body: bytes, max_bytes: int, status: int) -> _M:
         ) from exc
 
 
+# SWIFT's character set (X): what an MT940 field may hold; anything else is transliterated or
+# replaced, as a bank's statement does (Turkish letters become their Latin base letters). This
+# bank also writes the underscore, so that its ids (wire_…, trf_…) stay whole in the details.
+_SWIFT_OK = re.compile(r"[^A-Za-z0-9/\-?:().,'+ _]")
+_TRANSLITERATE = str.maketrans("çğıöşüÇĞİÖŞÜ", "cgiosuCGIOSU")
+
+
+def _swift(text: str, width: int) -> str:
+    return _SWIFT_OK.sub(".", text.translate(_TRANSLITERATE))[:width]
+
+
+def _mt940_amount(minor: int) -> str:
+    """Minor units as MT940 writes an amount: no sign, a decimal comma (two decimals)."""
+    return f"{abs(minor) // 100},{abs(minor) % 100:02d}"
+
+
+def _mt940_balance(tag: str, minor: int, day: date, currency: str) -> str:
+    return f":{tag}:{'C' if minor >= 0 else 'D'}{day:%y%m%d}{currency}{_mt940_amount(minor)}"
+
+
+class AccountBook:
+    """Our account at the bank, movement by movement (credits +, debits −), and its statements."""
+
+    def __init__(self, iban: str, currency: str, opening_balance_minor: int, max_kept: int) -> None:
+        self.iban = iban
+        self.currency = currency
+        self.opening_balance_minor = opening_balance_minor
+        self.max_kept = max_kept
+        self.entries: list[dict[str, Any]] = []
+
+    def book(
+        self,
+        amount_minor: int,
+        *,
+        bank_reference: str,
+        customer_reference: str | None,
+        counterparty: str,
+        details: str,
+        type_code: str = "NTRF",
+    ) -> dict[str, Any]:
+        entry = {
+            "id": bank_reference,
+            "booked_at": datetime.now(UTC),
+            "amount_minor": amount_minor,
+            "currency": self.currency,
+            "customer_reference": customer_reference,
+            "counterparty": counterparty,
+            "details": details,
+            "type_code": type_code,
+        }
+        self.entries.append(entry)
+        if len(self.entries) > self.max_kept:  # the oldest leave the book; the balance keeps them
+            gone = self.entries.pop(0)
+            self.opening_balance_minor += gone["amount_minor"]
+        return entry
+
+    def statement(self, day: date) -> str:
+        """The MT940 statement of ``day`` (UTC): its opening balance (what every earlier movement
+        left), each movement of the day, its closing balance."""
+        opening = self.opening_balance_minor + sum(
+            e["amount_minor"] for e in self.entries if e["booked_at"].date() < day
+        )
+        todays = [e for e in self.entries if e["booked_at"].date() == day]
+        closing = opening + sum(e["amount_minor"] for e in todays)
+        lines = [
+            f":20:STMT{day:%Y%m%d}",
+            f":25:{self.iban}",
+            f":28C:{day.timetuple().tm_yday:05d}/1",
+            _mt940_balance("60F", opening, day - timedelta(days=1), self.currency),
+        ]
+        for e in todays:
+            mark = "C" if e["amount_minor"] >= 0 else "D"
+            reference = _swift(e["customer_reference"] or "NONREF", 16) or "NONREF"
+            lines.append(
+                f":61:{day:%y%m%d}{day:%m%d}{mark}{_mt940_amount(e['amount_minor'])}"
+                f"{e['type_code']}{reference}//{_swift(e['id'], 16)}"
+            )
+            lines.append(_swift(e["counterparty"], 34))
+            # the bank's reference whole (the :61: field holds 16 characters), then the details
+            lines.append(f":86:{_swift(e['id'] + ' ' + e['details'], 6 * 65)}")
+        lines.append(_mt940_balance("62F", closing, day, self.currency))
+        lines.append(_mt940_balance("64", closing, day, self.currency))
+        return "\r\n".join(lines) + "\r\n"
+
+
+class _CreditRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    amount_minor: int = Field(gt=0, le=10**13)
+    currency: str = Field(pattern=r"^[A-Za-z]{3}$")
+    counterparty: str = Field(min_length=1, max_length=140)
+    reference: str = Field(min_length=1, max_length=140)
+    description: str = Field(default="", max_length=390)
+
+
 class BankFake:
     """The fake's state: incoming wires in arrival order (each with its sequence number), bounded."""
 
@@ -305,6 +409,9 @@ class BankFake:
         self._decisions: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.rules: OrderedDict[str, tuple[TransferRule, dict[str, int]]] = OrderedDict()
+        self.book = AccountBook(
+            settings.receiver_iban, "TRY", settings.opening_balance_minor, settings.max_kept
+        )
 
     def _sign(self, notification: Notification, timestamp: int) -> Mapping[str, str]:
         at = datetime.fromtimestamp(timestamp, tz=UTC)
@@ -465,6 +572,14 @@ class BankFake:
         transfer["status"] = "succeeded" if outcome == "accept" else "failed"
         transfer["failure_reason"] = failure_reason if outcome == "reject" else None
         transfer["decided_at"] = iso_now()
+        if transfer["status"] == "succeeded" and transfer["currency"] == self.book.currency:
+            self.book.book(
+                -transfer["amount_minor"],
+                bank_reference=reference,
+                customer_reference=transfer["client_reference"],
+                counterparty=transfer["destination_iban"],
+                details=transfer["description"] or "transfer",
+            )
         self._report(transfer, plan)
         log.info("transfer decided", transfer=reference, status=transfer["status"])
         return dict(transfer)
@@ -559,6 +674,14 @@ class BankFake:
             self._idempotent[idempotency_key] = (fingerprint, wire["id"])
             while len(self._idempotent) > self.settings.max_kept:
                 self._idempotent.popitem(last=False)
+        if wire["receiver_iban"] == self.book.iban and wire["currency"] == self.book.currency:
+            self.book.book(
+                wire["amount_minor"],
+                bank_reference=wire["id"],
+                customer_reference=None,
+                counterparty=wire["sender_name"],
+                details=f"{wire['reference'] or ''} {wire['sender_iban']}".strip(),
+            )
         message_id = self.notify(INCOMING_WIRE_RECEIVED, wire)
         log.info(
             "incoming wire",
@@ -645,6 +768,28 @@ def create_bank_fake_app(settings: BankFakeSettings | None = None) -> FastAPI:
         if key is not None and len(key) > 255:
             raise _Problem(400, "invalid_parameter", "Invalid parameter", "Idempotency-Key: too long")
         return fake.receive_wire(wire, key)
+
+    @app.get("/v1/statements/{day}", response_class=PlainTextResponse)
+    async def statement(day: date, request: Request) -> PlainTextResponse:
+        """Our account's statement of ``day`` (UTC) in MT940."""
+        require_key(request)
+        return PlainTextResponse(fake.book.statement(day))
+
+    # The fake's own: a credit to our account from another institution (a card provider's
+    # payout, with its reference), as it would arrive.
+    @app.post("/_control/credits", status_code=201)
+    async def credit(request: Request) -> dict[str, Any]:
+        body = _validated(_CreditRequest, await request.body(), settings.max_body_bytes, 400)
+        if body.currency.upper() != fake.book.currency:
+            raise _Problem(400, "invalid_parameter", "Invalid parameter", "currency: not this account's")
+        entry = fake.book.book(
+            body.amount_minor,
+            bank_reference=random_id("crd_", 12),
+            customer_reference=body.reference,
+            counterparty=body.counterparty,
+            details=body.description or body.reference,
+        )
+        return {**entry, "booked_at": entry["booked_at"].isoformat()}
 
     @app.get("/v1/incoming-wires")
     async def list_wires(request: Request) -> dict[str, Any]:

@@ -7,26 +7,38 @@ then ``payment_intent.succeeded``, each a Stripe event object signed in a ``Stri
 header (``t=<unix>,v1=<hex>`` with one ``v1`` per configured secret: HMAC-SHA256 over
 ``f"{t}.{body}"``). ``GET /v1/events`` and ``GET /v1/payment_intents/{id}`` are Stripe's.
 
+Money leaves it as Stripe pays out: each payment is a Charge with a Balance Transaction (gross
+``amount``, ``fee``, ``net``; ``source`` the charge), and an automatic Payout gathers the
+available ones of a currency, on a schedule (``payout_interval_s``) or on demand
+(``POST /_control/payouts``, the fake's own: Stripe's automatic schedule cannot be triggered).
+``GET /v1/payouts``, ``/v1/payouts/{id}``, ``/v1/balance_transactions?payout=po_…`` (with
+``expand[]=data.source``), ``/v1/charges/{id}`` are Stripe's. ``settlement_model``: ``net``
+(Stripe's default: the fee is kept from each payout) or ``gross`` (the fee is 0 on the
+transactions, paid out whole; the provider invoices its fees separately).
+
 Nothing of HiWallet is imported (an import-linter contract): only its address, secrets and key
 change in production, by configuration. State is in memory (a restart forgets everything).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -40,6 +52,7 @@ __all__ = [
     "TEST_CARD_DECLINED",
     "TEST_CARD_SUCCEEDS",
     "Checkout",
+    "Payouts",
     "StripeFake",
     "StripeFakeSettings",
     "create_stripe_fake_app",
@@ -72,6 +85,17 @@ class StripeFakeSettings(DeliverySettings):
     # The api_version the events carry (the stripe client this repository pins).
     api_version: str = "2026-10-28.endive"
     max_body_bytes: int = 16_384
+    # Payouts: every payout_interval_s an automatic payout per currency of what is available
+    # (0: only on demand). The fee of a card payment: fee_bps of it (rounded half up) plus
+    # fee_fixed_minor; kept from the payout (net) or invoiced later (gross: 0 on the lines).
+    payout_interval_s: float = Field(default=86_400.0, ge=0)
+    settlement_model: Literal["net", "gross"] = "net"
+    fee_bps: int = Field(default=290, ge=0, le=10_000)
+    fee_fixed_minor: int = Field(default=30, ge=0, le=100_000)
+    # Where a payout's money arrives: our bank's API for a credit to our account (bank-fake's
+    # /_control/credits, with the payout's id as the reference); None: nowhere (tests).
+    payout_deposit_url: str | None = "http://127.0.0.1:8094/_control/credits"
+    payout_deposit_timeout_s: float = Field(default=5.0, gt=0, le=60)
 
     @field_validator("signing_secrets")
     @classmethod
@@ -128,6 +152,301 @@ class _StoredEvent:
         return dict(json.loads(self.body))
 
 
+# A page of a listing, as Stripe bounds it.
+_MAX_LIMIT = 100
+
+
+class Payouts:
+    """Charges, their balance transactions and the automatic payouts that gather them, in
+    Stripe's shapes. A transaction is paid out once: it leaves ``_unpaid`` as its payout is
+    made (one event loop: no two payouts take the same one)."""
+
+    def __init__(self, settings: StripeFakeSettings) -> None:
+        self.settings = settings
+        self.charges: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.transactions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.payouts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._unpaid: OrderedDict[str, str] = OrderedDict()  # txn id -> currency
+        self._paid_in: dict[str, list[str]] = {}  # payout id -> its transactions, the payout's own last
+
+    def fee_of(self, amount: int) -> int:
+        if self.settings.settlement_model == "gross":
+            return 0
+        return (amount * self.settings.fee_bps + 5_000) // 10_000 + self.settings.fee_fixed_minor
+
+    def _bound(self, store: OrderedDict[str, Any]) -> None:
+        while len(store) > self.settings.max_kept:
+            store.popitem(last=False)
+
+    def charge(self, intent: Mapping[str, Any]) -> dict[str, Any]:
+        """The succeeded payment's Charge and its balance transaction (available at once)."""
+        amount, currency, created = int(intent["amount"]), str(intent["currency"]), int(intent["created"])
+        fee = min(self.fee_of(amount), amount)
+        txn_id = random_id("txn_")
+        charge = {
+            "id": intent["latest_charge"],
+            "object": "charge",
+            "amount": amount,
+            "amount_captured": amount,
+            "amount_refunded": 0,
+            "balance_transaction": txn_id,
+            "captured": True,
+            "created": created,
+            "currency": currency,
+            "description": intent.get("description"),
+            "livemode": False,
+            "metadata": dict(intent.get("metadata") or {}),
+            "paid": True,
+            "payment_intent": intent["id"],
+            "refunded": False,
+            "status": "succeeded",
+        }
+        self.charges[charge["id"]] = charge
+        self._bound(self.charges)
+        self._transaction(
+            txn_id,
+            amount=amount,
+            fee=fee,
+            currency=currency,
+            created=created,
+            type_="charge",
+            source=charge["id"],
+            description=intent.get("description"),
+        )
+        self._unpaid[txn_id] = currency
+        return charge
+
+    def _transaction(
+        self,
+        txn_id: str,
+        *,
+        amount: int,
+        fee: int,
+        currency: str,
+        created: int,
+        type_: str,
+        source: str,
+        description: str | None,
+    ) -> dict[str, Any]:
+        fee_details = (
+            [
+                {
+                    "amount": fee,
+                    "application": None,
+                    "currency": currency,
+                    "description": "Stripe processing fees",
+                    "type": "stripe_fee",
+                }
+            ]
+            if fee
+            else []
+        )
+        txn = {
+            "id": txn_id,
+            "object": "balance_transaction",
+            "amount": amount,
+            "available_on": created,
+            "created": created,
+            "currency": currency,
+            "description": description,
+            "exchange_rate": None,
+            "fee": fee,
+            "fee_details": fee_details,
+            "net": amount - fee,
+            "reporting_category": type_,
+            "source": source,
+            "status": "available",
+            "type": type_,
+        }
+        self.transactions[txn_id] = txn
+        self._bound(self.transactions)
+        return txn
+
+    def pay_out(self, currency: str | None = None) -> list[dict[str, Any]]:
+        """An automatic payout per currency (or of ``currency``) of every available transaction
+        not paid out yet; none for a currency whose total is not positive."""
+        now = int(time.time())
+        by_currency: dict[str, list[str]] = {}
+        for txn_id, cur in self._unpaid.items():
+            if currency is None or cur == currency.lower():
+                by_currency.setdefault(cur, []).append(txn_id)
+        made = []
+        for cur, txn_ids in by_currency.items():
+            present = [t for t in txn_ids if t in self.transactions]
+            total = sum(int(self.transactions[t]["net"]) for t in present)
+            if total <= 0:
+                continue
+            payout_id = random_id("po_")
+            own = self._transaction(
+                random_id("txn_"),
+                amount=-total,
+                fee=0,
+                currency=cur,
+                created=now,
+                type_="payout",
+                source=payout_id,
+                description="STRIPE PAYOUT",
+            )
+            payout = {
+                "id": payout_id,
+                "object": "payout",
+                "amount": total,
+                "arrival_date": now,
+                "automatic": True,
+                "balance_transaction": own["id"],
+                "created": now,
+                "currency": cur,
+                "description": "STRIPE PAYOUT",
+                "destination": "ba_hiwallet_nostro",
+                "failure_balance_transaction": None,
+                "failure_code": None,
+                "failure_message": None,
+                "livemode": False,
+                "metadata": {},
+                "method": "standard",
+                "reconciliation_status": "completed",
+                "source_type": "card",
+                "statement_descriptor": None,
+                "status": "paid",
+                "type": "bank_account",
+            }
+            for txn_id in txn_ids:
+                self._unpaid.pop(txn_id, None)
+            self.payouts[payout_id] = payout
+            self._bound(self.payouts)
+            self._paid_in[payout_id] = [*present, own["id"]]
+            made.append(payout)
+            log.info("payout made", payout=payout_id, amount=total, currency=cur, transactions=len(present))
+        return made
+
+    def get_payout(self, payout_id: str) -> dict[str, Any]:
+        payout = self.payouts.get(payout_id)
+        if payout is None:
+            raise _StripeError(404, f"No such payout: '{payout_id}'", code="resource_missing", param="id")
+        return payout
+
+    def list_payouts(self, query: Mapping[str, str]) -> dict[str, Any]:
+        status = query.get("status")
+        items = [
+            p
+            for p in reversed(self.payouts.values())
+            if (status is None or p["status"] == status) and _created_within(p, query)
+        ]
+        return _listing(items, query, "/v1/payouts", "payout")
+
+    def list_transactions(self, query: Mapping[str, str], expand: Collection[str] = ()) -> dict[str, Any]:
+        """Newest first; ``payout``: the transactions that payout paid out (its own last in
+        time, so first here); ``expand`` ``data.source``: each source as its object."""
+        payout = query.get("payout")
+        if payout is not None:
+            self.get_payout(payout)  # 404 for an unknown payout, as Stripe answers
+            ids = list(reversed(self._paid_in.get(payout, [])))
+            found = [self.transactions[t] for t in ids if t in self.transactions]
+        else:
+            found = list(reversed(self.transactions.values()))
+        type_filter = query.get("type")
+        items = [
+            t
+            for t in found
+            if (type_filter is None or t["type"] == type_filter) and _created_within(t, query)
+        ]
+        listing = _listing(items, query, "/v1/balance_transactions", "balance_transaction")
+        if "data.source" in expand:
+            listing["data"] = [self._expanded(t) for t in listing["data"]]
+        return listing
+
+    def _expanded(self, txn: Mapping[str, Any]) -> dict[str, Any]:
+        source = txn["source"]
+        obj = self.charges.get(source) or self.payouts.get(source)
+        return {**txn, "source": obj if obj is not None else source}
+
+    def get_transaction(self, txn_id: str) -> dict[str, Any]:
+        txn = self.transactions.get(txn_id)
+        if txn is None:
+            raise _StripeError(
+                404, f"No such balance transaction: '{txn_id}'", code="resource_missing", param="id"
+            )
+        return txn
+
+    def get_charge(self, charge_id: str) -> dict[str, Any]:
+        charge = self.charges.get(charge_id)
+        if charge is None:
+            raise _StripeError(404, f"No such charge: '{charge_id}'", code="resource_missing", param="id")
+        return charge
+
+    async def pay_out_and_deposit(self, currency: str | None = None) -> list[dict[str, Any]]:
+        """:meth:`pay_out`, then each payout's money sent to our bank (``payout_deposit_url``):
+        a bank that does not answer is logged (the payout stays paid, as Stripe's would)."""
+        made = self.pay_out(currency)
+        url = self.settings.payout_deposit_url
+        if url is None or not made:
+            return made
+        async with httpx.AsyncClient(timeout=self.settings.payout_deposit_timeout_s) as client:
+            for payout in made:
+                body = {
+                    "amount_minor": payout["amount"],
+                    "currency": payout["currency"].upper(),
+                    "counterparty": "STRIPE PAYMENTS",
+                    "reference": payout["id"],
+                    "description": f"STRIPE PAYOUT {payout['id']}",
+                }
+                try:
+                    response = await client.post(url, json=body)
+                    response.raise_for_status()
+                except httpx.HTTPError as exc:
+                    log.warning("payout not deposited at the bank", payout=payout["id"], error=str(exc))
+        return made
+
+    async def schedule(self) -> None:
+        """Automatic payouts every payout_interval_s (the first one interval after the start)."""
+        while True:
+            await asyncio.sleep(self.settings.payout_interval_s)
+            try:
+                await self.pay_out_and_deposit()
+            except Exception:  # a fake's round: logged, the next one tries again
+                log.exception("payout round failed")
+
+
+def _created_within(item: Mapping[str, Any], query: Mapping[str, str]) -> bool:
+    created = int(item["created"])
+    bounds = {op: _int_param(query, f"created[{op}]", None) for op in ("gt", "gte", "lt", "lte")}
+    return not (
+        (bounds["gt"] is not None and created <= bounds["gt"])
+        or (bounds["gte"] is not None and created < bounds["gte"])
+        or (bounds["lt"] is not None and created >= bounds["lt"])
+        or (bounds["lte"] is not None and created > bounds["lte"])
+    )
+
+
+def _listing(items: list[dict[str, Any]], query: Mapping[str, str], url: str, kind: str) -> dict[str, Any]:
+    """A Stripe list object of ``items`` (newest first): ``limit`` (1..100, default 10) and
+    ``starting_after`` / ``ending_before`` by id, as Stripe pages."""
+    limit = _int_param(query, "limit", 10)
+    if not 1 <= limit <= _MAX_LIMIT:
+        raise _StripeError(
+            400, "limit must be between 1 and 100", param="limit", code="parameter_invalid_integer"
+        )
+    ids = [i["id"] for i in items]
+    starting_after, ending_before = query.get("starting_after"), query.get("ending_before")
+    if starting_after is not None:
+        if starting_after not in ids:
+            raise _StripeError(
+                404, f"No such {kind}: '{starting_after}'", code="resource_missing", param="starting_after"
+            )
+        rest = items[ids.index(starting_after) + 1 :]
+        page, has_more = rest[:limit], len(rest) > limit
+    elif ending_before is not None:
+        if ending_before not in ids:
+            raise _StripeError(
+                404, f"No such {kind}: '{ending_before}'", code="resource_missing", param="ending_before"
+            )
+        before = items[: ids.index(ending_before)]
+        page, has_more = before[-limit:], len(before) > limit
+    else:
+        page, has_more = items[:limit], len(items) > limit
+    return {"object": "list", "data": list(page), "has_more": has_more, "url": url}
+
+
 class StripeFake:
     """The fake's state: payment intents, checkout sessions, events (newest last), bounded."""
 
@@ -143,6 +462,7 @@ class StripeFake:
         self.events: OrderedDict[str, _StoredEvent] = OrderedDict()
         self._idempotent: OrderedDict[str, tuple[str, str]] = OrderedDict()  # key -> (fingerprint, pi)
         self.checkout_sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.payouts = Payouts(settings)
 
     def _sign(self, notification: Notification, timestamp: int) -> Mapping[str, str]:
         return {
@@ -254,6 +574,7 @@ class StripeFake:
             batch.append(Notification(event_id, event_type, self.settings.webhook_url, body))
         self.payment_intents[pi_id] = intent
         self._bound(self.payment_intents)
+        self.payouts.charge(intent)
         self._bound(self.events)
         log.info(
             "payment accepted",
@@ -576,9 +897,18 @@ def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAP
         log.info(
             "stripe-fake started", webhook_url=settings.webhook_url, secrets=len(settings.signing_secrets)
         )
+        schedule = (
+            asyncio.create_task(fake.payouts.schedule(), name="stripe-fake-payouts")
+            if settings.payout_interval_s > 0
+            else None
+        )
         try:
             yield
         finally:
+            if schedule is not None:
+                schedule.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await schedule
             await fake.deliverer.close()
 
     app = FastAPI(title="stripe-fake", lifespan=lifespan, docs_url=None, redoc_url=None)
@@ -641,6 +971,40 @@ def create_stripe_fake_app(settings: StripeFakeSettings | None = None) -> FastAP
     async def list_events(request: Request) -> dict[str, Any]:
         require_key(request)
         return fake.list_events(request.query_params)
+
+    @app.get("/v1/payouts")
+    async def list_payouts(request: Request) -> dict[str, Any]:
+        require_key(request)
+        return fake.payouts.list_payouts(request.query_params)
+
+    @app.get("/v1/payouts/{payout_id}")
+    async def get_payout(payout_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        return fake.payouts.get_payout(payout_id)
+
+    @app.get("/v1/balance_transactions")
+    async def list_balance_transactions(request: Request) -> dict[str, Any]:
+        require_key(request)
+        params = request.query_params
+        # Stripe's clients send expand[0]=…, others expand[]=…
+        expand = [v for k, v in params.multi_items() if k == "expand" or k.startswith("expand[")]
+        return fake.payouts.list_transactions(params, expand)
+
+    @app.get("/v1/balance_transactions/{txn_id}")
+    async def get_balance_transaction(txn_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        return fake.payouts.get_transaction(txn_id)
+
+    @app.get("/v1/charges/{charge_id}")
+    async def get_charge(charge_id: str, request: Request) -> dict[str, Any]:
+        require_key(request)
+        return fake.payouts.get_charge(charge_id)
+
+    # The fake's own (Stripe's automatic payouts follow its schedule only): pay out now what is
+    # available, per currency (or ?currency=try); the payouts made.
+    @app.post("/_control/payouts")
+    async def pay_out_now(currency: str | None = None) -> dict[str, Any]:
+        return {"object": "list", "data": await fake.payouts.pay_out_and_deposit(currency), "has_more": False}
 
     @app.get("/v1/events/{event_id}")
     async def get_event(event_id: str, request: Request) -> dict[str, Any]:

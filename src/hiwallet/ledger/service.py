@@ -446,11 +446,16 @@ class Ledger:
         model: str = "gross",
         actor: str,
         ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
+        """clearing(provider) +gross, nostro −net (−gross in the gross model), and in the net
+        model provider_expense −fee. With ``conn``, in the caller's unit of work (wallet-consumer
+        posts a payout with its processed_events row and its settled top-ups)."""
         return await self.store.post(
             rules.settlement_topup(
                 key, provider, currency, gross=gross, fee=fee, model=model, actor=actor, ref=ref
-            )
+            ),
+            conn=conn,
         )
 
     async def settle_withdrawals(
@@ -482,10 +487,20 @@ class Ledger:
         )
 
     async def provider_invoice(
-        self, key: str, provider: str, currency: str = "TRY", *, amount: int, actor: str, ref: str
+        self,
+        key: str,
+        provider: str,
+        currency: str = "TRY",
+        *,
+        amount: int,
+        actor: str,
+        ref: str,
+        conn: asyncpg.Connection | None = None,
     ) -> PostResult:
+        """provider_expense −amount, nostro +amount; with ``conn``, in the caller's unit of work."""
         return await self.store.post(
-            rules.provider_invoice(key, provider, currency, amount=amount, actor=actor, ref=ref)
+            rules.provider_invoice(key, provider, currency, amount=amount, actor=actor, ref=ref),
+            conn=conn,
         )
 
     async def hold(self, wallet: str, key: str, amount: int) -> HoldResult:

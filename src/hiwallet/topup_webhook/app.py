@@ -1,17 +1,20 @@
 """The topup-webhook app: the shared HTTP factory, the pool (as the top-up database's application
 role), the webhook routes, and what runs beside them in this one process: the outbox relay to
 ``hiwallet.topups`` (its topology declared as soon as RabbitMQ answers: core.service), the
-reconciliation and retention jobs, and the refresh of the gauges."""
+reconciliation, retention and settlement import jobs (the last announces the card provider's
+payouts to ``hiwallet.events``: settlements.py), and the refresh of the gauges."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
+import httpx
 import structlog
 from fastapi import FastAPI
 
 from hiwallet.contracts.databases import DATABASES
+from hiwallet.contracts.events import events_topology
 from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
 from hiwallet.core.broker import Topology
@@ -29,6 +32,7 @@ from hiwallet.topup_webhook.retention import OUTBOX_CHANNEL, OUTBOX_TABLE, Reten
 from hiwallet.topup_webhook.routes import lean_router
 from hiwallet.topup_webhook.service import TopupService, verifiers_for
 from hiwallet.topup_webhook.settings import TopupWebhookSettings, get_topup_webhook_settings
+from hiwallet.topup_webhook.settlements import SettlementImporter, StripePayouts
 from hiwallet.topup_webhook.store import TopupStore
 
 log = structlog.get_logger(__name__)
@@ -39,6 +43,7 @@ SERVICE = "topup-webhook"
 RELAY_LOCK_KEY = 0x6877_7472  # "hwtr"
 RECONCILE_LOCK_KEY = 0x6877_7463  # "hwtc"
 RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
+SETTLEMENT_LOCK_KEY = 0x6877_7473  # "hwts"
 
 
 def database_spec(settings: TopupWebhookSettings) -> DatabaseSpec:
@@ -68,6 +73,32 @@ def topup_jobs(
         "topup-retention", settings.retention_interval_s, RETENTION_LOCK_KEY, retention.run, connect
     )
     return reconcile, purge
+
+
+def settlement_importer(
+    store: TopupStore,
+    settings: TopupWebhookSettings,
+    clients: Mapping[str, httpx.AsyncClient],
+    metrics: TopupMetrics,
+) -> SettlementImporter:
+    return SettlementImporter(
+        store,
+        StripePayouts(clients["stripe"], settings.settlement_max_pages),
+        window_s=settings.settlement_window_s,
+        model=settings.stripe_settlement_model,
+        exchange=settings.events_exchange,
+        metrics=metrics,
+    )
+
+
+def settlement_job(
+    settings: TopupWebhookSettings,
+    run: Callable[[], Awaitable[int]],
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> PeriodicJob:
+    """The payouts' import (``run``: SettlementImporter.run), one instance a round (the
+    service's and the operator's command share the lock), the first one interval after the start."""
+    return PeriodicJob("topup-settlements", settings.settlement_interval_s, SETTLEMENT_LOCK_KEY, run, connect)
 
 
 def service_spec(
@@ -100,6 +131,8 @@ def service_spec(
         reconcile, purge = topup_jobs(service, settings, connect, reconciler)
         rt.job(reconcile)
         rt.job(purge)
+        importer = app.state.settlement_importer = settlement_importer(store, settings, clients, metrics)
+        rt.job(settlement_job(settings, importer.run, connect))
 
         async def refresh_gauges() -> None:
             metrics.inbox_rows.set(await store.inbox_rows())
@@ -126,7 +159,8 @@ def service_spec(
         SERVICE,
         setup,
         database=database_spec(settings),
-        messaging=Messaging(topology or topups_topology()),
+        # the settlements go to hiwallet.events (mandatory publishing: its queues declared too)
+        messaging=Messaging(topology or topups_topology() + events_topology()),
     )
 
 

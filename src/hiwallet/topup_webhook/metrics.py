@@ -28,3 +28,10 @@ class TopupMetrics:
             "Processed inbox rows deleted by the retention",
             registry=registry,
         )
+        self.settlements = Counter(
+            "hiwallet_topup_settlements_total",
+            "Payouts the settlement importer read, by provider and outcome (announced, known: recorded"
+            " before, unreadable: not announced)",
+            ["provider", "outcome"],
+            registry=registry,
+        )

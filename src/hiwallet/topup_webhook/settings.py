@@ -4,10 +4,12 @@ secrets and keys below are the fakes' development defaults; production sets its 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hiwallet.contracts.events import EVENTS_EXCHANGE
 from hiwallet.contracts.topups import TOPUPS_EXCHANGE
 
 # Two secrets at once: the one being retired and its successor, while the provider signs with
@@ -68,6 +70,16 @@ class TopupWebhookSettings(BaseSettings):
     # The rounds of one retention run; the rest waits for the next run.
     retention_max_batches: int = 100
     metrics_interval_s: float = 15.0
+
+    # The settlement importer (settlements.py): every settlement_interval_s it reads the
+    # providers' payouts of the last settlement_window_s and announces each new one
+    # (SettlementReported to events_exchange). Stripe's model by our contract with it: net
+    # (it keeps its fee from each payout) or gross (it pays out whole and invoices its fees).
+    settlement_interval_s: float = Field(default=3_600.0, gt=0)
+    settlement_window_s: int = Field(default=7 * 86_400, gt=0)
+    settlement_max_pages: int = Field(default=100, ge=1, le=10_000)
+    stripe_settlement_model: Literal["gross", "net"] = "net"
+    events_exchange: str = EVENTS_EXCHANGE
 
     # The providers' APIs (their listings, for the reconciliation).
     stripe_url: str = "http://127.0.0.1:8096"

@@ -12,9 +12,11 @@ from pathlib import Path
 import asyncpg
 import structlog
 
+from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_transient
 from hiwallet.core.ids import new_id
+from hiwallet.core.outbox import outbox_row
 from hiwallet.core.queries import load_queries
 from hiwallet.topup_webhook.providers import Notification
 from hiwallet.topup_webhook.settings import TopupWebhookSettings
@@ -252,6 +254,41 @@ class TopupStore:
     async def recorded(self, provider: str, payment_ids: Sequence[str]) -> set[str]:
         rows = await self.pool.fetch(Q["recorded_payments"], provider, list(payment_ids))
         return {r["provider_payment_id"] for r in rows}
+
+    async def recorded_settlements(self, provider: str, payout_ids: Sequence[str]) -> set[str]:
+        rows = await self.pool.fetch(Q["recorded_settlements"], provider, list(payout_ids))
+        return {r["payout_id"] for r in rows}
+
+    async def record_settlement(
+        self,
+        message: OutgoingMessage,
+        *,
+        provider: str,
+        payout_id: str,
+        currency: str,
+        amount_minor: int,
+        lines: int,
+    ) -> bool:
+        """The payout and its announcement in one statement (its own transaction); False when
+        it was recorded before (by another instance, an operator's round, an earlier round)."""
+        try:
+            recorded: bool = await self.pool.fetchval(
+                Q["record_settlement"],
+                provider,
+                payout_id,
+                currency,
+                amount_minor,
+                lines,
+                *outbox_row(message),
+            )
+        except Exception as exc:
+            error = _translated(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if recorded and self.on_recorded is not None:
+            self.on_recorded()
+        return recorded
 
     async def purge_inbox(self, older_than_days: int, batch: int) -> int:
         deleted: int = await self.pool.fetchval(Q["purge_inbox"], older_than_days, batch)

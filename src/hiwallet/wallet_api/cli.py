@@ -22,8 +22,10 @@ from hiwallet.ledger import Fees, LedgerStore, init_connection
 from hiwallet.wallet_api.domain import service_account_subject
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
+from hiwallet.wallet_api.staff_money import enter_provider_invoice
 
 business_app = typer.Typer(no_args_is_help=True, help="Business accounts (operator commands).")
+invoices_app = typer.Typer(no_args_is_help=True, help="Providers' invoices (operator commands).")
 console = Console(emoji=False, soft_wrap=True)  # ids hold ":a:", which rich would make an emoji
 T = TypeVar("T")
 
@@ -83,3 +85,26 @@ def link(
     sub = subject or service_account_subject(settings.customer_realm, str(client))
     _show(_run(lambda s: s.link(account_id, settings.customer_issuer, sub, operator=operator())))
     console.print(f"linked {client or sub}")
+
+
+@invoices_app.command("enter")
+def enter_invoice(
+    provider: Annotated[str, typer.Option(help="The provider that invoiced us: stripe, bank …")],
+    number: Annotated[str, typer.Option(help="The invoice's number, as the provider wrote it.")],
+    amount_minor: Annotated[int, typer.Option(help="The invoice's total, in minor units.")],
+    currency: Annotated[str, typer.Option(help="ISO 4217.")] = "TRY",
+) -> None:
+    """Book a provider's invoice paid from our bank account (provider_expense −, nostro +).
+    Once per (provider, number): entering it again changes nothing."""
+    posted = _run(
+        lambda s: enter_provider_invoice(
+            s.ledger,
+            provider=provider,
+            invoice_number=number,
+            amount=amount_minor,
+            currency=currency.upper(),
+            actor=operator(),
+        )
+    )
+    what = f"{posted['provider']} {posted['invoice_number']}: {posted['amount_minor']} {posted['currency']}"
+    console.print(f"invoice {what} in transaction [bold]{posted['transaction_id']}[/bold]")

@@ -183,6 +183,12 @@ class ReconciliationRunning(ProblemError):
     title = "A reconciliation round is running; try again when it is done"
 
 
+class InvoiceEnteredOtherwise(ProblemError):
+    status = 409
+    slug = "invoice-entered-otherwise"
+    title = "This provider's invoice was entered before with another amount or currency"
+
+
 class WebhookUrlForbidden(ProblemError):
     """A webhook endpoint's URL that may not be called (docs/webhooks.md, the SSRF rule):
     ``reason`` is one of scheme, userinfo, malformed, too-long, unresolvable, private-address."""

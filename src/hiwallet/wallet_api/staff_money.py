@@ -11,6 +11,9 @@
 - goodwill credits (``credit.goodwill``): goodwill_expense −, customer cash +, with a reason and
   a per-employee daily ceiling; above the threshold the credit waits for a second, different
   employee's approval. A posted credit is never changed: a correction is another movement.
+- provider invoices (``finance.invoices``): a provider's invoice paid from our bank account,
+  provider_expense −amount, nostro +amount, keyed by (provider, invoice number): the same
+  invoice entered twice, under any Idempotency-Key or by the operator's command, is one posting.
 
 Every movement names the employee (``staff:<sub>``) as the ledger transaction's actor; the
 customer sees it in their statement (type promo_grant or goodwill, with its reference).
@@ -438,6 +441,48 @@ class StaffMoney:
             )
         return expires
 
+    # -- provider invoices (finance.invoices) ---------------------------------------------------
+
+    async def enter_invoice(
+        self,
+        member: StaffMember,
+        key: str | None,
+        *,
+        provider: str,
+        invoice_number: str,
+        amount: int,
+        currency: str,
+    ) -> Answer:
+        """The provider's invoice, paid from nostro (201); the same invoice again is the first
+        answer (the ledger's key), another amount or currency under its number 409."""
+        key = check_idempotency_key(key)
+        payload = {"provider": provider, "invoice": invoice_number, "amount": amount, "currency": currency}
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            check_currency(self.settings, currency)
+            return Answer(
+                201,
+                await enter_provider_invoice(
+                    self.ledger,
+                    provider=provider,
+                    invoice_number=invoice_number,
+                    amount=amount,
+                    currency=currency,
+                    actor=member.actor,
+                    conn=conn,
+                ),
+            )
+
+        # The central bucket: an invoice is no wallet's (the idempotency record lives there).
+        return await idempotent(
+            self.pool,
+            ledger.CENTRAL_BUCKET,
+            staff_caller(member),
+            key,
+            request_hash("invoice", payload),
+            work,
+        )
+
     # -- goodwill credits (credit.goodwill) -----------------------------------------------------
 
     async def request_goodwill(
@@ -511,3 +556,59 @@ class StaffMoney:
     async def goodwill_credits(self, *, status: str | None, cursor: str | None, limit: int) -> JSON:
         rows = await self.pool.fetch(S["goodwill_list"], status, cursor, limit)
         return {"goodwill_credits": [goodwill_view(r) for r in rows], "next_cursor": _page(rows, limit)}
+
+
+def invoice_key(provider: str, invoice_number: str) -> str:
+    """The ledger key of a provider's invoice: what it is for, whoever enters it and however often."""
+    return f"invoice:{derived_id('provider-invoice', provider, invoice_number)}"
+
+
+async def enter_provider_invoice(
+    the_ledger: ledger.Ledger,
+    *,
+    provider: str,
+    invoice_number: str,
+    amount: int,
+    currency: str,
+    actor: str,
+    conn: asyncpg.Connection | None = None,
+) -> JSON:
+    """provider_expense −amount, nostro +amount under the invoice's key (the staff endpoint's
+    and the operator command's one path); the invoice entered before with other content is
+    :class:`errors.InvoiceEnteredOtherwise`."""
+    try:
+        result = await the_ledger.provider_invoice(
+            invoice_key(provider, invoice_number),
+            provider,
+            currency,
+            amount=amount,
+            actor=actor,
+            ref=f"invoice {provider} {invoice_number}"[:200],
+            conn=conn,
+        )
+    except ledger.TransactionIdReused as exc:
+        # Entered before by someone else (the actor is part of what the ledger compares): the
+        # same invoice if its amount and currency are, answered with that posting.
+        first = await the_ledger.transaction(
+            f"{ledger.CENTRAL_BUCKET:04d}:{invoice_key(provider, invoice_number)}"
+        )
+        nostro = [
+            leg for leg in first.legs if leg.account == ledger.system_account(ledger.Role.NOSTRO, currency)
+        ]
+        if first.type != TxType.PROVIDER_INVOICE or [leg.amount for leg in nostro] != [amount]:
+            raise errors.InvoiceEnteredOtherwise(
+                "this invoice was entered before with another amount or currency",
+                provider=provider,
+                invoice_number=invoice_number,
+            ) from exc
+        transaction_id, posted_at = first.id, first.posted_at
+    else:
+        transaction_id, posted_at = result.id, result.posted_at
+    return {
+        "transaction_id": transaction_id,
+        "provider": provider,
+        "invoice_number": invoice_number,
+        "amount_minor": amount,
+        "currency": currency,
+        "posted_at": ts(posted_at),
+    }

@@ -35,6 +35,7 @@ CampaignsView = Annotated[StaffMember, _staff(StaffPermission.CAMPAIGNS_VIEW)]
 CampaignsManage = Annotated[StaffMember, _staff(StaffPermission.CAMPAIGNS_MANAGE)]
 MerchantAccept = Annotated[StaffMember, _staff(StaffPermission.PROMO_MERCHANT_ACCEPT)]
 Goodwill = Annotated[StaffMember, _staff(StaffPermission.CREDIT_GOODWILL)]
+Invoices = Annotated[StaffMember, _staff(StaffPermission.FINANCE_INVOICES)]
 Cursor = Annotated[str | None, Query(pattern=r"^[0-9a-f\-]{36}$")]
 Limit = Annotated[int, Query(ge=1, le=200)]
 
@@ -113,6 +114,24 @@ class GoodwillOut(BaseModel):
 class GoodwillListOut(BaseModel):
     goodwill_credits: list[GoodwillOut]
     next_cursor: str | None
+
+
+class InvoiceIn(_In):
+    provider: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_\-]{0,30}$", description="stripe, bank …")]
+    invoice_number: Annotated[
+        str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._/\-]*$")
+    ]
+    amount_minor: Amount
+    currency: Currency = "TRY"
+
+
+class InvoiceOut(BaseModel):
+    transaction_id: str
+    provider: str
+    invoice_number: str
+    amount_minor: int
+    currency: str
+    posted_at: datetime
 
 
 staff_money_router = APIRouter(prefix="/v1/staff", responses=_STAFF_RESPONSES, tags=["staff"])
@@ -258,3 +277,25 @@ async def goodwill_credit(credit_id: str, _member: Goodwill, svc: ServiceDep) ->
 async def approve_goodwill(credit_id: str, member: Goodwill, svc: ServiceDep) -> Any:
     """The second employee's approval posts a pending credit; never the requester's own."""
     return await svc.staff.approve_goodwill(member, credit_id)
+
+
+@staff_money_router.post(
+    "/provider-invoices",
+    response_model=InvoiceOut,
+    status_code=201,
+    responses={201: {"headers": _REPLAYED}},
+    **_MONEY,
+)
+async def provider_invoice(body: InvoiceIn, request: Request, member: Invoices, svc: ServiceDep) -> Response:
+    """A provider's invoice paid from our bank account: provider_expense −amount, nostro +amount.
+    One posting per (provider, invoice number), whoever enters it; another amount under the
+    same number is 409 ``invoice-entered-otherwise``."""
+    answer = await svc.staff.enter_invoice(
+        member,
+        _key(request),
+        provider=body.provider,
+        invoice_number=body.invoice_number,
+        amount=body.amount_minor,
+        currency=body.currency,
+    )
+    return _out(answer)

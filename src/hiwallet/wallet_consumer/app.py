@@ -1,9 +1,10 @@
 """The wallet-consumer process: core's Consumer on the top-up partitions, the handler, and an
 HTTP app for ``/health``, ``/ready`` (database, broker, consumers, background) and ``/metrics``
 only. Beside it, a second Consumer on ``hiwallet.withdrawals.wallet`` (the withdrawal saga's
-wallet commands, withdrawals.py, up to withdrawals_batch a transaction), the relay of
-``wallet.outbox`` that publishes their responses, that outbox's purge job, and the ledger's
-jobs (jobs.py: promo expiry and the sweep of per-bucket sub-accounts).
+wallet commands, withdrawals.py, up to withdrawals_batch a transaction), a third on
+``hiwallet.wallet.settlements`` (the providers' payouts, settlements.py, one a transaction), the
+relay of ``wallet.outbox`` that publishes their responses, that outbox's purge job, and the
+ledger's jobs (jobs.py: promo expiry and the sweep of per-bucket sub-accounts).
 
 Built by core.service: at start it connects to PostgreSQL as the wallet database's application
 role; as soon as RabbitMQ answers it declares the top-ups', withdrawals' and events' topology
@@ -26,7 +27,7 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.contracts.databases import DATABASES, service_role
-from hiwallet.contracts.events import events_topology
+from hiwallet.contracts.events import WALLET_SETTLEMENTS_QUEUE, events_topology
 from hiwallet.contracts.merchant_events import NOTIFY_CHANNEL
 from hiwallet.contracts.withdrawals import WALLET_QUEUE, withdrawals_topology
 from hiwallet.core.broker import Topology, partition_queues, partitioned_topology
@@ -52,6 +53,11 @@ from hiwallet.wallet_consumer.handler import CONSUMER_NAME, TopupHandler, is_tra
 from hiwallet.wallet_consumer.jobs import LedgerJobs
 from hiwallet.wallet_consumer.metrics import LedgerJobMetrics, TopupMetrics, WithdrawalMetrics
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings, get_wallet_consumer_settings
+from hiwallet.wallet_consumer.settlements import (
+    SETTLEMENTS_CONSUMER_NAME,
+    SettlementHandler,
+    SettlementMetrics,
+)
 from hiwallet.wallet_consumer.topups import OUTBOX_TABLE, count_unattributed
 from hiwallet.wallet_consumer.withdrawals import (
     OUTBOX_CHANNEL,
@@ -110,6 +116,10 @@ def withdrawal_topology_of(settings: WalletConsumerSettings) -> Topology:
         exchanges=topology.exchanges,
         queues=tuple(q if q.name in own else replace(q, name=prefix + q.name) for q in topology.queues),
     )
+
+
+def settlements_queue(settings: WalletConsumerSettings) -> str:
+    return settings.events_queue_prefix + WALLET_SETTLEMENTS_QUEUE
 
 
 def withdrawals_queue(settings: WalletConsumerSettings) -> str:
@@ -220,6 +230,25 @@ def service_spec(
                 **batched_or_concurrent(
                     command_handler.batch, settings.withdrawals_batch, settings.withdrawals_concurrency
                 ),
+            ),
+        )
+        # The providers' payouts (settlements.py): one at a time, each in its own transaction
+        # (a payout is rare and may be long; order does not matter, the ledger's key and
+        # settled_topups make each payout and each top-up settle once).
+        settlement_metrics = SettlementMetrics(registry)
+        app.state.settlements = rt.consumer(
+            "settlements",
+            Consumer(
+                broker=rt.bus,
+                pool=pool,
+                queues=[settlements_queue(settings)],
+                consumer_name=SETTLEMENTS_CONSUMER_NAME,
+                handler=SettlementHandler(ledger, settlement_metrics),
+                dead_letter_exchange=settings.dead_letter_exchange,
+                dead_letter_key=settings.events_dead_letter_key,
+                max_attempts=settings.max_attempts,
+                is_transient=is_transient,
+                metrics=consumer_metrics,
             ),
         )
         connect = rt.connect()

@@ -60,8 +60,9 @@ class WalletConsumerSettings(BaseSettings):
     # ledger's read of a refunded debit, one for the outbox's gauges and purge; one for each of
     # the ledger's jobs (promo expiry, sweep: a posting at a time each); one per withdrawal
     # command in hand (withdrawals_concurrency); one for each of the books' jobs (verify,
-    # reconciliation, the daily summary: hiwallet.reconciliation) and their gauge.
-    db_pool_max_size: int = 32
+    # reconciliation, the daily summary: hiwallet.reconciliation) and their gauge; one for the
+    # settlements' consumer (a payout a transaction).
+    db_pool_max_size: int = 33
     # How often the unattributed top-ups gauge is read from the database.
     unattributed_refresh_s: float = 30.0
     # At stop: how long the message in hand may take to finish (else it is given back and

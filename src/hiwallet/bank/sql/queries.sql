@@ -35,3 +35,11 @@ SELECT state, count(*)::bigint AS n FROM bank.transfers GROUP BY state
 -- name: purge_inbox
 -- Retention: applied callbacks received more than $1 hours ago, at most $2 of them (0002).
 SELECT bank.purge_inbox(make_interval(hours => $1), $2)
+
+-- name: record_statement
+-- A day's statement and its SettlementReported, once (migrations/bank/0004): true when recorded now.
+SELECT bank.record_statement($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb)
+
+-- name: recorded_statements
+-- Which of these days' statements are recorded (the importer reads only the others).
+SELECT day FROM bank.statements WHERE day = ANY ($1::date[])

@@ -32,3 +32,12 @@ SELECT CASE WHEN c.reltuples < 100000 THEN (SELECT count(*) FROM topup.inbox)
 SELECT id, provider, provider_payment_id, wallet, reference, amount_minor, currency, reported_by,
        routes, created_at
   FROM topup.payments WHERE id = $1
+
+-- name: record_settlement
+-- A payout and its SettlementReported, once (migrations/topup/0005): true when recorded now.
+SELECT topup.record_settlement($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb)
+
+-- name: recorded_settlements
+-- Which of these payouts of a provider are recorded (the importer reads only the others' lines).
+SELECT payout_id FROM topup.settlements
+ WHERE provider = $1 AND payout_id = ANY ($2::text[])

@@ -90,3 +90,37 @@ SELECT i.n, a.currency, w.closed_at, (u.payment_id IS NOT NULL) AS unattributed
 -- per posting, a refusal leaving nothing and not stopping the others. In the consumer's
 -- transaction.
 SELECT ledger_api.post_batch($1)
+
+-- name: topups_under_keys
+-- citus: multi-shard read (one payout's lines, once per payout)
+-- The top-up transactions under these payments' keys, in any bucket (a transaction's id is its
+-- home bucket and its key): the payments a payout's lines name that were credited to a wallet.
+SELECT k.payment_id, t.id
+  FROM unnest($1::text[]) AS k(payment_id)
+ CROSS JOIN generate_series(0, $2::int - 1) AS b
+  JOIN ledger_api.transactions t
+    ON t.bucket = b AND t.id = lpad(b::text, 4, '0') || ':' || k.payment_id
+ WHERE t.type = 'topup'
+
+-- name: settle_topups
+-- The top-ups a payout settles, each once (migrations/wallet/0020): the ones recorded now. A
+-- payment a payout settled before is not returned (the caller records a finding for it).
+INSERT INTO wallet.settled_topups (payment_id, provider, payout_id, line_id, gross_minor, fee_minor)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
+    ON CONFLICT ON CONSTRAINT settled_topups_pkey DO NOTHING
+RETURNING payment_id
+
+-- name: record_findings
+-- What a check found, kept for a person: one row per (kind, subject), the same finding again
+-- is the same row (found_at of the first time).
+INSERT INTO wallet.findings (kind, subject, details, found_by)
+SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[])
+    ON CONFLICT ON CONSTRAINT findings_kind_subject_unique DO NOTHING
+
+-- name: list_findings
+-- The findings, newest first, open ones only unless asked; at most $2.
+SELECT id, kind, subject, details, found_by, found_at, resolved_at, resolved_by, resolution
+  FROM wallet.findings
+ WHERE $1::boolean OR resolved_at IS NULL
+ ORDER BY found_at DESC, id DESC
+ LIMIT $2
