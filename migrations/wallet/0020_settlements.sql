@@ -16,27 +16,5 @@ CREATE TABLE wallet.settled_topups (
     CONSTRAINT settled_topups_fee_in_range CHECK (fee_minor >= 0 AND fee_minor < gross_minor)
 );
 
--- wallet.findings: what a check found that is not as it should be, kept for a person (the
--- settlement importer's lines that match no top-up or another amount; the reconciliation job
--- shares it). One row per (kind, subject): the same discrepancy found again is the same row.
--- Resolved once, by whom and why (the three columns together).
-CREATE TABLE wallet.findings (
-    id          bigint      GENERATED ALWAYS AS IDENTITY,
-    kind        text        NOT NULL,
-    subject     text        NOT NULL,
-    details     jsonb       NOT NULL DEFAULT '{}'::jsonb,
-    found_by    text        NOT NULL,
-    found_at    timestamptz NOT NULL DEFAULT now(),
-    resolved_at timestamptz,
-    resolved_by text,
-    resolution  text,
-    CONSTRAINT findings_pkey PRIMARY KEY (id),
-    CONSTRAINT findings_kind_subject_unique UNIQUE (kind, subject),
-    CONSTRAINT findings_kind_format CHECK (kind ~ '^[a-z][a-z0-9\-]{0,62}$'),
-    CONSTRAINT findings_subject_length CHECK (length(subject) BETWEEN 1 AND 500),
-    CONSTRAINT findings_resolved_together CHECK (
-        (resolved_at IS NULL) = (resolved_by IS NULL) AND (resolved_at IS NULL) = (resolution IS NULL)
-    )
-);
-
-CREATE INDEX findings_open ON wallet.findings (found_at) WHERE resolved_at IS NULL;
+-- What does not match is a finding of the books (wallet.reconciliation_findings, migration 0019):
+-- one table, listed and resolved by staff in one place.

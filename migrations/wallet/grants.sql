@@ -67,10 +67,9 @@ GRANT SELECT, INSERT, UPDATE (attributed_wallet, attributed_by, attributed_at) O
 GRANT SELECT, INSERT ON wallet.processed_messages TO :"wallet_consumer_role";
 GRANT SELECT, INSERT, UPDATE (sent_at), DELETE ON wallet.outbox TO :"wallet_consumer_role";
 GRANT SELECT ON wallet.withdrawal_counts, wallet.limit_usage TO :"wallet_consumer_role";
---     The providers' payouts (migrations/wallet/0020): each top-up settled, once, and what
---     did not match, as findings; nothing changed or deleted (a finding is resolved by a
---     person, not by this service).
-GRANT SELECT, INSERT ON wallet.settled_topups, wallet.findings TO :"wallet_consumer_role";
+--     The providers' payouts (migrations/wallet/0020): each top-up settled, once, nothing
+--     changed or deleted (what did not match is a finding of the books: 3f below).
+GRANT SELECT, INSERT ON wallet.settled_topups TO :"wallet_consumer_role";
 --     Of wallet-api's records, wallet-consumer reads what a top-up and a debit are decided on
 --     (src/hiwallet/wallet_consumer/sql: a wallet's currency, account and whether it is
 --     closed; the account's kind and tier; whether the requester is a member), column by

@@ -1329,34 +1329,6 @@ CREATE TABLE wallet.daily_summary (
     CONSTRAINT daily_summary_figures_not_negative CHECK (((transactions >= 0) AND (volume_in_minor >= 0) AND (volume_out_minor >= 0)))
 );
 
--- Name: findings; Type: TABLE; Schema: wallet; Owner: -
-
-CREATE TABLE wallet.findings (
-    id bigint NOT NULL,
-    kind text NOT NULL,
-    subject text NOT NULL,
-    details jsonb DEFAULT '{}'::jsonb NOT NULL,
-    found_by text NOT NULL,
-    found_at timestamp with time zone DEFAULT now() NOT NULL,
-    resolved_at timestamp with time zone,
-    resolved_by text,
-    resolution text,
-    CONSTRAINT findings_kind_format CHECK ((kind ~ '^[a-z][a-z0-9\-]{0,62}$'::text)),
-    CONSTRAINT findings_resolved_together CHECK ((((resolved_at IS NULL) = (resolved_by IS NULL)) AND ((resolved_at IS NULL) = (resolution IS NULL)))),
-    CONSTRAINT findings_subject_length CHECK (((length(subject) >= 1) AND (length(subject) <= 500)))
-);
-
--- Name: findings_id_seq; Type: SEQUENCE; Schema: wallet; Owner: -
-
-ALTER TABLE wallet.findings ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME wallet.findings_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
-);
-
 -- Name: goodwill_credits; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.goodwill_credits (
@@ -1762,16 +1734,6 @@ ALTER TABLE ONLY wallet.campaigns
 ALTER TABLE ONLY wallet.daily_summary
     ADD CONSTRAINT daily_summary_pkey PRIMARY KEY (day, currency, account_id);
 
--- Name: findings findings_kind_subject_unique; Type: CONSTRAINT; Schema: wallet; Owner: -
-
-ALTER TABLE ONLY wallet.findings
-    ADD CONSTRAINT findings_kind_subject_unique UNIQUE (kind, subject);
-
--- Name: findings findings_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
-
-ALTER TABLE ONLY wallet.findings
-    ADD CONSTRAINT findings_pkey PRIMARY KEY (id);
-
 -- Name: goodwill_credits goodwill_credits_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.goodwill_credits
@@ -1906,10 +1868,6 @@ CREATE UNIQUE INDEX transactions_refunded_once ON ledger.transactions USING btre
 -- Name: daily_summary_by_account; Type: INDEX; Schema: wallet; Owner: -
 
 CREATE INDEX daily_summary_by_account ON wallet.daily_summary USING btree (account_id, day);
-
--- Name: findings_open; Type: INDEX; Schema: wallet; Owner: -
-
-CREATE INDEX findings_open ON wallet.findings USING btree (found_at) WHERE (resolved_at IS NULL);
 
 -- Name: goodwill_credits_pending; Type: INDEX; Schema: wallet; Owner: -
 
@@ -2379,11 +2337,6 @@ GRANT UPDATE(fees_minor) ON TABLE wallet.daily_summary TO hiwallet_wallet_consum
 -- Name: COLUMN daily_summary.computed_at; Type: ACL; Schema: wallet; Owner: -
 
 GRANT UPDATE(computed_at) ON TABLE wallet.daily_summary TO hiwallet_wallet_consumer_app;
-
--- Name: TABLE findings; Type: ACL; Schema: wallet; Owner: -
-
-GRANT SELECT ON TABLE wallet.findings TO hiwallet_wallet_readonly;
-GRANT SELECT,INSERT ON TABLE wallet.findings TO hiwallet_wallet_consumer_app;
 
 -- Name: TABLE goodwill_credits; Type: ACL; Schema: wallet; Owner: -
 

@@ -149,8 +149,10 @@ async def test_a_days_statement_settles_its_wires_once(
             await topups.until(settled, timeout_s=30.0)
             await stays(settled, 1.0, "the wire settled once")
             async with topups.wallet_pool(wallet_db, max_size=1, service="wallet_consumer") as consumer_pool:
-                findings = await consumer_pool.fetch("SELECT kind, details FROM wallet.findings")
-            assert [f["kind"] for f in findings] == ["settlement-unmatched-line"], findings
+                findings = await consumer_pool.fetch(
+                    "SELECT kind, details FROM wallet.reconciliation_findings"
+                )
+            assert [f["kind"] for f in findings] == ["payout_unmatched"], findings
             assert findings[0]["details"]["line"]["provider_payment_id"] == lost.json()["id"]
             report = await ledger.store.verify()
             assert report.ok, report.problems

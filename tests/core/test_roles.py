@@ -79,7 +79,6 @@ WALLET_CONSUMER_TABLES = {
     "wallet.reconciliation_findings",
     "wallet.daily_summary",
     "wallet.settled_topups",
-    "wallet.findings",
 }
 
 # What the application roles may do beyond SELECT on the tables they read: table-level
@@ -165,9 +164,8 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     # reconciliation's jobs (migrations/wallet/0019)
     "wallet.reconciliation_findings": {"INSERT"},
     "wallet.daily_summary": {"INSERT"},
-    # the providers' payouts (migrations/wallet/0020): each top-up settled, and the findings
+    # the providers' payouts (migrations/wallet/0020): each top-up settled
     "wallet.settled_topups": {"INSERT"},
-    "wallet.findings": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
     *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),

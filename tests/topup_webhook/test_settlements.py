@@ -188,10 +188,10 @@ async def test_a_payout_settles_once_and_what_does_not_match_is_a_finding(
             await stays(lambda: _same(ledger, after), 1.0, "the balances after the one settlement")
 
             findings = await consumer_pool.fetch(
-                "SELECT kind, subject, details FROM wallet.findings ORDER BY kind"
+                "SELECT kind, subject, details FROM wallet.reconciliation_findings ORDER BY kind"
             )
             kinds = sorted(f["kind"] for f in findings)
-            assert kinds == ["settlement-amount-differs", "settlement-unmatched-line"], findings
+            assert kinds == ["payout_amount_differs", "payout_unmatched"], findings
             settled_rows = await consumer_pool.fetch(
                 "SELECT payment_id, fee_minor FROM wallet.settled_topups"
             )

@@ -81,7 +81,8 @@ async def handle(pool: asyncpg.Pool, handler: SettlementHandler, msg: IncomingMe
 
 async def kinds(pool: asyncpg.Pool, payout_id: str) -> list[str]:
     rows = await pool.fetch(
-        "SELECT kind FROM wallet.findings WHERE details->>'payout_id' = $1 ORDER BY kind", payout_id
+        "SELECT kind FROM wallet.reconciliation_findings WHERE details->>'payout_id' = $1 ORDER BY kind",
+        payout_id,
     )
     return [r["kind"] for r in rows]
 
@@ -110,16 +111,16 @@ async def test_what_matches_is_posted_and_the_rest_are_findings(
         "expense": before["expense"] - 147,
     }
     assert await kinds(pool, msg.body["payout_id"]) == [
-        "settlement-amount-differs",
-        "settlement-inconsistent-line",
-        "settlement-payout-total-differs",
-        "settlement-unmatched-line",
-        "settlement-unsupported-line",
+        "payout_amount_differs",
+        "payout_inconsistent_line",
+        "payout_total_differs",
+        "payout_unmatched",
+        "payout_unsupported_line",
     ]
     # the same top-up in a second payout: a finding, nothing posted
     again = message([line(a, 1_000, 59)])
     assert (await handle(pool, handler, again))["result"] == "nothing-settled"
-    assert await kinds(pool, again.body["payout_id"]) == ["settlement-already-settled"]
+    assert await kinds(pool, again.body["payout_id"]) == ["payout_already_settled"]
     # the same message handled again (as if its processed_events row were lost): nothing more
     await handle(pool, handler, msg)
     assert await books(ledger) == after
@@ -142,7 +143,7 @@ async def test_the_gross_model_posts_no_fee_and_a_fee_in_it_is_a_finding(
         "nostro": before["nostro"] - 4_000,
         "expense": before["expense"],
     }
-    assert await kinds(pool, msg.body["payout_id"]) == ["settlement-inconsistent-line"]
+    assert await kinds(pool, msg.body["payout_id"]) == ["payout_inconsistent_line"]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

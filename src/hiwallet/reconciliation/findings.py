@@ -23,8 +23,14 @@ __all__ = [
     "BALANCE_MISMATCH",
     "KINDS",
     "MAX_PAGE",
+    "MAX_SUBJECT",
+    "PAYOUT_ALREADY_SETTLED",
     "PAYOUT_AMOUNT_DIFFERS",
+    "PAYOUT_INCONSISTENT_LINE",
+    "PAYOUT_KINDS",
+    "PAYOUT_TOTAL_DIFFERS",
     "PAYOUT_UNMATCHED",
+    "PAYOUT_UNSUPPORTED_LINE",
     "TOPUP_UNSETTLED",
     "Finding",
     "FindingsPage",
@@ -42,9 +48,23 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 BALANCE_MISMATCH = "balance_mismatch"  # an account's stored balance is not the sum of its lines
 TOPUP_UNSETTLED = "topup_unsettled"  # a top-up not paid out after its provider's window
 # The settlement import's (issue 24: a payout line that matches no top-up, or another amount):
-PAYOUT_UNMATCHED = "payout_unmatched"
-PAYOUT_AMOUNT_DIFFERS = "payout_amount_differs"
-KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, PAYOUT_UNMATCHED, PAYOUT_AMOUNT_DIFFERS)
+# What a provider's payout leaves instead of a posting (wallet-consumer's settlements.py records
+# them in the settlement's own transaction):
+PAYOUT_UNMATCHED = "payout_unmatched"  # a line names no top-up the ledger holds
+PAYOUT_AMOUNT_DIFFERS = "payout_amount_differs"  # another gross amount or currency than the top-up
+PAYOUT_ALREADY_SETTLED = "payout_already_settled"  # the top-up was settled by another payout
+PAYOUT_UNSUPPORTED_LINE = "payout_unsupported_line"  # not a payment (a refund, an adjustment …)
+PAYOUT_INCONSISTENT_LINE = "payout_inconsistent_line"  # net ≠ gross − fee, or a fee in the gross model
+PAYOUT_TOTAL_DIFFERS = "payout_total_differs"  # the lines' nets do not add up to the payout
+PAYOUT_KINDS = (
+    PAYOUT_UNMATCHED,
+    PAYOUT_AMOUNT_DIFFERS,
+    PAYOUT_ALREADY_SETTLED,
+    PAYOUT_UNSUPPORTED_LINE,
+    PAYOUT_INCONSISTENT_LINE,
+    PAYOUT_TOTAL_DIFFERS,
+)
+KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, *PAYOUT_KINDS)
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")  # the table's CHECK (reconciliation_findings_kind_format)
 MAX_SUBJECT = 300
 MAX_NOTE = 2000

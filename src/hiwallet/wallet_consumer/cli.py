@@ -29,7 +29,6 @@ from hiwallet.ledger import Fees, Ledger, LedgerError, LedgerStore, init_connect
 from hiwallet.wallet_consumer.attribution import AlreadyAttributed, AttributionRefused, attribute
 from hiwallet.wallet_consumer.jobs import LedgerJobs
 from hiwallet.wallet_consumer.settings import get_wallet_consumer_settings
-from hiwallet.wallet_consumer.settlements import list_findings
 from hiwallet.wallet_consumer.topups import UnattributedTopup, list_unattributed
 
 console = Console(emoji=False, soft_wrap=True)  # wallet ids hold ":w:"; no emoji
@@ -186,30 +185,10 @@ def sweep_command() -> None:
     console.print(f"swept {len(report.swept)} sub-accounts")
 
 
-def findings(
-    include_resolved: Annotated[bool, typer.Option("--all", help="The resolved ones too.")] = False,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="At most this many rows.")] = 100,
-) -> None:
-    """What the payouts' settlement found that is not as it should be (newest first): a line
-    that matches no top-up, another amount, a top-up settled twice …"""
-    rows = _run(lambda pool, _: list_findings(pool, include_resolved=include_resolved, limit=limit))
-    if not rows:
-        console.print("no findings")
-        return
-    table = Table("found at", "kind", "subject", "details", "resolved")
-    for r in rows:
-        resolved = f"{r['resolved_by']}: {r['resolution']}" if r["resolved_at"] else ""
-        table.add_row(
-            r["found_at"].isoformat(timespec="seconds"), r["kind"], r["subject"], str(r["details"]), resolved
-        )
-    console.print(table)
-
-
 def register(app: typer.Typer) -> None:
     """Add wallet-consumer's ``topups`` commands to ``app``."""
     app.command("unattributed")(unattributed)
     app.command("attribute")(attribute_command)
-    app.command("findings")(findings)
 
 
 def register_ledger_jobs(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ amount and currency, not settled by an earlier payout (``wallet.settled_topups``
 arithmetic right (net = gross − fee, a fee of 0 in the gross model). What matches is posted in
 one ledger transaction keyed by the payout (``settlement:<settlement id>``): clearing +gross,
 nostro −net, and in the net model provider_expense −fee (a net payout whose fees are all 0 is
-posted as gross: the same legs). What does not is a finding (``wallet.findings``, kind below,
+posted as gross: the same legs). What does not is a finding (``wallet.reconciliation_findings``, kind below,
 subject ``provider:payout:line``), not a posting: the payout's money that reached the bank for
 it stays to be explained (the reconciliation against the bank's statement shows it).
 
@@ -32,6 +32,16 @@ from hiwallet.contracts.settlements import SettlementLine, SettlementReported
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.queries import load_queries
 from hiwallet.ledger import BUCKETS, InvalidRequest, Ledger, LedgerError, LedgerUnavailable, NotFound
+from hiwallet.reconciliation import (
+    MAX_SUBJECT,
+    PAYOUT_ALREADY_SETTLED,
+    PAYOUT_AMOUNT_DIFFERS,
+    PAYOUT_INCONSISTENT_LINE,
+    PAYOUT_TOTAL_DIFFERS,
+    PAYOUT_UNMATCHED,
+    PAYOUT_UNSUPPORTED_LINE,
+    record_finding,
+)
 
 __all__ = [
     "FINDING_KINDS",
@@ -40,7 +50,6 @@ __all__ = [
     "SETTLEMENTS_CONSUMER_NAME",
     "SettlementHandler",
     "SettlementMetrics",
-    "list_findings",
 ]
 
 log = structlog.get_logger(__name__)
@@ -49,13 +58,14 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 MESSAGE_TYPE = "SettlementReported"
 SETTLEMENTS_CONSUMER_NAME = "wallet-consumer-settlements"
 
-# The findings a payout can leave (wallet.findings.kind); the reconciliation adds its own.
-UNMATCHED = "settlement-unmatched-line"  # names no top-up the ledger holds
-AMOUNT_DIFFERS = "settlement-amount-differs"  # another gross amount or currency than the top-up
-ALREADY_SETTLED = "settlement-already-settled"  # the top-up was settled by another payout
-UNSUPPORTED = "settlement-unsupported-line"  # not a payment (a refund, an adjustment …)
-INCONSISTENT = "settlement-inconsistent-line"  # net ≠ gross − fee, or a fee in the gross model
-TOTAL_DIFFERS = "settlement-payout-total-differs"  # the lines' nets do not add up to the payout
+# The findings a payout can leave: reconciliation's kinds (hiwallet.reconciliation: one table of
+# findings for the books, listed and resolved by staff in one place).
+UNMATCHED = PAYOUT_UNMATCHED
+AMOUNT_DIFFERS = PAYOUT_AMOUNT_DIFFERS
+ALREADY_SETTLED = PAYOUT_ALREADY_SETTLED
+UNSUPPORTED = PAYOUT_UNSUPPORTED_LINE
+INCONSISTENT = PAYOUT_INCONSISTENT_LINE
+TOTAL_DIFFERS = PAYOUT_TOTAL_DIFFERS
 # The lines that settle a top-up: a card payment (Stripe's charge), a wire (the bank's statement).
 SETTLED_LINE_TYPES = frozenset({"charge", "wire"})
 FINDING_KINDS = (UNMATCHED, AMOUNT_DIFFERS, ALREADY_SETTLED, UNSUPPORTED, INCONSISTENT, TOTAL_DIFFERS)
@@ -86,7 +96,7 @@ Finding = tuple[str, str, dict[str, Any]]
 def _finding(kind: str, body: SettlementReported, subject: str, **details: Any) -> Finding:
     return (
         kind,
-        f"{body.provider}:{body.payout_id}:{subject}"[:500],
+        f"{body.provider}:{body.payout_id}:{subject}"[:MAX_SUBJECT],
         {"provider": body.provider, "payout_id": body.payout_id, **details},
     )
 
@@ -152,13 +162,10 @@ class SettlementHandler:
                 else:
                     findings.append(_finding(ALREADY_SETTLED, body, line.line_id, line=line.model_dump()))
         if findings:
-            await conn.execute(
-                Q["record_findings"],
-                [f[0] for f in findings],
-                [f[1] for f in findings],
-                [f[2] for f in findings],
-                [actor] * len(findings),
-            )
+            # In the settlement's transaction: its postings and its findings commit together (a
+            # redelivered message finds the same open findings and refreshes their details).
+            for kind, subject, details in findings:
+                await record_finding(conn, kind, subject, details)
             for kind, subject, _ in findings:
                 self.metrics.findings.labels(kind).inc()
                 log.warning("settlement finding", kind=kind, subject=subject)
@@ -247,10 +254,3 @@ class SettlementHandler:
                 continue
             matched.append(line)
         return matched
-
-
-async def list_findings(
-    pool: asyncpg.Pool, *, include_resolved: bool = False, limit: int = 100
-) -> list[asyncpg.Record]:
-    async with pool.acquire() as conn:
-        return list(await conn.fetch(Q["list_findings"], include_resolved, max(1, min(limit, 1_000))))

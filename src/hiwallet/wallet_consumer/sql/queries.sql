@@ -109,18 +109,3 @@ INSERT INTO wallet.settled_topups (payment_id, provider, payout_id, line_id, gro
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
     ON CONFLICT ON CONSTRAINT settled_topups_pkey DO NOTHING
 RETURNING payment_id
-
--- name: record_findings
--- What a check found, kept for a person: one row per (kind, subject), the same finding again
--- is the same row (found_at of the first time).
-INSERT INTO wallet.findings (kind, subject, details, found_by)
-SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::text[])
-    ON CONFLICT ON CONSTRAINT findings_kind_subject_unique DO NOTHING
-
--- name: list_findings
--- The findings, newest first, open ones only unless asked; at most $2.
-SELECT id, kind, subject, details, found_by, found_at, resolved_at, resolved_by, resolution
-  FROM wallet.findings
- WHERE $1::boolean OR resolved_at IS NULL
- ORDER BY found_at DESC, id DESC
- LIMIT $2
