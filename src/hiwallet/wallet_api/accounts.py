@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import asyncpg
 
 from hiwallet import ledger
@@ -253,6 +255,11 @@ class Accounts:
     async def promos(self, caller: Caller, wallet_id: str) -> JSON:
         await own_wallet(self.pool, caller, wallet_id)
         batches = await answered(self.ledger.promo_batches(wallet_id))
+        # The live batches only: an expired one is nothing the customer can spend, whether or not
+        # wallet-consumer's expiry job has returned its remainder yet (the wallet's promo figure
+        # leaves it out too). Its expiry is in the promo purse's statement.
+        now = datetime.now(UTC)
+        batches = [b for b in batches if b.expires_at > now]
         return {
             "wallet_id": wallet_id,
             "batches": [

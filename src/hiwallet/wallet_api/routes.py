@@ -358,7 +358,7 @@ async def statement(
 
 @router.get("/wallets/{wallet_id}/promos", response_model=PromoBatchesOut, tags=["promos"])
 async def promo_batches(wallet_id: WalletIdPath, who: CallerDep, svc: ServiceDep) -> Any:
-    """The wallet's promo batches, earliest expiry first."""
+    """The wallet's live promo batches (not yet expired), earliest expiry first."""
     return await svc.promos(who, wallet_id)
 
 
