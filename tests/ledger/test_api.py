@@ -69,6 +69,7 @@ DECLARED = {
     "MAX_KEY",
     "MAX_BATCH",
     "MAX_STATEMENT_PAGE",
+    "MAX_BALANCE_DAYS",
     # the books' checks: verify, and the reads of reconciliation and the daily summary
     "verify_ledger",
     "VerifyReport",

@@ -31,12 +31,17 @@ async def test_the_wallets_in_english_then_turkish_remembered(
     await expect(page.get_by_test_id("cash")).to_have_text("₺1,234.56")
     await expect(page.get_by_test_id("promo")).to_have_text("₺0.00")
     await expect(page.get_by_role("heading", name=re.compile(who.number))).to_be_visible()
+    # the chart of the last 30 days, drawn on the server (no script), named for a screen reader
+    chart = page.get_by_role("img", name=re.compile("Cash over the last 30 days"))
+    await expect(chart).to_have_accessible_name(re.compile("from ₺0.00 to ₺1,234.56"))
+    assert len((await chart.locator("polyline").get_attribute("points") or "").split()) == 30
     await check_page(page, "pweb home en")
 
     await page.get_by_role("button", name="Türkçe").click()
     await expect(page.get_by_role("heading", name="Cüzdanlarınız")).to_be_visible()
     await expect(page.get_by_test_id("available")).to_have_text("1.234,56 ₺")
     assert await page.locator("html").get_attribute("lang") == "tr"
+    await expect(page.get_by_role("img", name=re.compile("Son 30 günde nakit"))).to_be_visible()
     await check_page(page, "pweb home tr")
     await page.reload()  # remembered: the cookie, over the browser's English
     await expect(page.get_by_role("heading", name="Cüzdanlarınız")).to_be_visible()

@@ -82,7 +82,7 @@ async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: Walle
     # Today: tier, account, limits, wallets, wallet, statement, promos, transfer, refund, programme;
     # a webhook endpoint (get, change, delete, rotate), a delivery (get, replay); a business's
     # daily summary.
-    assert len(with_ids) == 17, with_ids
+    assert len(with_ids) == 18, with_ids
     document = (await api.http.get("/openapi.json")).json()
     before = await api.counts()
     for method, template, params in with_ids:

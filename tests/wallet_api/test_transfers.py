@@ -300,3 +300,32 @@ async def test_promo_grant_rules(api: WalletApi) -> None:
     again = await api.http.get(f"/v1/transfers/{ok.json()['id']}", headers=shop.auth)
     assert again.status_code == 200 and again.json() == ok.json()
     await api.verify()
+
+
+async def test_the_balance_at_the_end_of_each_day_for_a_chart(api: WalletApi) -> None:
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    assert (await api.transfer(alice, bob.number, 30 * TL)).status_code == 201
+    r = await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances?days=3", headers=alice.auth)
+    assert r.status_code == 200, r.text
+    today = datetime.now(UTC).date()
+    assert r.json() == {
+        "wallet_id": alice.wallet_id,
+        "currency": "TRY",
+        "days": [
+            {"day": (today - timedelta(days=2)).isoformat(), "balance": 0},
+            {"day": (today - timedelta(days=1)).isoformat(), "balance": 0},
+            {"day": today.isoformat(), "balance": 70 * TL},
+        ],
+    }
+    default = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances", headers=alice.auth)).json()
+    assert len(default["days"]) == 30 and default["days"][-1]["balance"] == 70 * TL
+    # someone else's wallet: not found; more than a year: refused
+    assert_problem(
+        await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances", headers=bob.auth), "not-found", 404
+    )
+    assert_problem(
+        await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances?days=367", headers=alice.auth),
+        "validation-error",
+        422,
+    )

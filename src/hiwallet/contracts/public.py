@@ -12,7 +12,7 @@ refused there with the same 422.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
@@ -35,6 +35,8 @@ __all__ = [
     "AccountOut",
     "AccountsOut",
     "Amount",
+    "BalanceDayOut",
+    "BalanceHistoryOut",
     "CounterpartyOut",
     "LimitOut",
     "LimitsOut",
@@ -236,6 +238,17 @@ class MovementsOut(BaseModel):
     purse: Literal["cash", "promo"]
     lines: list[MovementOut]
     next_cursor: str | None
+
+
+class BalanceDayOut(BaseModel):
+    day: date
+    balance: int = Field(description="The cash at the end of the day (UTC), in minor units.")
+
+
+class BalanceHistoryOut(BaseModel):
+    wallet_id: str
+    currency: str
+    days: list[BalanceDayOut]
 
 
 class PromoBatchOut(BaseModel):

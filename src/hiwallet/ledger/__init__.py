@@ -84,7 +84,13 @@ from hiwallet.ledger.reconcile import (
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.settings import LedgerSettings, get_ledger_settings
-from hiwallet.ledger.store import MAX_BATCH, MAX_STATEMENT_PAGE, LedgerStore, init_connection
+from hiwallet.ledger.store import (
+    MAX_BALANCE_DAYS,
+    MAX_BATCH,
+    MAX_STATEMENT_PAGE,
+    LedgerStore,
+    init_connection,
+)
 from hiwallet.ledger.verify import VerifyReport
 from hiwallet.ledger.verify import verify as verify_ledger
 
@@ -92,6 +98,7 @@ __all__ = [
     "BUCKETS",
     "CENTRAL_BUCKET",
     "MAX_AMOUNT_MINOR",
+    "MAX_BALANCE_DAYS",
     "MAX_BATCH",
     "MAX_KEY",
     "MAX_STATEMENT_PAGE",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -230,6 +230,9 @@ class Ledger:
 
     async def actors(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
         return await self.store.actors(account_id, transaction_ids)
+
+    async def daily_balances(self, account_id: str, first: date, last: date) -> list[tuple[date, int]]:
+        return await self.store.daily_balances(account_id, first, last)
 
     async def counterparties(self, account_id: str, transaction_ids: list[str]) -> dict[str, str]:
         return await self.store.counterparties(account_id, transaction_ids)

@@ -16,7 +16,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,6 +60,8 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 DEFAULT_PROVIDERS = ("stripe", "bank")
 MAX_BATCH = 1_000
 MAX_STATEMENT_PAGE = 500
+# The days of balance history one read may ask for (a year).
+MAX_BALANCE_DAYS = 366
 # A deadlock or serialization failure is retried with the same id: idempotency makes the retry
 # safe. Kept small; a lock timeout is not retried (something holds a lock far too long).
 RETRY_ATTEMPTS = 3
@@ -592,6 +594,15 @@ class LedgerStore:
         await self.account(account_id)
         value = await self._read("fetchval", Q["balance_as_of"], bucket_of(account_id), account_id, at)
         return 0 if value is None else int(value)
+
+    async def daily_balances(self, account_id: str, first: date, last: date) -> list[tuple[date, int]]:
+        """The account's balance at the end of each UTC day from ``first`` to ``last`` (at most
+        MAX_BALANCE_DAYS days), in order."""
+        days = (last - first).days + 1
+        if not 1 <= days <= MAX_BALANCE_DAYS:
+            raise errors.InvalidRequest(f"1 to {MAX_BALANCE_DAYS} days", field="days")
+        rows = await self._read("fetch", Q["daily_balances"], bucket_of(account_id), account_id, first, last)
+        return [(r["day"], r["balance"]) for r in rows]
 
     async def promo_batches(self, wallet_id: str) -> list[PromoBatch]:
         promo = promo_account(wallet_id)

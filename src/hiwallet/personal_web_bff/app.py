@@ -60,6 +60,8 @@ __all__ = [
 SERVICE = "personal-web-bff"
 HERE = Path(__file__).parent
 LOCALE_COOKIE_MAX_AGE_S = 365 * 24 * 3600
+# The home page's chart: the cash at the end of each of these last days.
+CHART_DAYS = 30
 # Connections to the internal services, kept alive between pages.
 UPSTREAM_CONNECTIONS = 64
 # Amounts as people type them: "12", "12,5", "1.234,56" is refused (ambiguous); at most 2 decimals.
@@ -220,18 +222,45 @@ async def _signed_in(request: Request) -> Session | Response:
     return session
 
 
+def balance_chart(balances: list[int], *, width: int = 300, height: int = 80) -> dict[str, Any] | None:
+    """The points of a line chart of ``balances`` (one a day, oldest first), drawn by the page as
+    an SVG polyline: no script, no image request. None without two days to join."""
+    if len(balances) < 2:
+        return None
+    pad = 4
+    top = max(max(balances), 1)
+    step = (width - 2 * pad) / (len(balances) - 1)
+    points = " ".join(
+        f"{pad + i * step:.1f},{height - pad - (b / top) * (height - 2 * pad):.1f}"
+        for i, b in enumerate(balances)
+    )
+    return {
+        "points": points,
+        "width": width,
+        "height": height,
+        "days": len(balances),
+        "first": balances[0],
+        "last": balances[-1],
+        "top": max(balances),
+    }
+
+
 async def _own_wallets(web: Web, session: Session) -> list[dict[str, Any]]:
     """The person's wallets with their balances (personal accounts only)."""
     accounts = await web.wallet.call("GET", "/v1/accounts", session.access_token)
 
     async def one(account: dict[str, Any], wallet_id: str) -> dict[str, Any]:
         # The balance and the promo batches at once: the page waits for the slower, not both.
-        wallet, promos = await asyncio.gather(
+        wallet, promos, history = await asyncio.gather(
             web.wallet.call("GET", f"/v1/wallets/{wallet_id}", session.access_token),
             web.wallet.call("GET", f"/v1/wallets/{wallet_id}/promos", session.access_token),
+            web.wallet.call(
+                "GET", f"/v1/wallets/{wallet_id}/balances", session.access_token, params={"days": CHART_DAYS}
+            ),
         )
         batches = [_dated(b, "expires_at") for b in promos.get("batches", [])]
-        return {**wallet, "tier": account.get("tier"), "promos": batches}
+        chart = balance_chart([d["balance"] for d in history.get("days", [])])
+        return {**wallet, "tier": account.get("tier"), "promos": batches, "chart": chart}
 
     # A person has a handful of wallets: all asked at once, in the accounts' order.
     return list(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -251,6 +251,17 @@ class Accounts:
             for r in rows
         }
         return {tx: wallets[w] for tx, w in found.items() if w in wallets}
+
+    async def balance_history(self, caller: Caller, wallet_id: str, *, days: int) -> JSON:
+        access = await own_wallet(self.pool, caller, wallet_id)
+        today = datetime.now(UTC).date()
+        first = today - timedelta(days=days - 1)
+        history = await answered(self.ledger.daily_balances(f"{wallet_id}:cash", first, today))
+        return {
+            "wallet_id": wallet_id,
+            "currency": access.wallet.currency,
+            "days": [{"day": day.isoformat(), "balance": balance} for day, balance in history],
+        }
 
     async def promos(self, caller: Caller, wallet_id: str) -> JSON:
         await own_wallet(self.pool, caller, wallet_id)

@@ -17,6 +17,7 @@ from hiwallet.contracts.currency import Currency, declare_currencies
 from hiwallet.contracts.public import MAX_AMOUNT_MINOR as PUBLIC_MAX_AMOUNT_MINOR
 from hiwallet.contracts.public import (
     PROGRAMME_ID_PATTERN,
+    BalanceHistoryOut,
     LineOut,
     PostedTransfer,
     Problem,
@@ -39,7 +40,7 @@ from hiwallet.core.http import (
     json_body_openapi,
 )
 from hiwallet.core.http.idempotency import IDEMPOTENCY_KEY_PATTERN
-from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_STATEMENT_PAGE
+from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_BALANCE_DAYS, MAX_STATEMENT_PAGE
 from hiwallet.wallet_api.domain import (
     ACCOUNT_ID_PATTERN,
     TRANSFER_ID_PATTERN,
@@ -356,6 +357,18 @@ async def statement(
     return await svc.statement(who, wallet_id, purse=purse, cursor=cursor, limit=limit)
 
 
+@router.get("/wallets/{wallet_id}/balances", response_model=BalanceHistoryOut, tags=["wallets"])
+async def balance_history(
+    wallet_id: WalletIdPath,
+    who: CallerDep,
+    svc: ServiceDep,
+    days: Annotated[int, Query(ge=1, le=MAX_BALANCE_DAYS), BeforeValidator(_decimal)] = 30,
+) -> Any:
+    """The wallet's cash at the end of each of its last ``days`` UTC days, oldest first, today
+    last (so far today): a chart's points."""
+    return await svc.balance_history(who, wallet_id, days=days)
+
+
 @router.get("/wallets/{wallet_id}/promos", response_model=PromoBatchesOut, tags=["promos"])
 async def promo_batches(wallet_id: WalletIdPath, who: CallerDep, svc: ServiceDep) -> Any:
     """The wallet's live promo batches (not yet expired), earliest expiry first."""
@@ -493,6 +506,7 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
     ("/v1/wallets/{wallet_id}", "get", "200"): {
         "GetStatement": ("/v1/wallets/{wallet_id}/statement", "get", _WALLET_OF),
         "GetPromos": ("/v1/wallets/{wallet_id}/promos", "get", _WALLET_OF),
+        "GetBalances": ("/v1/wallets/{wallet_id}/balances", "get", _WALLET_OF),
     },
     ("/v1/transfers", "post", "201"): {
         "GetTransfer": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),

@@ -68,6 +68,7 @@ class WalletService:
         self.wallet = accounts.wallet
         self.statement = accounts.statement
         self.promos = accounts.promos
+        self.balance_history = accounts.balance_history
         # money
         self.transfer = transfers.transfer
         self.transfer_of = transfers.transfer_of

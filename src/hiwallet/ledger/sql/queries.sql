@@ -119,6 +119,18 @@ SELECT balance_after FROM ledger.lines
  ORDER BY posted_at DESC, version DESC
  LIMIT 1
 
+-- name: daily_balances
+-- The account's balance at the end of each UTC day from $3 to $4: its last line posted before the
+-- day's end, one backward probe of lines_by_time a day (30 days, 30 probes); 0 before its first.
+SELECT d.day::date AS day,
+       coalesce((SELECT l.balance_after FROM ledger.lines l
+                  WHERE l.bucket = $1 AND l.account_id = $2
+                    AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
+                  ORDER BY l.posted_at DESC, l.version DESC
+                  LIMIT 1), 0) AS balance
+  FROM generate_series($3::date::timestamp, $4::date::timestamp, interval '1 day') AS d (day)
+ ORDER BY d.day
+
 -- name: promo_batches
 SELECT id, account_id, funder_account, funded_by, amount, remaining, expires_at, grant_transaction_id
   FROM ledger.promo_batches
