@@ -184,6 +184,7 @@ async def test_find_a_customer_three_ways_and_read_the_record(api: WalletApi, st
     assert [(line["type"], line["amount"]) for line in lines] == [("topup", 10 * TL), ("p2p", -2 * TL)]
     assert lines[0]["actor"] == "operator:test"
     assert lines[1]["actor"] == f"customer:{alice.subject}"
+    assert [line["counterparty"] and line["counterparty"]["kind"] for line in lines] == [None, "personal"]
     assert r.json()["account_id"] == alice.account_id
     # Missing and malformed ids: the 404 of a missing one, after the permission check.
     for path in ("/v1/staff/accounts/0001:a:nope", "/v1/staff/wallets/xyz/statement"):

@@ -211,7 +211,9 @@ class Accounts:
         await own_wallet(self.pool, caller, wallet_id)
         account = f"{wallet_id}:{purse}"
         statement = await answered(self.ledger.statement(account, cursor=cursor, limit=limit))
-        parties = await self._counterparties(account, [line.transaction_id for line in statement.lines])
+        parties = await counterparties(
+            self.pool, self.ledger, account, [line.transaction_id for line in statement.lines]
+        )
         return {
             "wallet_id": wallet_id,
             "purse": purse,
@@ -231,26 +233,6 @@ class Accounts:
             ],
             "next_cursor": statement.next_cursor,
         }
-
-    async def _counterparties(self, account: str, transaction_ids: list[str]) -> dict[str, JSON]:
-        """The other wallet of each line that has one (a transfer, a payment, a refund): its
-        number, and a business's name (a person's name is not wallet-api's to show)."""
-        found = await answered(self.ledger.counterparties(account, transaction_ids))
-        if not found:
-            return {}
-        wallet_ids = sorted(set(found.values()))
-        rows = await self.pool.fetch(
-            Q["counterparty_wallets"], [ledger.bucket_of(w) for w in wallet_ids], wallet_ids
-        )
-        wallets = {
-            r["id"]: {
-                "wallet_number": r["number"],
-                "kind": r["kind"],
-                "name": r["name"] if r["kind"] == "business" else None,
-            }
-            for r in rows
-        }
-        return {tx: wallets[w] for tx, w in found.items() if w in wallets}
 
     async def balance_history(self, caller: Caller, wallet_id: str, *, days: int) -> JSON:
         access = await own_wallet(self.pool, caller, wallet_id)
@@ -285,3 +267,24 @@ class Accounts:
                 for b in batches
             ],
         }
+
+
+async def counterparties(
+    pool: asyncpg.Pool, ledger_: ledger.Ledger, account: str, transaction_ids: list[str]
+) -> dict[str, JSON]:
+    """The other wallet of each statement line that has one (a transfer, a payment, a refund):
+    its number, and a business's name (a person's name is not wallet-api's to show)."""
+    found = await answered(ledger_.counterparties(account, transaction_ids))
+    if not found:
+        return {}
+    wallet_ids = sorted(set(found.values()))
+    rows = await pool.fetch(Q["counterparty_wallets"], [ledger.bucket_of(w) for w in wallet_ids], wallet_ids)
+    wallets = {
+        r["id"]: {
+            "wallet_number": r["number"],
+            "kind": r["kind"],
+            "name": r["name"] if r["kind"] == "business" else None,
+        }
+        for r in rows
+    }
+    return {tx: wallets[w] for tx, w in found.items() if w in wallets}

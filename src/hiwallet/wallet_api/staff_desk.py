@@ -17,7 +17,7 @@ import structlog
 
 from hiwallet import ledger
 from hiwallet.wallet_api import domain, errors
-from hiwallet.wallet_api.accounts import Accounts
+from hiwallet.wallet_api.accounts import Accounts, counterparties
 from hiwallet.wallet_api.adapters import Q, Repo
 from hiwallet.wallet_api.domain import AccountKind
 from hiwallet.wallet_api.identities import CustomerIdentities
@@ -110,6 +110,7 @@ class StaffDesk:
         statement = await answered(self.ledger.statement(account, cursor=cursor, limit=limit))
         ids = sorted({line.transaction_id for line in statement.lines})
         actors = await answered(self.ledger.actors(account, ids))
+        parties = await counterparties(self.pool, self.ledger, account, ids)
         log.info("staff read statement", actor=actor, wallet_id=wallet_id)
         return {
             "wallet_id": wallet_id,
@@ -126,6 +127,7 @@ class StaffDesk:
                     "balance_after": line.balance_after,
                     "version": line.version,
                     "posted_at": ts(line.posted_at),
+                    "counterparty": parties.get(line.transaction_id),
                 }
                 for line in statement.lines
             ],
