@@ -35,6 +35,7 @@ from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
 from hiwallet.core.logging import REQUEST_ID
+from hiwallet.core.timeouts import within
 
 __all__ = [
     "BROKER_FAILURES",
@@ -269,7 +270,7 @@ class Broker:
             connection, self._connection, self._publish_channel = self._connection, None, None
         if connection is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.close(), self.connect_timeout_s)
+                await within(connection.close(), self.connect_timeout_s)
 
     async def check(self) -> None:
         """/ready: connected, and the publishing channel open. Raises BrokerUnavailable."""

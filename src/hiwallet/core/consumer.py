@@ -72,6 +72,7 @@ from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import checked_identifier, load_queries
+from hiwallet.core.timeouts import within
 from hiwallet.core.uow import unit_of_work
 
 __all__ = [
@@ -394,7 +395,7 @@ class Consumer:
             while not await self._subscribe():
                 # RabbitMQ is not there (yet): wait, as for the database, until it is or stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), backoff_s)
+                    await within(self._stop.wait(), backoff_s)
                 if self._stop.is_set():
                     return
                 backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
@@ -455,7 +456,7 @@ class Consumer:
                 await task
         for entry in self._consuming:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(entry.channel.close(), 5.0)
+                await within(entry.channel.close(), 5.0)
             if entry.worker is not None:
                 entry.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -480,10 +481,10 @@ class Consumer:
         for entry in self._consuming:
             if entry.tag:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(entry.queue.cancel(entry.tag), 5.0)
+                    await within(entry.queue.cancel(entry.tag), 5.0)
         # The message in hand is finished (or, if it waits for the database, given back).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), finish_timeout_s)
+            await within(self._idle.wait(), finish_timeout_s)
         # The deliveries still in a buffer go back to their queue with the channel.
         await self._close_all()
         log.info("consumer stopped", consumer=self.consumer_name)
@@ -863,7 +864,7 @@ class Consumer:
                 except Exception as exc:
                     log.debug("consumer: database still unavailable", error=type(exc).__name__)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stop.wait(), backoff_s)
+                        await within(self._stop.wait(), backoff_s)
                     backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
                     continue
                 log.info("consumer resumed: database answers", paused_s=round(time.monotonic() - started, 3))

@@ -15,7 +15,6 @@ and the consumer's processed_events absorbs the repeat. Never the other way roun
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from hiwallet.core.consumer import (
     DEAD_ORIGINAL_ROUTING_KEY_HEADER,
     DEAD_REASON_HEADER,
 )
+from hiwallet.core.timeouts import within
 
 __all__ = ["DeadLetter", "list_dead_letters", "replay_dead_letters"]
 
@@ -133,7 +133,7 @@ async def _read(
         async with queue.iterator(no_ack=False) as messages:
             while len(taken) < expected:
                 try:
-                    message = await asyncio.wait_for(messages.__anext__(), IDLE_WAIT_S)
+                    message = await within(messages.__anext__(), IDLE_WAIT_S)
                 except (TimeoutError, StopAsyncIteration):
                     break
                 taken.append(message)

@@ -23,6 +23,8 @@ from urllib.parse import SplitResult, urlsplit
 from aiohttp.abc import ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
+from hiwallet.core.timeouts import within
+
 __all__ = ["ForbiddenTarget", "PublicResolver", "Target", "check_url", "is_public", "resolve_public"]
 
 MAX_URL_CHARS = 2048
@@ -97,7 +99,7 @@ async def resolve_public(target: Target, *, allow_private: bool, timeout_s: floa
         addresses = [target.literal]
     else:
         try:
-            infos = await asyncio.wait_for(
+            infos = await within(
                 asyncio.get_running_loop().getaddrinfo(
                     target.host, target.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
                 ),

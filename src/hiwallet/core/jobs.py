@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import structlog
 
+from hiwallet.core.timeouts import within
+
 __all__ = ["PeriodicJob", "in_batches"]
 
 log = structlog.get_logger(__name__)
@@ -97,7 +99,7 @@ class PeriodicJob:
             return True
         finally:
             try:
-                await asyncio.wait_for(conn.close(), 2.0)
+                await within(conn.close(), 2.0)
             except Exception:
                 conn.terminate()
 

@@ -42,6 +42,7 @@ from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import checked_identifier, load_queries
 from hiwallet.core.relay_hint import RelayHint
+from hiwallet.core.timeouts import within
 
 __all__ = [
     "CORRELATION_ID_KEY",
@@ -472,7 +473,7 @@ class Relay:
                 await asyncio.sleep(backoff_s)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.poll_interval_s)
+                await within(wake.wait(), self.poll_interval_s)
         raise ConnectionError("the relay's database connection was lost")
 
     async def _drain(self, conn: asyncpg.Connection) -> None:
@@ -522,7 +523,7 @@ async def _close(conn: asyncpg.Connection) -> None:
     if conn.is_closed():
         return
     try:
-        await asyncio.wait_for(conn.close(), 2.0)
+        await within(conn.close(), 2.0)
     except Exception as exc:
         # A connection that cannot close politely is dropped; its session (and lock) ends with
         # the socket.

@@ -12,6 +12,7 @@ import asyncpg
 import structlog
 
 from hiwallet.core.queries import checked_identifier
+from hiwallet.core.timeouts import within
 
 __all__ = ["RelayHint", "Wakeable"]
 
@@ -70,7 +71,7 @@ class RelayHint:
             while True:
                 self._again = False  # before the round trip: a commit during it asks again
                 try:
-                    await asyncio.wait_for(self._pool.execute(self._query, self.channel), self.timeout_s)
+                    await within(self._pool.execute(self._query, self.channel), self.timeout_s)
                     self.sent += 1
                 except asyncio.CancelledError:
                     raise
@@ -88,7 +89,7 @@ class RelayHint:
         if task is None:
             return
         try:
-            await asyncio.wait_for(asyncio.shield(task), 2 * self.timeout_s)
+            await within(asyncio.shield(task), 2 * self.timeout_s)
         except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -26,6 +26,7 @@ import asyncpg
 
 from hiwallet.core import db
 from hiwallet.core.settings import Settings, get_settings
+from hiwallet.core.timeouts import within
 
 HEADER = (
     "-- The live schema of this folder's databases, generated from a freshly migrated one by\n"
@@ -85,7 +86,7 @@ async def dump(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), _DUMP_TIMEOUT_S)
+    out, err = await within(proc.communicate(), _DUMP_TIMEOUT_S)
     if proc.returncode != 0:
         raise SchemaDumpFailed(f"pg_dump of {database} failed ({proc.returncode}): {err.decode()}")
     return normalize(out.decode(), key, folder or key)

@@ -51,6 +51,7 @@ from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.jobs import in_batches
 from hiwallet.core.queries import load_queries
 from hiwallet.core.sealing import KeyRing, Unopenable
+from hiwallet.core.timeouts import within
 from hiwallet.merchant_webhooks.settings import MerchantWebhooksSettings
 
 __all__ = ["FAN_OUT_LOCK_KEY", "Attempt", "Dispatcher", "next_delay_s", "sign"]
@@ -409,7 +410,7 @@ class Dispatcher:
                 more = await self.pump()
                 if not more:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.wake.wait(), self.settings.poll_interval_s)
+                        await within(self.wake.wait(), self.settings.poll_interval_s)
         finally:
             # What is in flight is left to its lease (sent again by whoever runs next).
             recorder.cancel()

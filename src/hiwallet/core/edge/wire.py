@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import httptools
 
+from hiwallet.core.timeouts import within
+
 __all__ = ["HttpPool", "UpstreamError"]
 
 
@@ -173,7 +175,7 @@ class HttpPool:
             waiter: asyncio.Future[_Connection | None] = loop.create_future()
             self._waiters.append(waiter)
             try:
-                handed = await asyncio.wait_for(waiter, self.pool_s)
+                handed = await within(waiter, self.pool_s)
             except BaseException as exc:
                 # Timed out or cancelled just as a connection (or a slot) was handed over: pass
                 # it on, or it would be lost to the pool.
@@ -190,7 +192,7 @@ class HttpPool:
                 return handed
         self._count += 1
         try:
-            _, conn = await asyncio.wait_for(
+            _, conn = await within(
                 loop.create_connection(lambda: _Connection(self.max_response_bytes), self.host, self.port),
                 self.connect_s,
             )
