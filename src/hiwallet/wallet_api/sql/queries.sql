@@ -95,8 +95,8 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
 
 -- name: counterparty_wallets
 -- The wallets a statement's lines moved money with ($1, $2: buckets and ids): each one's number
--- and its account's kind and name (a business's; a person's account has none). citus:
--- multi-shard read (the counterparties' buckets; each pair names its own).
+-- and its account's kind and name (a business's; a person's account has none).
+-- citus: multi-shard read (the counterparties' buckets; each pair names its own).
 SELECT w.id, w.number, a.kind, a.name
   FROM unnest($1::smallint[], $2::text[]) AS p (bucket, id)
   JOIN wallet.wallets w ON w.bucket = p.bucket AND w.id = p.id
