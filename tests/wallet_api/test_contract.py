@@ -30,10 +30,10 @@ from tests.identity.conftest import IdentityServer
 from tests.strength import scaled
 from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, running_api
 
-# 20 cases per operation and mode, 40 scenarios with `make test`'s profile; eight times as many
+# 12 cases per operation and mode, 30 scenarios with `make test`'s profile; eight times as many
 # with HYPOTHESIS_PROFILE=long (tests/strength.py).
-EXAMPLES = scaled(0.8)
-STATEFUL_RUNS = scaled(1.6)
+EXAMPLES = scaled(0.5)
+STATEFUL_RUNS = scaled(1.2)
 STATEFUL_STEPS = 8
 # Refusals that say "your request breaks the document": never the answer to a request the
 # document calls valid. (A 422 of the domain, e.g. funds, limits, a Luhn check digit, is a
