@@ -3,6 +3,7 @@ a test that needs a real socket (the fakes, topup-webhook behind them, a provide
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -25,12 +26,25 @@ def _ephemeral_floor() -> int:
         return 32768
 
 
+def _worker_ports(ports: range) -> range:
+    """This pytest-xdist worker's slice of ``ports``: workers gw0…gwN-1 take disjoint slices,
+    so that no two choose the same port between one choosing it and its server binding it (a
+    shared random range collided once in a CI run: 'address already in use')."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    if not worker.startswith("gw") or count <= 1:
+        return ports
+    index = int(worker[2:]) % count
+    size = len(ports) // count
+    return range(ports.start + index * size, ports.start + (index + 1) * size)
+
+
 # Ports for the servers the tests start (in-process or as processes): below the kernel's
 # ephemeral range, so that no outgoing connection (the run makes thousands: PostgreSQL, RabbitMQ,
 # HTTP) can take a port between free_port() choosing it and the server binding it, as bind(0)'s
-# ports could; at random, so that two pytest-xdist workers seldom choose alike, and never one
-# this process handed out before (a server it names may not have bound yet).
-_PORTS = range(20_000, max(20_001, min(_ephemeral_floor(), 32_768)))
+# ports could; in this worker's own slice; at random within it, and never one this process
+# handed out before (a server it names may not have bound yet).
+_PORTS = _worker_ports(range(20_000, max(20_001, min(_ephemeral_floor(), 32_768))))
 _handed_out: set[int] = set()
 
 
