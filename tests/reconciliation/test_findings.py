@@ -14,6 +14,7 @@ from hiwallet.core.ids import new_id
 from hiwallet.ledger import Ledger, cash_account
 from hiwallet.reconciliation import (
     BALANCE_MISMATCH,
+    INVOICE_LATE,
     PAYOUT_UNMATCHED,
     RECONCILE_LOCK_KEY,
     ROUND_ACTOR,
@@ -266,3 +267,40 @@ async def test_two_instances_run_one_round(
     assert await one is True
     assert (first.rounds, second.rounds, second.skipped) == (1, 0, 1)
     assert await _open(pool) == [(BALANCE_MISMATCH, cash_account(a))]
+
+
+async def test_a_month_of_gross_payouts_without_its_invoice_is_late(
+    ledger: Ledger, pool: asyncpg.Pool, metrics: ReconciliationMetrics
+) -> None:
+    """Gross-model payouts this month: once the month is over and the provider's due days have
+    passed (the round's clock: 40 days on), a finding until an invoice for that month is entered;
+    an invoice for another month does not count; net-model payouts bill nothing."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    period = f"{now.year:04d}-{now.month:02d}"
+    await _wallet(ledger, 30 * TL)
+    await _wallet(ledger, 20 * TL, provider="bank")
+    await ledger.settle_topups(new_id(), "stripe", gross=30 * TL, actor="test", ref="payout gross")
+    await ledger.settle_topups(
+        new_id(), "bank", gross=20 * TL, fee=TL, model="net", actor="test", ref="payout net"
+    )
+    settings = recon_settings(invoice_due_days={"stripe": 5}, default_invoice_due_days=0)
+    today = Reconciler(pool, settings, metrics)
+    assert await today.round() == 0  # the month is not over
+    later = Reconciler(pool, settings, metrics, clock=lambda: datetime.now(UTC) + timedelta(days=40))
+    assert await later.round() == 1
+    (finding,) = (await list_findings(pool, status="open")).findings
+    assert (finding.kind, finding.subject) == (INVOICE_LATE, f"stripe:TRY:{period}")
+    assert finding.details["gross_minor"] == 30 * TL and finding.details["payouts"] == 1
+    # an invoice for last month is not this month's
+    previous = (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+    await ledger.provider_invoice(
+        new_id(), "stripe", amount=TL, actor="test", ref="invoice old", period=previous
+    )
+    assert await later.round() == 1
+    await ledger.provider_invoice(new_id(), "stripe", amount=TL, actor="test", ref="invoice", period=period)
+    assert await later.round() == 0
+    assert await _open(pool) == []
+    (closed,) = (await list_findings(pool, status="resolved")).findings
+    assert closed.resolved_by == ROUND_ACTOR

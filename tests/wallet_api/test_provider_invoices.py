@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -25,6 +26,34 @@ from tests.wallet_api.test_staff_money import staff_claims as staff_claims
 from tests.wallet_api.test_staff_money import wallet_api_settings as wallet_api_settings
 
 PATH = "/v1/staff/provider-invoices"
+
+
+def last_month() -> str:
+    now = datetime.now(UTC)
+    return (now.replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
+
+
+async def test_an_invoice_names_the_month_it_bills(api: WalletApi, staff: Staff) -> None:
+    """The month is kept on the posting (reconciliation's late invoices read it); a month not
+    begun, or not a month, is refused with nothing booked; the invoice again under another month
+    is another invoice's content: 409."""
+    _, auth = staff.employee("finance.invoices")
+    before = await books(api)
+    number = f"INV-{uuid.uuid4().hex[:8]}"
+    body = {"provider": "stripe", "invoice_number": number, "amount_minor": 3 * TL, "period": "2026-01"}
+    for period in ("2999-01", "2026-13", "2026-1", "january"):
+        refused = await api.post(PATH, {**body, "period": period}, auth)
+        assert refused.status_code == 422, (period, refused.text)
+    assert await books(api) == before
+    entered = await api.post(PATH, body, auth)
+    assert entered.status_code == 201, entered.text
+    assert entered.json()["period"] == "2026-01"
+    posted = await api.ledger.transaction(entered.json()["transaction_id"])
+    assert posted.metadata == {"provider": "stripe", "period": "2026-01"}
+    assert_problem(
+        await api.post(PATH, {**body, "period": "2026-02"}, auth), "invoice-entered-otherwise", 409
+    )
+    assert await books(api) == (before[0] - 3 * TL, before[1] + 3 * TL)
 
 
 async def books(api: WalletApi) -> tuple[int, int]:
@@ -54,6 +83,7 @@ async def test_an_invoice_is_booked_once_whoever_enters_it(api: WalletApi, staff
     transaction = answered[0].json()["transaction_id"]
     assert elsewhere.json()["transaction_id"] == transaction
     assert (answered[0].json()["amount_minor"], answered[0].json()["provider"]) == (12 * TL, "stripe")
+    assert answered[0].json()["period"] == last_month()  # no month given: last month's
     replay = await api.post(PATH, body, auth, key=key)
     assert replay.status_code == 201 and replay.json() == answered[0].json()
     assert await books(api) == (expense - 12 * TL, nostro + 12 * TL)
@@ -69,6 +99,7 @@ async def test_an_invoice_is_booked_once_whoever_enters_it(api: WalletApi, staff
         invoice_number=number,
         amount=12 * TL,
         currency="TRY",
+        period=answered[0].json()["period"],
         actor="operator:x",
     )
     assert posted["transaction_id"] == transaction

@@ -20,7 +20,8 @@ fault injection, the verifier's queries.
 - the model: what goes in and comes out.
 - the books' checks: :func:`verify_ledger` (verify: the whole ledger from its lines) and the reads of
   reconciliation and the daily summary (:func:`balance_mismatches`, :func:`unsettled_topups`,
-  :func:`day_figures`), which report and never fix (hiwallet.reconciliation keeps what they find).
+  :func:`late_invoices`, :func:`day_figures`), which report and never fix
+  (hiwallet.reconciliation keeps what they find).
 - account ids and limits: what a caller needs to name accounts and check input as the ledger
   will.
 
@@ -76,9 +77,11 @@ from hiwallet.ledger.model import (
 from hiwallet.ledger.reconcile import (
     BalanceMismatch,
     DayFigures,
+    LateInvoice,
     UnsettledTopup,
     balance_mismatches,
     day_figures,
+    late_invoices,
     unsettled_topups,
 )
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
@@ -117,6 +120,7 @@ __all__ = [
     "InvalidCursor",
     "InvalidPosting",
     "InvalidRequest",
+    "LateInvoice",
     "Ledger",
     "LedgerError",
     "LedgerInternalError",
@@ -149,6 +153,7 @@ __all__ = [
     "day_figures",
     "get_ledger_settings",
     "init_connection",
+    "late_invoices",
     "new_wallet_id",
     "promo_account",
     "random_bucket",

@@ -15,15 +15,17 @@ from pathlib import Path
 import asyncpg
 
 from hiwallet.core.queries import load_queries
-from hiwallet.ledger.accounts import bucket_of, cash_account, promo_account
+from hiwallet.ledger.accounts import CENTRAL_BUCKET, bucket_of, cash_account, promo_account
 from hiwallet.ledger.verify import QUERY_TIMEOUT_S, V
 
 __all__ = [
     "BalanceMismatch",
     "DayFigures",
+    "LateInvoice",
     "UnsettledTopup",
     "balance_mismatches",
     "day_figures",
+    "late_invoices",
     "unsettled_topups",
 ]
 
@@ -47,6 +49,18 @@ class UnsettledTopup:
     amount: int
     unsettled: int  # the part of it no payout covers (payouts taken oldest top-up first)
     posted_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LateInvoice:
+    """A month of gross-model payouts whose invoice is overdue."""
+
+    provider: str
+    currency: str
+    period: str  # YYYY-MM
+    payouts: int
+    gross: int
+    due_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +125,36 @@ async def unsettled_topups(
         UnsettledTopup(
             r["transaction_id"], r["provider"], r["currency"], r["amount"], r["unsettled"], r["posted_at"]
         )
+        for r in rows
+    ]
+
+
+async def late_invoices(
+    conn: asyncpg.Connection,
+    *,
+    due_days: Mapping[str, int],
+    default_due_days: int,
+    now: datetime,
+    limit: int = 1_000,
+) -> list[LateInvoice]:
+    """Months of gross-model payouts (the provider bills its fee afterwards) with no invoice
+    entered for them ``due_days`` (per provider, else ``default_due_days``) after the month's
+    end, oldest first."""
+    providers = sorted(due_days)
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await _bounded(conn)
+        rows = await conn.fetch(
+            R["late_invoices"],
+            providers,
+            [int(due_days[p]) for p in providers],
+            int(default_due_days),
+            now,
+            CENTRAL_BUCKET,
+            limit,
+            timeout=QUERY_TIMEOUT_S,
+        )
+    return [
+        LateInvoice(r["provider"], r["currency"], r["period"], r["payouts"], r["gross"], r["due_at"])
         for r in rows
     ]
 

@@ -35,6 +35,7 @@ MAX_AMOUNT_MINOR = 10**15
 MAX_TEXT = 200
 MAX_KEY = 90
 _KEY = re.compile(r"^[A-Za-z0-9:_.\-]+$")
+_PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # a billing month, YYYY-MM
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,9 +444,15 @@ def settlement_withdrawal(
     )
 
 
-def provider_invoice(key: str, provider: str, currency: str, *, amount: int, actor: str, ref: str) -> Posting:
-    """We pay the provider's invoice: provider_expense −amount, nostro +amount."""
+def provider_invoice(
+    key: str, provider: str, currency: str, *, amount: int, actor: str, ref: str, period: str | None = None
+) -> Posting:
+    """We pay the provider's invoice: provider_expense −amount, nostro +amount. ``period``: the
+    month it bills (``YYYY-MM``), kept in the metadata so that reconciliation knows which
+    gross-model months are invoiced (hiwallet.ledger.late_invoices)."""
     amount, currency = check_amount(amount), check_currency(currency)
+    if period is not None and not _PERIOD.fullmatch(period):
+        raise InvalidPosting(f"the period {period!r} is not a month (YYYY-MM)", field="period")
     legs = [
         Leg(system_account(Role.PROVIDER_EXPENSE, currency), -amount, currency),
         Leg(system_account(Role.NOSTRO, currency), amount, currency),
@@ -457,7 +464,7 @@ def provider_invoice(key: str, provider: str, currency: str, *, amount: int, act
         actor,
         ref,
         legs,
-        metadata={"provider": provider},
+        metadata={"provider": provider} if period is None else {"provider": provider, "period": period},
     )
 
 

@@ -498,11 +498,15 @@ class Ledger:
         amount: int,
         actor: str,
         ref: str,
+        period: str | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> PostResult:
-        """provider_expense −amount, nostro +amount; with ``conn``, in the caller's unit of work."""
+        """provider_expense −amount, nostro +amount for the month ``period`` (YYYY-MM); with
+        ``conn``, in the caller's unit of work."""
         return await self.store.post(
-            rules.provider_invoice(key, provider, currency, amount=amount, actor=actor, ref=ref),
+            rules.provider_invoice(
+                key, provider, currency, amount=amount, actor=actor, ref=ref, period=period
+            ),
             conn=conn,
         )
 

@@ -28,6 +28,7 @@ from hiwallet.reconciliation.errors import (
 )
 from hiwallet.reconciliation.findings import (
     BALANCE_MISMATCH,
+    INVOICE_LATE,
     KINDS,
     MAX_PAGE,
     MAX_SUBJECT,
@@ -65,6 +66,7 @@ from hiwallet.reconciliation.summary import (
 __all__ = [
     "BALANCE_MISMATCH",
     "CSV_COLUMNS",
+    "INVOICE_LATE",
     "KINDS",
     "MAX_DAYS",
     "MAX_PAGE",

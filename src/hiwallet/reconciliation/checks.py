@@ -10,8 +10,11 @@ Checked:
   TODO(settlement): when the settlement import records which top-ups each payout paid, check
   each top-up against its own payout; a payout that matches no top-up, or another amount, is
   recorded by the import itself (findings.PAYOUT_UNMATCHED, PAYOUT_AMOUNT_DIFFERS).
-Not checked yet, for want of data: late provider invoices (no invoice is expected anywhere:
-nothing says when one is due) and the nostro against the bank's statement (the MT940 import).
+- every month in which a provider paid top-ups out in the gross model (its fee not deducted)
+  against the invoices entered for that month (``invoice_late``): none, its due days after the
+  month's end (settings), is late. An invoice names the month it bills (``period``).
+Not checked yet, for want of data: the nostro against the bank's statement (the MT940 import
+reads only the day's wires; the fakes' accounts do not start from the ledger's nostro).
 
 A finding the round no longer finds (a balance put right, a top-up since paid out) is resolved
 by the round itself (``system:reconciliation``, "not found again"), unless the check stopped at
@@ -29,9 +32,15 @@ import asyncpg
 import structlog
 
 from hiwallet.core.jobs import PeriodicJob
-from hiwallet.ledger import balance_mismatches, unsettled_topups, verify_ledger
+from hiwallet.ledger import balance_mismatches, late_invoices, unsettled_topups, verify_ledger
 from hiwallet.reconciliation.errors import ReconciliationBusy
-from hiwallet.reconciliation.findings import BALANCE_MISMATCH, TOPUP_UNSETTLED, Q, record_finding
+from hiwallet.reconciliation.findings import (
+    BALANCE_MISMATCH,
+    INVOICE_LATE,
+    TOPUP_UNSETTLED,
+    Q,
+    record_finding,
+)
 from hiwallet.reconciliation.metrics import ReconciliationMetrics
 from hiwallet.reconciliation.settings import ReconciliationSettings
 
@@ -83,17 +92,19 @@ class Reconciler:
         pool: asyncpg.Pool,
         settings: ReconciliationSettings,
         metrics: ReconciliationMetrics | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.pool = pool
         self.settings = settings
         self.metrics = metrics
+        self.clock = clock  # what "now" is to the checks' windows (a test's: a month later)
         self.last: RoundReport | None = None
 
     async def round(self) -> int:
         """Check, record, resolve what is gone; the number of discrepancies found."""
         s = self.settings
         limit = s.max_findings_per_check
-        now = datetime.now(UTC)
+        now = self.clock()
         async with self.pool.acquire() as conn:
             # The reads first, each in its own snapshot (the ledger's), then the findings in one
             # short transaction: no long transaction holds the findings' rows.
@@ -102,6 +113,13 @@ class Reconciler:
                 conn,
                 windows_s=s.settlement_windows_s,
                 default_window_s=s.default_settlement_window_s,
+                now=now,
+                limit=limit,
+            )
+            late = await late_invoices(
+                conn,
+                due_days=s.invoice_due_days,
+                default_due_days=s.default_invoice_due_days,
                 now=now,
                 limit=limit,
             )
@@ -132,11 +150,30 @@ class Reconciler:
                 )
                 for u in unsettled
             ]
+            found += [
+                (
+                    INVOICE_LATE,
+                    f"{i.provider}:{i.currency}:{i.period}",
+                    {
+                        "provider": i.provider,
+                        "currency": i.currency,
+                        "period": i.period,
+                        "payouts": i.payouts,
+                        "gross_minor": i.gross,
+                        "due_at": i.due_at.isoformat(),
+                    },
+                )
+                for i in late
+            ]
             # A check that stopped at its limit did not see everything: what it did not find
             # again may still be there.
             complete = [
                 kind
-                for kind, rows in ((BALANCE_MISMATCH, mismatches), (TOPUP_UNSETTLED, unsettled))
+                for kind, rows in (
+                    (BALANCE_MISMATCH, mismatches),
+                    (TOPUP_UNSETTLED, unsettled),
+                    (INVOICE_LATE, late),
+                )
                 if len(rows) < limit
             ]
             report = RoundReport()

@@ -21,6 +21,7 @@ from hiwallet.reconciliation.errors import FindingAlreadyResolved, FindingNotFou
 
 __all__ = [
     "BALANCE_MISMATCH",
+    "INVOICE_LATE",
     "KINDS",
     "MAX_PAGE",
     "MAX_SUBJECT",
@@ -47,6 +48,7 @@ Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 # The kinds: a bounded set (a metric's label). The round's own checks:
 BALANCE_MISMATCH = "balance_mismatch"  # an account's stored balance is not the sum of its lines
 TOPUP_UNSETTLED = "topup_unsettled"  # a top-up not paid out after its provider's window
+INVOICE_LATE = "invoice_late"  # a month of gross-model payouts with no invoice after its due days
 # The settlement import's (issue 24: a payout line that matches no top-up, or another amount):
 # What a provider's payout leaves instead of a posting (wallet-consumer's settlements.py records
 # them in the settlement's own transaction):
@@ -64,7 +66,7 @@ PAYOUT_KINDS = (
     PAYOUT_INCONSISTENT_LINE,
     PAYOUT_TOTAL_DIFFERS,
 )
-KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, *PAYOUT_KINDS)
+KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, INVOICE_LATE, *PAYOUT_KINDS)
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")  # the table's CHECK (reconciliation_findings_kind_format)
 MAX_SUBJECT = 300
 MAX_NOTE = 2000

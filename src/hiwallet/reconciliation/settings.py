@@ -28,6 +28,12 @@ class ReconciliationSettings(BaseSettings):
         default_factory=lambda: {"stripe": 4 * DAY_S, "bank": 2 * DAY_S}
     )
     default_settlement_window_s: float = 7 * DAY_S
+    # A provider paid out in the gross model (no fee deducted) bills its fees by invoice, one
+    # a month, in arrears: a month of such payouts with no invoice entered for it (its period)
+    # this many days after the month's end is a finding (invoice_late). JSON in the environment:
+    # {"stripe": 15}. Any other provider: default_invoice_due_days.
+    invoice_due_days: dict[str, int] = Field(default_factory=lambda: {"stripe": 15, "bank": 15})
+    default_invoice_due_days: int = Field(default=30, ge=0, le=366)
     # The most findings of one kind a round records (the rest waits for the next round, after
     # someone has looked at the first ones): a broken ledger must not flood the table.
     max_findings_per_check: int = 1000

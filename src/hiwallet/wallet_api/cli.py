@@ -5,8 +5,10 @@ Commands only translate; the work is in :mod:`hiwallet.wallet_api.service`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -22,7 +24,7 @@ from hiwallet.ledger import Fees, LedgerStore, init_connection
 from hiwallet.wallet_api.domain import service_account_subject
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings, get_wallet_api_settings
-from hiwallet.wallet_api.staff_money import enter_provider_invoice
+from hiwallet.wallet_api.staff_money import billing_period, enter_provider_invoice
 
 business_app = typer.Typer(no_args_is_help=True, help="Business accounts (operator commands).")
 invoices_app = typer.Typer(no_args_is_help=True, help="Providers' invoices (operator commands).")
@@ -93,9 +95,15 @@ def enter_invoice(
     number: Annotated[str, typer.Option(help="The invoice's number, as the provider wrote it.")],
     amount_minor: Annotated[int, typer.Option(help="The invoice's total, in minor units.")],
     currency: Annotated[str, typer.Option(help="ISO 4217.")] = "TRY",
+    period: Annotated[
+        str | None, typer.Option(help="The month it bills, YYYY-MM (default: last month).")
+    ] = None,
 ) -> None:
     """Book a provider's invoice paid from our bank account (provider_expense −, nostro +).
     Once per (provider, number): entering it again changes nothing."""
+    if period is not None and not re.fullmatch(r"[0-9]{4}-(0[1-9]|1[0-2])", period):
+        raise typer.BadParameter("a month: YYYY-MM", param_hint="--period")
+    billed = billing_period(period, datetime.now(UTC))
     posted = _run(
         lambda s: enter_provider_invoice(
             s.ledger,
@@ -103,6 +111,7 @@ def enter_invoice(
             invoice_number=number,
             amount=amount_minor,
             currency=currency.upper(),
+            period=billed,
             actor=operator(),
         )
     )

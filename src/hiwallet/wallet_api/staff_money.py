@@ -452,11 +452,22 @@ class StaffMoney:
         invoice_number: str,
         amount: int,
         currency: str,
+        period: str | None = None,
     ) -> Answer:
-        """The provider's invoice, paid from nostro (201); the same invoice again is the first
-        answer (the ledger's key), another amount or currency under its number 409."""
+        """The provider's invoice for the month ``period`` (default: last month), paid from
+        nostro (201); the same invoice again is the first answer (the ledger's key), another
+        amount, currency or month under its number 409."""
         key = check_idempotency_key(key)
-        payload = {"provider": provider, "invoice": invoice_number, "amount": amount, "currency": currency}
+        # The request as given (no month: last month, as of the first try), so that a replay
+        # in another month is still the same request.
+        payload = {
+            "provider": provider,
+            "invoice": invoice_number,
+            "amount": amount,
+            "currency": currency,
+            "period": period,
+        }
+        billed = billing_period(period, datetime.now(UTC))
 
         async def work(conn: asyncpg.Connection) -> Answer:
             check_currency(self.settings, currency)
@@ -468,6 +479,7 @@ class StaffMoney:
                     invoice_number=invoice_number,
                     amount=amount,
                     currency=currency,
+                    period=billed,
                     actor=member.actor,
                     conn=conn,
                 ),
@@ -563,6 +575,18 @@ def invoice_key(provider: str, invoice_number: str) -> str:
     return f"invoice:{derived_id('provider-invoice', provider, invoice_number)}"
 
 
+def billing_period(given: str | None, now: datetime) -> str:
+    """The month an invoice bills: ``given`` (YYYY-MM, checked by the caller's model), or the
+    month before ``now`` (providers bill in arrears); never a month that has not begun."""
+    this_month = f"{now.year:04d}-{now.month:02d}"
+    if given is None:
+        last = (now.replace(day=1) - timedelta(days=1)).date()
+        return f"{last.year:04d}-{last.month:02d}"
+    if given > this_month:  # YYYY-MM sorts as the months do
+        raise errors.InvalidRequest("an invoice cannot bill a month that has not begun", field="period")
+    return given
+
+
 async def enter_provider_invoice(
     the_ledger: ledger.Ledger,
     *,
@@ -570,11 +594,13 @@ async def enter_provider_invoice(
     invoice_number: str,
     amount: int,
     currency: str,
+    period: str,
     actor: str,
     conn: asyncpg.Connection | None = None,
 ) -> JSON:
     """provider_expense −amount, nostro +amount under the invoice's key (the staff endpoint's
-    and the operator command's one path); the invoice entered before with other content is
+    and the operator command's one path), for the month ``period`` (reconciliation's late
+    invoices); the invoice entered before with other content is
     :class:`errors.InvoiceEnteredOtherwise`."""
     try:
         result = await the_ledger.provider_invoice(
@@ -584,6 +610,7 @@ async def enter_provider_invoice(
             amount=amount,
             actor=actor,
             ref=f"invoice {provider} {invoice_number}"[:200],
+            period=period,
             conn=conn,
         )
     except ledger.TransactionIdReused as exc:
@@ -595,9 +622,13 @@ async def enter_provider_invoice(
         nostro = [
             leg for leg in first.legs if leg.account == ledger.system_account(ledger.Role.NOSTRO, currency)
         ]
-        if first.type != TxType.PROVIDER_INVOICE or [leg.amount for leg in nostro] != [amount]:
+        if (
+            first.type != TxType.PROVIDER_INVOICE
+            or [leg.amount for leg in nostro] != [amount]
+            or first.metadata.get("period", period) != period
+        ):
             raise errors.InvoiceEnteredOtherwise(
-                "this invoice was entered before with another amount or currency",
+                "this invoice was entered before with another amount, currency or month",
                 provider=provider,
                 invoice_number=invoice_number,
             ) from exc
@@ -610,5 +641,6 @@ async def enter_provider_invoice(
         "invoice_number": invoice_number,
         "amount_minor": amount,
         "currency": currency,
+        "period": period,
         "posted_at": ts(posted_at),
     }

@@ -123,6 +123,14 @@ class InvoiceIn(_In):
     ]
     amount_minor: Amount
     currency: Currency = "TRY"
+    period: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])$",
+            description="The month the invoice bills, YYYY-MM (default: last month); reconciliation "
+            "finds a month of gross-model payouts with no invoice late.",
+        ),
+    ] = None
 
 
 class InvoiceOut(BaseModel):
@@ -131,6 +139,7 @@ class InvoiceOut(BaseModel):
     invoice_number: str
     amount_minor: int
     currency: str
+    period: str
     posted_at: datetime
 
 
@@ -297,5 +306,6 @@ async def provider_invoice(body: InvoiceIn, request: Request, member: Invoices, 
         invoice_number=body.invoice_number,
         amount=body.amount_minor,
         currency=body.currency,
+        period=body.period,
     )
     return _out(answer)

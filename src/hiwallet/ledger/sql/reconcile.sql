@@ -13,6 +13,41 @@ SELECT a.id, a.role::text AS role, a.currency, a.balance, coalesce(s.total, 0)::
  ORDER BY a.id
  LIMIT $2
 
+-- name: late_invoices
+-- Months in which a provider paid top-ups out in the gross model (its fee not deducted: it bills
+-- it) that no invoice for that month covers (an invoice's metadata names the month it bills,
+-- `period`), once the month is over and the provider's due days after it have passed. Both
+-- kinds of posting are the central bucket's (their home): one shard. $1/$2 each provider's due
+-- days, $3 any other's, $4 now, $5 the central bucket, $6 the most rows (oldest month first).
+WITH paid AS (
+    SELECT t.metadata->>'provider' AS provider, l.currency,
+           date_trunc('month', t.posted_at, 'UTC') AS month,
+           count(DISTINCT t.id) AS payouts, sum(l.amount)::bigint AS gross
+      FROM ledger.transactions t
+      JOIN ledger.lines l ON l.bucket = t.bucket AND l.transaction_id = t.id
+     WHERE t.bucket = $5 AND l.bucket = $5 AND t.type = 'settlement_topup'
+       AND t.metadata->>'model' = 'gross'
+       AND l.amount > 0 AND split_part(l.account_id, ':', 3) = 'clearing'
+     GROUP BY 1, 2, 3
+), invoiced AS (
+    SELECT DISTINCT t.metadata->>'provider' AS provider, l.currency, t.metadata->>'period' AS period
+      FROM ledger.transactions t
+      JOIN ledger.lines l ON l.bucket = t.bucket AND l.transaction_id = t.id
+     WHERE t.bucket = $5 AND l.bucket = $5 AND t.type = 'provider_invoice' AND t.metadata ? 'period'
+), due AS (
+    SELECT p.*, to_char(p.month AT TIME ZONE 'UTC', 'YYYY-MM') AS period,
+           p.month + interval '1 month' + make_interval(days => coalesce(w.due_days, $3::int)) AS due_at
+      FROM paid p
+      LEFT JOIN unnest($1::text[], $2::int[]) AS w(provider, due_days) ON w.provider = p.provider
+)
+SELECT d.provider, d.currency, d.period, d.payouts, d.gross, d.due_at
+  FROM due d
+ WHERE d.due_at < $4::timestamptz
+   AND NOT EXISTS (SELECT 1 FROM invoiced i
+                    WHERE i.provider = d.provider AND i.currency = d.currency AND i.period = d.period)
+ ORDER BY d.month, d.provider, d.currency
+ LIMIT $6
+
 -- name: unsettled_topups
 -- citus: multi-shard read
 -- Top-ups the provider has not paid out after its window. A top-up is clearing(provider) −amount
