@@ -75,9 +75,11 @@ DECLARED = {
     "VerifyReport",
     "balance_mismatches",
     "unsettled_topups",
+    "late_invoices",
     "day_figures",
     "BalanceMismatch",
     "UnsettledTopup",
+    "LateInvoice",
     "DayFigures",
 }
 

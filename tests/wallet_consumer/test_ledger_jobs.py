@@ -359,6 +359,25 @@ async def test_the_sweep_gathers_the_sub_accounts_once(
     await verified(ledger)
 
 
+async def test_sweeps_at_once_without_the_lock_move_each_sub_account_once(
+    pool: asyncpg.Pool, ledger: Ledger
+) -> None:
+    """Three rounds at once with no lock (an operator's command against a job that lost its
+    lock's connection): the same sub-account's sweep posted by two at once is one posting and
+    a replay, never a failure; the books stay whole."""
+    shop = (await ledger.open_wallet("shop", bucket=900)).wallet_id
+    for i in range(8):
+        c = (await ledger.open_wallet(f"c{i}", bucket=200 + 31 * i)).wallet_id
+        await ledger.topup(f"t-{c}", c, (50 + i) * TL, provider="stripe", actor="t", ref="card")
+        await ledger.payment(f"p-{c}", c, shop, (10 + i) * TL, actor="t", ref="order")
+    jobs = [LedgerJobs(Ledger(LedgerStore(pool), FEES), WalletConsumerSettings()) for _ in range(3)]
+    reports = await asyncio.gather(*(j.sweep() for j in jobs))
+    swept = [s for r in reports for s in r.swept]
+    assert len(swept) == 16  # 8 buckets of stripe clearing and revenue, each moved by one round
+    assert (await jobs[0].sweep()).swept == []
+    await verified(ledger)
+
+
 async def test_the_sweep_job_runs_in_the_service_with_its_metrics(
     wallet_db: str, ledger: Ledger, owner: asyncpg.Connection, settings: WalletConsumerSettings
 ) -> None:

@@ -395,8 +395,11 @@ class LedgerStore:
                 # A posting of the batch failed for a reason that is not a refusal: most often
                 # another writer posted one of these ids meanwhile (the set-based batch writes
                 # its ids at the end, so it cannot tell which). One at a time, each posting
-                # finds out for itself, and one bad posting cannot fail its neighbours.
-                if len(postings) == 1 or is_connection_error(exc):
+                # finds out for itself, and one bad posting cannot fail its neighbours. A batch
+                # of one too: the set-based path claims no id, the single posting's path does
+                # (ON CONFLICT: the same key posted at once by two callers, e.g. two sweeps of
+                # one sub-account, is answered as a replay, not a unique violation).
+                if is_connection_error(exc):
                     # (the server went away: each posting alone would meet the same outage)
                     raise translate(exc) from exc
                 return [await self._answer_alone(p) for p in postings]
