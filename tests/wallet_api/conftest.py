@@ -30,8 +30,10 @@ from hiwallet.ledger import get_ledger_settings
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 from hiwallet.wallet_api.app import create_wallet_api_app
+from hiwallet.wallet_api.identities import CustomerIdentities
 from hiwallet.wallet_api.service import WalletService
 from hiwallet.wallet_api.settings import WalletApiSettings
+from hiwallet.wallet_api.staff_desk import StaffDesk
 from tests import pgtemplate
 from tests.identity.conftest import PASSWORD, SECRETS, IdentityServer, run_sync, start_server
 from tests.servers import free_port, wait_started
@@ -174,6 +176,17 @@ class WalletApi:
     thread: threading.Thread
     _merchant_token: str | None = field(default=None)
 
+    async def contract(self, account_id: str) -> None:
+        """Raise a personal account to Contracted as an employee does (the staff desk's path,
+        in process: tests/wallet_api/test_staff_contract.py tests the endpoint)."""
+        identities = CustomerIdentities(self.service.settings)
+        try:
+            desk = StaffDesk(self.pool, self.ledger, self.service.settings, identities)
+            view = await desk.contract("staff:test", account_id, "signed_agreement", "TEST-AGREEMENT")
+            assert view["tier"] == "contracted", view
+        finally:
+            await identities.aclose()
+
     @property
     def onboarding(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.onboarding_token}"}
@@ -189,10 +202,15 @@ class WalletApi:
         assert opened.status_code == 201, opened.text
         account = opened.json()
         if tier != "unknown":
+            # onboarding raises up to verified; Contracted is an employee's, on evidence
             raised = await self.http.put(
-                f"/v1/accounts/{account['id']}/tier", json={"tier": tier}, headers=self.onboarding
+                f"/v1/accounts/{account['id']}/tier",
+                json={"tier": "verified" if tier == "contracted" else tier},
+                headers=self.onboarding,
             )
             assert raised.status_code == 200, raised.text
+        if tier == "contracted":
+            await self.contract(account["id"])
         [wallet] = account["wallets"]
         if funds:
             await self.fund(wallet["id"], funds)

@@ -68,9 +68,16 @@ async def test_only_onboarding_opens_accounts_and_changes_tiers(api: WalletApi) 
 async def test_a_tier_only_goes_up(api: WalletApi) -> None:
     customer = await api.customer("unknown")
     path = f"/v1/accounts/{customer.account_id}/tier"
-    for tier in ("unverified", "verified", "verified", "contracted"):
+    for tier in ("unverified", "verified", "verified"):
         r = await api.http.put(path, json={"tier": tier}, headers=api.onboarding)
         assert r.status_code == 200 and r.json()["tier"] == tier
+    # the highest tier is staff's, on evidence: onboarding's raise refuses it, nothing changed
+    refused = await api.http.put(path, json={"tier": "contracted"}, headers=api.onboarding)
+    assert assert_problem(refused, "contract-required", 403)["requested"] == "contracted"
+    assert (await api.http.get(f"/v1/accounts/{customer.account_id}", headers=customer.auth)).json()[
+        "tier"
+    ] == "verified"
+    await api.contract(customer.account_id)
     for lower in ("verified", "unverified", "unknown"):
         body = assert_problem(
             await api.http.put(path, json={"tier": lower}, headers=api.onboarding), "tier-downgrade", 409

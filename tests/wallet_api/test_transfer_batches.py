@@ -23,6 +23,9 @@ def wallet_api_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 async def raise_tier(api: WalletApi, account_id: str, tier: str) -> None:
+    if tier == "contracted":
+        await api.contract(account_id)
+        return
     raised = await api.http.put(
         f"/v1/accounts/{account_id}/tier", json={"tier": tier}, headers=api.onboarding
     )

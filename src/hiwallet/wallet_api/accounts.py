@@ -154,6 +154,13 @@ class Accounts:
 
     async def raise_tier(self, caller: Caller, account_id: str, tier: Tier) -> JSON:
         require_onboarding(self.settings, caller)
+        if tier is domain.Tier.CONTRACTED:
+            # Onboarding proves an e-mail, a phone, an identity and a wire: up to verified. The
+            # highest tier needs evidence an employee records (staff_desk.contract).
+            raise errors.ContractRequired(
+                "the Contracted tier is raised by an employee with customer.contract, on evidence",
+                requested=tier.value,
+            )
         bucket = domain.bucket_in(account_id)
 
         async def work(conn: asyncpg.Connection) -> None:

@@ -38,6 +38,15 @@ class TierNotAllowed(ProblemError):
     title = "The account's tier does not allow this"
 
 
+class ContractRequired(ProblemError):
+    """The Contracted tier is raised by an employee on recorded evidence (``customer.contract``,
+    POST /v1/staff/accounts/{id}/contract), never by onboarding's tier raise."""
+
+    status = 403
+    slug = "contract-required"
+    title = "The Contracted tier is given by staff on recorded evidence"
+
+
 class NotABusiness(ProblemError):
     """Only a business may do this (grant promo money): no tier of a personal account allows it."""
 

@@ -308,7 +308,8 @@ async def open_personal(body: OpenPersonalIn, who: CallerDep, svc: ServiceDep) -
 
 @router.put(f"/accounts/{ACCOUNT}/tier", response_model=AccountOut, tags=["accounts"])
 async def raise_tier(account_id: AccountIdPath, body: TierIn, who: CallerDep, svc: ServiceDep) -> Any:
-    """Raise a personal account's tier (it only goes up). Onboarding's client only."""
+    """Raise a personal account's tier (it only goes up) to unverified or verified. Onboarding's
+    client only; Contracted is 403 ``contract-required`` (staff raise it on evidence)."""
     return await svc.raise_tier(who, account_id, body.tier)
 
 
