@@ -1,8 +1,9 @@
 """A second PostgreSQL cluster on this machine, for a database on a server of its own (the
 architecture puts onboarding's personal data, staff-admin and the staff realm apart).
 
-Debian's postgresql-common makes it: ``pg_createcluster VERSION hiwallet2 --start -- --auth=trust``
-(the first free port after the others' clusters; local connections trusted, as the main one's),
+Debian's postgresql-common makes it: ``pg_createcluster VERSION hiwallet2 -- --auth=trust`` (the
+first free port after the others' clusters; local connections trusted, as the main one's), then
+``pg_ctlcluster --skip-systemctl-redirect VERSION hiwallet2 start``,
 once per machine, under a file lock (two xdist workers may ask at once), and left running for the
 next run; a stopped one is started. Without pg_createcluster (not Debian), the caller skips."""
 
@@ -67,9 +68,11 @@ def second_cluster_port() -> int:
         mine = next((c for c in clusters if c.name == CLUSTER), None)
         if mine is None:
             version = _newest_version(clusters)
-            _run("pg_createcluster", version, CLUSTER, "--start", "--", "--auth=trust")
-        elif not mine.online:
-            _run("pg_ctlcluster", mine.version, CLUSTER, "start")
+            _run("pg_createcluster", version, CLUSTER, "--", "--auth=trust")
+            mine = Cluster(version, CLUSTER, 0, online=False)
+        if not mine.online:
+            # as .ci/run starts the main one: pg_ctl itself, not systemd (no systemd in a container)
+            _run("pg_ctlcluster", "--skip-systemctl-redirect", mine.version, CLUSTER, "start")
         made = next((c for c in _clusters() if c.name == CLUSTER), None)
         if made is None or not made.online:
             raise RuntimeError(f"the PostgreSQL cluster {CLUSTER} is not online: {made}")
