@@ -18,14 +18,20 @@ import secrets
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 import pytest
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
-from hiwallet.bank.settings import BankSettings
-from hiwallet.core.settings import InsecureSettings, Settings, insecure_settings, is_development_value
+from hiwallet.bank.settings import BankSettings, BankWebhookSettings
+from hiwallet.core.settings import (
+    NON_EMPTY_IN_PRODUCTION,
+    InsecureSettings,
+    Settings,
+    insecure_settings,
+    is_development_value,
+)
 from hiwallet.identity import cli as identity_cli
 from hiwallet.identity.realm import client_secrets, load_realm
 from hiwallet.identity.settings import REALMS_DIR, IdentitySettings
@@ -80,7 +86,11 @@ DEPLOYABLES: dict[str, tuple[tuple[str, ...], tuple[type[BaseSettings], ...], Ch
         _plain(WithdrawalSettings),
     ),
     "bank-adapter": (("bank-adapter",), (BankSettings,), _plain(BankSettings)),
-    "bank-webhook": (("bank-webhook",), (BankSettings,), _plain(BankSettings)),
+    "bank-webhook": (
+        ("bank-webhook",),
+        (BankSettings, BankWebhookSettings),
+        _plain(BankSettings, BankWebhookSettings),
+    ),
     "onboarding": (
         ("onboarding",),
         (OnboardingSettings, WiresSettings),
@@ -91,7 +101,10 @@ ALL_SETTINGS = {cls for _, classes, _ in DEPLOYABLES.values() for cls in classes
 
 
 def _is_secret(annotation: Any) -> bool:
-    return annotation is SecretStr or SecretStr in get_args(annotation)
+    # A mapping of secrets (the databases' own servers' URLs) ships empty: nothing to refuse.
+    return annotation is SecretStr or (
+        get_origin(annotation) is not dict and SecretStr in get_args(annotation)
+    )
 
 
 def _prefix(cls: type[BaseSettings]) -> str:
@@ -107,15 +120,27 @@ def secret_envs(cls: type[BaseSettings]) -> dict[str, bool]:
     }
 
 
+def required_envs(cls: type[BaseSettings]) -> set[str]:
+    """The environment variables of the allow-lists of ``cls`` that are empty by default (no
+    restriction on a laptop): a deployment must set them (the webhooks' providers' networks)."""
+    return {
+        (_prefix(cls) + name).upper()
+        for name, field in cls.model_fields.items()
+        if NON_EMPTY_IN_PRODUCTION in field.metadata and not field.default
+    }
+
+
 def identity_envs(args: tuple[str, ...]) -> set[str]:
     return set(client_secrets(load_realm(args[-1], REALMS_DIR))) if args[0] == "identity" else set()
 
 
 def expected(name: str) -> set[str]:
     """What a start on every default is refused for: every secret of the deployable, its
-    identity clients' secrets, the broker's development user."""
+    identity clients' secrets, the broker's development user, its allow-lists that are empty
+    by default."""
     args, classes, _ = DEPLOYABLES[name]
-    return {env for cls in classes for env in secret_envs(cls)} | identity_envs(args) | {AMQP_URL}
+    envs = {env for cls in classes for env in secret_envs(cls).keys() | required_envs(cls)}
+    return envs | identity_envs(args) | {AMQP_URL}
 
 
 def _real_secret(env: str) -> str:
@@ -131,6 +156,8 @@ def real_environment() -> dict[str, str]:
     for cls in ALL_SETTINGS:
         for variable, is_list in secret_envs(cls).items():
             env[variable] = json.dumps([_real_secret(variable)]) if is_list else _real_secret(variable)
+        for variable in required_envs(cls):
+            env[variable] = json.dumps(["192.0.2.0/24"])
     for args, _, _ in DEPLOYABLES.values():
         env.update({variable: _real_secret(variable) for variable in identity_envs(args)})
     return env

@@ -8,8 +8,9 @@ from typer.testing import CliRunner
 
 from hiwallet.cli import app as cli
 from hiwallet.contracts.databases import DATABASES
-from hiwallet.core.http import create_app
-from hiwallet.identity.app import InternalNetworkOnly
+from hiwallet.core.http import ClientNetworks, create_app
+from hiwallet.identity.app import create_identity_app
+from hiwallet.identity.settings import IdentitySettings
 from tests.identity.conftest import IdentityServer
 
 
@@ -22,14 +23,23 @@ async def _ok() -> dict[str, str]:
     [("127.0.0.1", 200), ("10.1.2.3", 200), ("192.168.7.1", 200), ("203.0.113.9", 403), ("2001:db8::1", 403)],
 )
 async def test_staff_realm_answers_only_the_internal_network(client_ip: str, status: int) -> None:
-    inner = create_app("net-test")
-    inner.add_middleware(InternalNetworkOnly, networks=["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"])
+    networks = ["127.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]
+    inner = create_app("net-test", client_networks=ClientNetworks.of(networks, ("/",)))
     transport = httpx.ASGITransport(app=inner, client=(client_ip, 5555))
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
         response = await client.get("/health")
     assert response.status_code == status
     if status == 403:
         assert response.json()["type"] == "https://hiwallet.dev/problems/forbidden"
+
+
+@pytest.mark.parametrize(("realm", "status"), [("hiwallet-staff", 403), ("hiwallet", 200)])
+async def test_the_staff_realms_app_is_behind_its_networks(realm: str, status: int) -> None:
+    """The app identity serves (no lifespan: /health needs none), asked from outside."""
+    app = create_identity_app(realm, IdentitySettings(staff_allowed_networks=["10.0.0.0/8"]))
+    transport = httpx.ASGITransport(app=app, client=("203.0.113.9", 5555))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/health")).status_code == status
 
 
 def test_staff_server_is_restricted_by_default(staff_idp: IdentityServer) -> None:

@@ -5,8 +5,9 @@ topup-webhook's for the bank; production sets its own)."""
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated
 
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.events import EVENTS_EXCHANGE
@@ -17,6 +18,7 @@ from hiwallet.contracts.withdrawals import (
     WITHDRAWALS_DEAD_LETTER_QUEUE,
     WITHDRAWALS_EXCHANGE,
 )
+from hiwallet.core.settings import NON_EMPTY_IN_PRODUCTION
 
 # Two secrets at once: the one being retired and its successor, while the bank signs with both
 # (rotation), as topup-webhook.
@@ -133,3 +135,22 @@ class BankSettings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_bank_settings() -> BankSettings:
     return BankSettings()
+
+
+class BankWebhookSettings(BaseSettings):
+    """What bank-webhook reads besides :class:`BankSettings` (bank-adapter, which shares those,
+    takes no callbacks: it must not refuse to start for want of these)."""
+
+    model_config = SettingsConfigDict(env_prefix="HIWALLET_BANK_", extra="ignore")
+
+    # The bank's address ranges (its published callback networks, CIDR, a JSON list): a
+    # callback from any other client address is refused (403) before its body is read. The
+    # socket's peer: bank-webhook reads no X-Forwarded-For, so a proxy in front must keep the
+    # peer's address (or enforce the list itself). Empty: no restriction (a laptop; refused
+    # with HIWALLET_PRODUCTION=true).
+    webhook_networks: Annotated[list[IPvAnyNetwork], NON_EMPTY_IN_PRODUCTION] = []
+
+
+@lru_cache(maxsize=1)
+def get_bank_webhook_settings() -> BankWebhookSettings:
+    return BankWebhookSettings()

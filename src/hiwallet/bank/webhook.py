@@ -26,9 +26,14 @@ from fastapi.responses import Response
 from hiwallet.bank import errors
 from hiwallet.bank.metrics import WebhookMetrics
 from hiwallet.bank.pool import database_spec
-from hiwallet.bank.settings import BankSettings, get_bank_settings
+from hiwallet.bank.settings import (
+    BankSettings,
+    BankWebhookSettings,
+    get_bank_settings,
+    get_bank_webhook_settings,
+)
 from hiwallet.bank.store import OUTBOX_CHANNEL, BankStore, Received, StoreUnavailable, Unstorable
-from hiwallet.core.http import LeanRoute, serve, settle_heap_once_started
+from hiwallet.core.http import ClientNetworks, LeanRoute, serve, settle_heap_once_started
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.relay_hint import RelayHint
 from hiwallet.core.service import Runtime, ServiceSpec, build_app
@@ -154,7 +159,11 @@ async def receive_bank_callback(request: Request) -> Response:
     return Response(status_code=202)  # the bank needs a status, not a body
 
 
-def service_spec(settings: BankSettings, verifier: StandardWebhookSignature) -> ServiceSpec:
+def service_spec(
+    settings: BankSettings,
+    verifier: StandardWebhookSignature,
+    webhook_settings: BankWebhookSettings | None = None,
+) -> ServiceSpec:
     """bank-webhook, declared: the bank database, no issuers (the bank signs, it has no token),
     no messaging (bank-adapter's relay publishes what it records), and in ``setup`` the store and
     the service."""
@@ -171,6 +180,8 @@ def service_spec(settings: BankSettings, verifier: StandardWebhookSignature) -> 
     def metrics(app: FastAPI) -> None:
         app.state.webhook_metrics = WebhookMetrics(app.state.metrics_registry)
 
+    networks = (webhook_settings or get_bank_webhook_settings()).webhook_networks
+
     return ServiceSpec(
         SERVICE,
         setup,
@@ -178,27 +189,32 @@ def service_spec(settings: BankSettings, verifier: StandardWebhookSignature) -> 
         routers=(router,),
         max_body_bytes=settings.max_body_bytes,
         metrics=metrics,
+        # the bank's networks only, on its callbacks (the probes and /metrics come from inside)
+        client_networks=ClientNetworks.of(networks, (PATH,)),
     )
 
 
 def create_bank_webhook_app(
-    settings: BankSettings | None = None, *, core_settings: Settings | None = None
+    settings: BankSettings | None = None,
+    *,
+    core_settings: Settings | None = None,
+    webhook_settings: BankWebhookSettings | None = None,
 ) -> FastAPI:
     settings = settings or get_bank_settings()
     # a bad secret stops the start, not the first request
     verifier = StandardWebhookSignature(
         [s.get_secret_value() for s in settings.webhook_secrets], settings.tolerance_s
     )
-    return build_app(service_spec(settings, verifier), settings=core_settings)
+    return build_app(service_spec(settings, verifier, webhook_settings), settings=core_settings)
 
 
 def run_bank_webhook(port: int | None, host: str) -> None:
     """Serve bank-webhook (the process entry point)."""
     configure_logging(SERVICE)
-    settings = get_bank_settings()
-    refuse_insecure_start(settings)
+    settings, webhook_settings = get_bank_settings(), get_bank_webhook_settings()
+    refuse_insecure_start(settings, webhook_settings)
     serve(
-        settle_heap_once_started(create_bank_webhook_app(settings)),
+        settle_heap_once_started(create_bank_webhook_app(settings, webhook_settings=webhook_settings)),
         host=host,
         port=port or settings.webhook_port,
     )

@@ -150,17 +150,35 @@ def _with_database(url: str, database: str, user: str | None = None) -> str:
     return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
 
 
-def owner_dsn(database: str, settings: Settings | None = None) -> str:
-    """The owner's URL of ``database``: migrations, schema dumps, the tests' and the bench's
-    set-up. Never a service's (services use :func:`create_pool`, which refuses the owner)."""
+def server_url(database: str, settings: Settings | None = None) -> str:
+    """The URL of the server ``database`` is on, as the services connect: its own
+    (``database_servers``) or the shared one (``database_url``)."""
     settings = settings or get_settings()
+    own = settings.database_servers.get(database)
+    return (own or settings.database_url).get_secret_value()
+
+
+def _without_user(url: str) -> str:
+    # The default user of the client (PGUSER or the login user), the superuser of a local
+    # trust-auth server.
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))
+
+
+def owner_dsn(database: str, settings: Settings | None = None, *, server_of: str | None = None) -> str:
+    """The owner's URL of ``database``: migrations, schema dumps, the tests' and the bench's
+    set-up. Never a service's (services use :func:`create_pool`, which refuses the owner).
+    ``server_of``: on the server of that database instead (``postgres`` on a database's own
+    server, to create it)."""
+    settings = settings or get_settings()
+    on = server_of or database
+    if on in settings.migrate_database_servers:
+        return _with_database(settings.migrate_database_servers[on].get_secret_value(), database)
+    if on in settings.database_servers:
+        return _with_database(_without_user(settings.database_servers[on].get_secret_value()), database)
     if settings.migrate_database_url is not None:
         return _with_database(settings.migrate_database_url.get_secret_value(), database)
-    parts = urlsplit(settings.database_url.get_secret_value())
-    # database_url without its user (and password): the default user of the client (PGUSER or
-    # the login user), the superuser of a local trust-auth server.
-    server = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))
-    return _with_database(server, database)
+    return _with_database(_without_user(settings.database_url.get_secret_value()), database)
 
 
 # Kept for the callers that predate the roles; all of them were administrative.
@@ -168,10 +186,9 @@ dsn_for = owner_dsn
 
 
 def service_dsn(database: str, role: str, settings: Settings | None = None) -> str:
-    """A service's URL of ``database``: database_url as ``role`` when the URL names no user,
-    else as the user it names."""
-    settings = settings or get_settings()
-    url = settings.database_url.get_secret_value()
+    """A service's URL of ``database``: its server's URL (:func:`server_url`) as ``role`` when
+    the URL names no user, else as the user it names."""
+    url = server_url(database, settings)
     if urlsplit(url).username:
         return _with_database(url, database)
     return _with_database(url, database, role)
@@ -340,7 +357,8 @@ async def ensure_database(database: str, settings: Settings | None = None) -> bo
     Safe when several processes race: the loser's ``duplicate_database`` is the answer "exists".
     """
     settings = settings or get_settings()
-    conn = await asyncpg.connect(owner_dsn("postgres", settings))
+    # On the database's own server when it has one (settings.database_servers).
+    conn = await asyncpg.connect(owner_dsn("postgres", settings, server_of=database))
     try:
         exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", database)
         if exists:

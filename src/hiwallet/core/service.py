@@ -45,6 +45,7 @@ from fastapi import APIRouter, FastAPI
 
 from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
+from hiwallet.core.http.allowlist import ClientNetworks
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
 from hiwallet.core.http.lean import LeanRoute
 from hiwallet.core.jobs import PeriodicJob
@@ -321,6 +322,8 @@ class ServiceSpec:
     max_body_bytes: int = 1_000_000
     metrics: Callable[[FastAPI], None] | None = None
     openapi: Callable[[FastAPI], None] | None = None
+    # The clients' networks the guarded paths accept (None or empty: every client).
+    client_networks: ClientNetworks | None = None
 
 
 def build_app(
@@ -340,6 +343,7 @@ def build_app(
         lifespan=service_lifespan(spec, checks, settings=settings, verifier=verifier, background=background),
         max_body_bytes=spec.max_body_bytes,
         hot_routes=spec.hot_routes,
+        client_networks=spec.client_networks,
     )
     if spec.metrics is not None:
         spec.metrics(app)

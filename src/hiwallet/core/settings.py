@@ -18,9 +18,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+_DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_PG_SCHEMES = frozenset({"postgresql", "postgres"})
 # The repository root when installed editable (src layout): src/hiwallet/core/settings.py -> ../../..
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,6 +40,15 @@ class Settings(BaseSettings):
     # user, which connects as PGUSER or the login user (on a local trust-auth server, a
     # superuser; in production, a role that owns the schemas and may create roles).
     migrate_database_url: SecretStr | None = None
+    # Databases on servers of their own (the architecture puts onboarding's personal data,
+    # staff-admin and the staff realm's identity apart): the database's name -> its server URL,
+    # the same form as database_url (a JSON object in the environment). A database not named
+    # here is on database_url's server. Every connection to it follows: the services', their
+    # commands', migrate's and its creation's.
+    database_servers: dict[str, SecretStr] = {}
+    # The owner's server URL of such a database (migrate, schema dump); unset for one named
+    # above: its database_servers URL without its user (as migrate_database_url's default).
+    migrate_database_servers: dict[str, SecretStr] = {}
     amqp_url: SecretStr = SecretStr("amqp://guest:guest@localhost:5672/")
     migrations_dir: Path = _REPO_ROOT / "migrations"
 
@@ -56,6 +67,26 @@ class Settings(BaseSettings):
 
     # A deployment: every process refuses to start on a development value (refuse_insecure_start).
     production: bool = False
+
+    @field_validator("database_servers", "migrate_database_servers")
+    @classmethod
+    def _server_urls(cls, servers: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # A typo must stop the start, not send a database's connections to the shared server.
+        for database, url in servers.items():
+            parts = urlsplit(url.get_secret_value())
+            server = parts.scheme in _PG_SCHEMES and bool(parts.hostname)
+            if not _DATABASE_NAME.fullmatch(database) or not server:
+                raise ValueError(
+                    f"{database!r}: a database name (lower-case) and a postgresql://host[:port] server URL"
+                )
+        return servers
+
+    @model_validator(mode="after")
+    def _owner_on_the_same_server(self) -> Settings:
+        # An owner's URL for a database whose services connect elsewhere: one of the two is wrong.
+        if stray := sorted(set(self.migrate_database_servers) - set(self.database_servers)):
+            raise ValueError(f"migrate_database_servers names {stray}, which database_servers does not")
+        return self
 
 
 @lru_cache(maxsize=1)

@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hiwallet.core.auth import bearer_token
 from hiwallet.core.db import app_role
-from hiwallet.core.http import Forbidden, NotFound, ReadyCheck, create_app, problem_response
+from hiwallet.core.http import ClientNetworks, NotFound, ReadyCheck, create_app
 from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings
 from hiwallet.identity import admin, login, tokens
@@ -319,39 +317,16 @@ def create_identity_app(
         setup,
         database=DatabaseSpec(database_name, app_role(config.database_key)),
     )
+    # The staff realm answers its internal networks only (every path; empty: no restriction).
+    staff = realm_name == "hiwallet-staff"
     app = create_app(
         spec.name,
         ready_checks=checks,
         lifespan=service_lifespan(spec, checks, settings=core_settings),
         max_body_bytes=settings.max_body_bytes,
         extra_problem_handlers=[(OAuthError, _on_oauth_error), (LoginPageError, _on_login_error)],
+        client_networks=ClientNetworks.of(settings.staff_allowed_networks, ("/",)) if staff else None,
     )
     app.include_router(router)
     document(app, realm_name)
-    if realm_name == "hiwallet-staff" and settings.staff_allowed_networks:
-        app.add_middleware(InternalNetworkOnly, networks=settings.staff_allowed_networks)
     return app
-
-
-class InternalNetworkOnly:
-    """Refuse (403 problem+json) requests whose client address is outside ``networks``."""
-
-    def __init__(self, app: ASGIApp, networks: list[str]) -> None:
-        self.app = app
-        self.networks = [ipaddress.ip_network(n) for n in networks]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._allowed(scope.get("client")):
-            error = Forbidden("this service is reachable only from the internal network")
-            await problem_response(error, scope.get("path"))(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    def _allowed(self, client: tuple[str, int] | None) -> bool:
-        if client is None:
-            return False
-        try:
-            address = ipaddress.ip_address(client[0])
-        except ValueError:
-            return False
-        return any(address in network for network in self.networks)

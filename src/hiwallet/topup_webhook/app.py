@@ -18,7 +18,14 @@ from hiwallet.contracts.events import events_topology
 from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
 from hiwallet.core.broker import Topology
-from hiwallet.core.http import LeanRoute, ReadyCheck, create_app, serve, settle_heap_once_started
+from hiwallet.core.http import (
+    ClientNetworks,
+    LeanRoute,
+    ReadyCheck,
+    create_app,
+    serve,
+    settle_heap_once_started,
+)
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
@@ -184,6 +191,8 @@ def create_topup_webhook_app(
         lifespan=service_lifespan(spec, checks, settings=core_settings, background=background),
         max_body_bytes=settings.max_body_bytes,
         hot_routes=[route for route in lean_router.routes if isinstance(route, LeanRoute)],
+        # the providers' networks only, on the webhooks (the probes and /metrics come from inside)
+        client_networks=ClientNetworks.of(settings.provider_networks, (lean_router.prefix,)),
     )
     app.state.topup_metrics = TopupMetrics(app.state.metrics_registry)
     app.include_router(lean_router)

@@ -4,13 +4,14 @@ secrets and keys below are the fakes' development defaults; production sets its 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, IPvAnyNetwork, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.events import EVENTS_EXCHANGE
 from hiwallet.contracts.topups import TOPUPS_EXCHANGE
+from hiwallet.core.settings import NON_EMPTY_IN_PRODUCTION
 
 # Two secrets at once: the one being retired and its successor, while the provider signs with
 # both (rotation). More would only widen what a leaked old secret can still sign.
@@ -33,6 +34,12 @@ class TopupWebhookSettings(BaseSettings):
     # Standard Webhooks (Stripe's own library accepts a timestamp from the future; so do we).
     tolerance_s: int = 300
     max_body_bytes: int = 65_536
+    # The providers' address ranges (the card provider's and the bank's published webhook
+    # networks, CIDR, a JSON list): a notification from any other client address is refused
+    # (403) before its body is read. The socket's peer: this service reads no X-Forwarded-For,
+    # so a proxy in front must keep the peer's address (or enforce the list itself). Empty: no
+    # restriction (a laptop; refused with HIWALLET_PRODUCTION=true).
+    provider_networks: Annotated[list[IPvAnyNetwork], NON_EMPTY_IN_PRODUCTION] = []
 
     # Concurrent notifications share one statement and one commit (topup.ingest_batch through
     # core/coalesce.py): how many batches may be in flight at once (0: each notification alone)

@@ -8,12 +8,14 @@
   metrics, access line);
 - :mod:`.metrics`: Prometheus metrics, per app and over worker processes;
 - :mod:`.runtime`: process start (the heap freeze, uvicorn as every service runs);
+- :mod:`.allowlist`: the clients' networks a service's paths accept (403 for the rest);
 - :mod:`.app`: ``create_app``, the factory every service uses;
 - :mod:`.client`: AiohttpTransport, the transport under a hot httpx client.
 
 Import from here: the names below are the package's interface.
 """
 
+from hiwallet.core.http.allowlist import ClientAllowlist, ClientNetworks
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
 from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.http.edge import REQUEST_ID_HEADER
@@ -56,6 +58,8 @@ __all__ = [
     "PROBLEM_REFUSALS",
     "REQUEST_ID_HEADER",
     "AiohttpTransport",
+    "ClientAllowlist",
+    "ClientNetworks",
     "FastJSONResponse",
     "Forbidden",
     "LeanRoute",

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
+from hiwallet.core.http.allowlist import ClientNetworks, allowlisted
 from hiwallet.core.http.edge import Edge, recording
 from hiwallet.core.http.hot import HotRoutes, check_hot_routes
 from hiwallet.core.http.lean import LeanRoute, check_lean_routes
@@ -49,6 +50,7 @@ def create_app(
     extra_problem_handlers: Sequence[tuple[type[Exception], Any]] = (),
     hot_routes: Collection[LeanRoute] = (),
     access_log: bool | None = None,
+    client_networks: ClientNetworks | None = None,
 ) -> FastAPI:
     """A FastAPI app with problem+json errors, ``/health``, ``/ready`` and ``/metrics``.
 
@@ -56,7 +58,9 @@ def create_app(
     app is built (e.g. once the database pool exists). ``hot_routes`` are served ahead of the
     stack (``hot.HotRoutes``); they must be included in the app, which may happen after this
     returns. ``access_log``: one line per request (default: the setting
-    ``HIWALLET_ACCESS_LOG``, on).
+    ``HIWALLET_ACCESS_LOG``, on). ``client_networks``: the clients' networks the guarded paths
+    accept (``allowlist.ClientAllowlist``, around everything, the hot lane too; None or empty:
+    every client).
 
     When the app builds its stack (at startup, or its first request) it refuses to start
     (``LeanRouteError``, naming the route) if a lean or hot route declares anything or a
@@ -93,6 +97,9 @@ def create_app(
     app.add_middleware(Edge, metrics=metrics, max_bytes=max_body_bytes, access=access)
     build_stack = app.build_middleware_stack
 
+    def edge(inner: ASGIApp) -> ASGIApp:
+        return Edge(inner, metrics, max_body_bytes, access)
+
     def build() -> ASGIApp:
         check_lean_routes(app)
         check_hot_routes(app, hot_routes, Edge)
@@ -104,9 +111,9 @@ def create_app(
             for key, handler in app.exception_handlers.items()
         }
         stack = build_stack()
-        if not hot_routes:
-            return stack
-        return HotRoutes(stack, app, hot_routes, lambda inner: Edge(inner, metrics, max_body_bytes, access))
+        if hot_routes:
+            stack = HotRoutes(stack, app, hot_routes, edge)
+        return allowlisted(stack, client_networks, title)
 
     app.build_middleware_stack = build  # type: ignore[method-assign]
 
