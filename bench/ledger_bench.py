@@ -4,7 +4,10 @@ same PostgreSQL server, reported as ratios.
     make bench                    # or: .venv/bin/python bench/ledger_bench.py [--duration 15]
 
 1. pgbench's tpcb-like script, prepared mode, 8 clients: the machine's limit of one commit per
-   operation.
+   operation. Then interleaved rounds (``--rounds`` of ``--round-s`` seconds): the ledger's p2p
+   at 8 clients, pgbench at 8 and the seed-004 shape (a plain asyncpg transfer: insert it once,
+   lock both accounts in id order, check, update both rows) at 8, in turn; the medians of the
+   rounds' ratios and their spread.
 2. p2p transfers among 1,000 wallets at concurrency 1, 8 and 32 (the spread runs). Each of the
    runs at 8 and 32 is followed at once by wallet-api's at the same concurrency, over HTTP with
    real tokens (bench/wallet_api_bench.py): the figures compared, minutes apart at most.
@@ -61,6 +64,9 @@ TARGETS = {
     "wallet_api_c8_vs_ledger_c8": 0.5,  # and c32 against c32
     "wallet_api_c8_p99_ms_max": 50.0,
     "wallet_api_rss_mb_max": 150.0,
+    # issue 26: the medians of interleaved rounds
+    "ledger_vs_pgbench_c8_rounds": 1.0,
+    "ledger_vs_bare_c8": 0.8,
 }
 
 
@@ -78,6 +84,124 @@ def pct(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------------------------------
 # pgbench
 # ---------------------------------------------------------------------------------------------
+
+
+class PgbenchDb:
+    """pgbench's tpcb-like database, initialised once and run many times (the rounds)."""
+
+    def __init__(self, scale: int) -> None:
+        settings = get_settings()
+        self.scale = scale
+        self.name = f"hiwallet_bench_pgbench_rounds_{os.getpid()}"
+        self.dsn = db.owner_dsn(self.name, settings)
+        self._admin = db.owner_dsn("postgres", settings)
+
+    def __enter__(self) -> PgbenchDb:
+        subprocess.run(["psql", self._admin, "-qc", f'DROP DATABASE IF EXISTS "{self.name}"'], check=True)
+        subprocess.run(["psql", self._admin, "-qc", f'CREATE DATABASE "{self.name}"'], check=True)
+        subprocess.run(
+            ["pgbench", "-i", "-q", "-s", str(self.scale), self.dsn], check=True, capture_output=True
+        )
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        subprocess.run(
+            ["psql", self._admin, "-qc", f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'], check=True
+        )
+
+    async def run(self, duration_s: float, clients: int) -> float:
+        """Transactions per second of one run (whole seconds: pgbench's -T)."""
+        proc = await asyncio.create_subprocess_exec(
+            "pgbench",
+            "-M",
+            "prepared",
+            "-c",
+            str(clients),
+            "-j",
+            "2",
+            "-T",
+            str(max(1, round(duration_s))),
+            self.dsn,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=duration_s + 120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pgbench failed with {proc.returncode}")
+        return float(re.search(r"tps = ([\d.]+)", out.decode())[1])  # type: ignore[index]
+
+
+# The seed-004 shape (the simplest ledger that could work): a transfer is one transaction that
+# inserts the transfer's row once (ON CONFLICT: a replay), locks both accounts in id order,
+# checks the balance and updates both rows; a CHECK keeps balances at zero or more.
+BARE_SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS bare;
+CREATE TABLE IF NOT EXISTS bare.accounts (
+    id text PRIMARY KEY,
+    balance_cents bigint NOT NULL DEFAULT 0,
+    balance_changed_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (id = 'external' OR balance_cents >= 0)
+);
+CREATE TABLE IF NOT EXISTS bare.transfers (
+    id text PRIMARY KEY,
+    from_account_id text NOT NULL REFERENCES bare.accounts (id) DEFERRABLE INITIALLY DEFERRED,
+    to_account_id text NOT NULL REFERENCES bare.accounts (id) DEFERRABLE INITIALLY DEFERRED,
+    amount_cents bigint NOT NULL CHECK (amount_cents > 0),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CHECK (from_account_id <> to_account_id)
+);
+"""
+
+
+class BareLedger:
+    """The seed-004 Store's transfer, in asyncpg (in the bench database, schema ``bare``)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def setup(self, owner: asyncpg.Connection, count: int) -> list[str]:
+        await owner.execute(BARE_SCHEMA)
+        ids = [f"acc-{i:05d}" for i in range(count)]
+        await owner.executemany(
+            "INSERT INTO bare.accounts (id, balance_cents) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            [(i, FUNDING_MINOR) for i in ids],
+        )
+        await owner.execute(
+            "GRANT USAGE ON SCHEMA bare TO PUBLIC; GRANT ALL ON ALL TABLES IN SCHEMA bare TO PUBLIC"
+        )
+        return ids
+
+    async def transfer(self, transfer_id: str, source: str, target: str, amount: int) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "INSERT INTO bare.transfers (id, from_account_id, to_account_id, amount_cents)"
+                " VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING RETURNING created_at",
+                transfer_id,
+                source,
+                target,
+                amount,
+            )
+            if row is None:
+                return  # a replay (the bench never sends one)
+            # both accounts locked in id order: two transfers between the same two never deadlock
+            balances = dict(
+                await conn.fetch(
+                    "SELECT id, balance_cents FROM bare.accounts WHERE id IN ($1, $2) ORDER BY id FOR UPDATE",
+                    source,
+                    target,
+                )
+            )
+            if balances[source] < amount:
+                raise InsufficientFunds(f"{source} holds {balances[source]}")
+            await conn.execute(
+                "UPDATE bare.accounts SET balance_cents = balance_cents"
+                " + CASE WHEN id = $1 THEN -$3::bigint ELSE $3::bigint END, balance_changed_at = $4"
+                " WHERE id IN ($1, $2)",
+                source,
+                target,
+                amount,
+                row["created_at"],
+            )
 
 
 def pgbench(duration_s: int, clients: int, scale: int) -> dict[str, Any]:
@@ -270,6 +394,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         wallets = await bench.open_wallets(WALLETS)
         await owner.execute("ANALYZE")
 
+        if full and args.rounds:
+            report["interleaved"] = await interleaved(bench, wallets, owner, pool, args)
+
         for c in (1, 8, 32) if full else (8, 32):
             print(f"p2p among {WALLETS} wallets, concurrency {c} ...", flush=True)
             await quiesce(owner)
@@ -328,6 +455,53 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+async def interleaved(
+    bench: Bench, wallets: list[str], owner: asyncpg.Connection, pool: asyncpg.Pool, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The ledger's p2p at 8 clients against pgbench at 8 and against the seed-004 shape at 8,
+    in short rounds taken in turn (ABBA-like: the order rotates each round), so that each ratio
+    compares figures seconds apart: this machine's speed drifts by a third within minutes. The
+    figure is the median of the rounds' ratios, with the spread (min, max)."""
+    bare = BareLedger(pool)
+    accounts = await bare.setup(owner, WALLETS)
+    rng = random.Random(11)
+    round_s = args.round_s
+    sides: dict[str, list[float]] = {"ledger": [], "pgbench": [], "bare": []}
+
+    async def bare_op(w: int, n: int) -> int:
+        a, b = rng.sample(accounts, 2)
+        await bare.transfer(f"bare-{bench.run_id}-{len(sides['bare'])}-{w}-{n}", a, b, rng.randint(1, 10_000))
+        return 1
+
+    order = ["ledger", "pgbench", "bare"]
+    print(
+        f"interleaved: {args.rounds} rounds of {round_s:g} s each, ledger / pgbench / seed-004 shape, c8 ...",
+        flush=True,
+    )
+    with PgbenchDb(args.pgbench_scale) as pg, benchlog.phase("interleaved rounds", args.rounds * round_s * 3):
+        for n in range(args.rounds):
+            for side in order[n % 3 :] + order[: n % 3]:
+                if side == "pgbench":
+                    sides[side].append(await pg.run(round_s, 8))
+                elif side == "ledger":
+                    sides[side].append((await bench.spread(wallets, 8, round_s, f"i{n}"))["transfers_per_s"])
+                else:
+                    sides[side].append((await run_load(8, round_s, bare_op))["transfers_per_s"])
+    versus_pg = sorted(lg / pg for lg, pg in zip(sides["ledger"], sides["pgbench"], strict=True))
+    versus_bare = sorted(lg / b for lg, b in zip(sides["ledger"], sides["bare"], strict=True))
+    result = {
+        "rounds": args.rounds,
+        "round_s": round_s,
+        "per_s": {k: [round(v, 1) for v in vs] for k, vs in sides.items()},
+        "ledger_vs_pgbench_c8": round(statistics.median(versus_pg), 2),
+        "ledger_vs_pgbench_c8_spread": [round(versus_pg[0], 2), round(versus_pg[-1], 2)],
+        "ledger_vs_bare_c8": round(statistics.median(versus_bare), 2),
+        "ledger_vs_bare_c8_spread": [round(versus_bare[0], 2), round(versus_bare[-1], 2)],
+    }
+    print(f"  {result}", flush=True)
+    return result
+
+
 async def quiesce(owner: asyncpg.Connection) -> None:
     """Before each measured run, as pgbench does before its own (it vacuums its tables): vacuum
     what the previous runs wrote and checkpoint, so that no run pays for an earlier one's
@@ -380,6 +554,21 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
             "hot_c32_p99_ms": out["hot_c32_p99_ms"] < TARGETS["hot_c32_p99_ms_max"],
             "batched_vs_pgbench_c8": out["batched_vs_pgbench_c8"] >= TARGETS["batched_vs_pgbench_c8"],
         }
+    if "interleaved" in r:
+        i = r["interleaved"]
+        out |= {
+            k: i[k]
+            for k in (
+                "ledger_vs_pgbench_c8",
+                "ledger_vs_pgbench_c8_spread",
+                "ledger_vs_bare_c8",
+                "ledger_vs_bare_c8_spread",
+            )
+        }
+        checks["ledger_vs_pgbench_c8_rounds"] = (
+            i["ledger_vs_pgbench_c8"] >= TARGETS["ledger_vs_pgbench_c8_rounds"]
+        )
+        checks["ledger_vs_bare_c8"] = i["ledger_vs_bare_c8"] >= TARGETS["ledger_vs_bare_c8"]
     checks["peak_rss_mb"] = out["peak_rss_mb"] < TARGETS["peak_rss_mb_max"]
     if isinstance(r.get("wallet_api_c8"), dict):
         out["wallet_api_c8_vs_ledger_c8"] = round(
@@ -421,6 +610,8 @@ def cli() -> None:
         action="store_true",
         help="only the ledger core's p2p runs at 8 and 32, each followed by wallet-api's",
     )
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (0: none)")
+    parser.add_argument("--round-s", type=float, default=4.0, help="seconds of each side in a round")
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
     args = parser.parse_args()
     benchlog.to_file()
