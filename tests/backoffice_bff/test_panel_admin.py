@@ -2,7 +2,8 @@
 staff-admin and wallet-api: an employee's roles changed (and staff-admin's refusals drawn on the
 form, nothing changed), a promo campaign created from the campaigns page (wallet-api's
 validation errors beside their fields, what was entered kept), and the lists paged with next and
-previous links over the services' cursors (a page size of 2 here, the filters kept)."""
+previous links over the services' cursors (a page size of 2 here, the filters kept);
+reconciliation findings resolved with a note, and a customer raised to the Contracted tier."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from playwright.async_api import BrowserContext, Page
 
+from hiwallet.reconciliation import PAYOUT_UNMATCHED, record_finding
 from tests.backoffice_bff.conftest import Panel
 from tests.browser.conftest import check_page
 
@@ -259,3 +261,54 @@ async def test_the_lists_are_paged_with_next_and_previous(
         # a cursor that is none of the service's: its refusal, as a page
         refused = await http.get("/campaigns?cursor=not-a-cursor")
         assert refused.status_code in (409, 422) and refused.headers["content-type"].startswith("text/html")
+
+
+async def test_reconciliation_findings_resolved_and_a_customer_raised_to_contracted(
+    page: Page, context: BrowserContext, panel: Panel
+) -> None:
+    for n in range(3):
+        await record_finding(panel.api.pool, PAYOUT_UNMATCHED, f"po_{n}", {"amount_minor": n})
+    customer = await panel.api.customer()
+    clerk = panel.employee("Filiz", "finance.reconciliation", VIEW, "customer.contract")
+    await panel.sign_in(page, clerk, "/reconciliation")
+    await page.get_by_role("heading", name="Reconciliation findings").wait_for()
+    assert await page.locator("header nav a").all_inner_texts() == ["Customers", "Reconciliation"]
+    assert await page.locator("section.card").count() == 2  # a page of 2, the third on the next
+    await page.get_by_role("link", name="Next page").wait_for()
+    await check_page(page, "backoffice reconciliation")
+
+    newest = page.locator("section.card").first
+    assert "po_2" in await newest.inner_text()
+    action = await newest.locator("form").get_attribute("action")
+    assert action
+    http, csrf = await _signed_in_http(page, context, panel)
+    empty = await http.post(action, data={"csrf": csrf, "note": "  "})
+    assert empty.status_code == 422 and "Write a note of 1 to 2000 characters" in empty.text
+    await newest.get_by_label("Resolution note").fill("paid by hand on the 3rd")
+    await newest.get_by_role("button", name="Resolve payout_unmatched po_2").click()
+    await page.get_by_text("The finding was resolved.").wait_for()
+    assert "po_2" not in await page.locator("main").inner_text()
+    twice = await http.post(action, data={"csrf": csrf, "note": "again"})
+    assert twice.status_code == 409 and "resolved already" in twice.text
+    await page.get_by_role("link", name="Resolved").click()
+    resolved = await page.locator("section.card").inner_text()
+    assert "paid by hand on the 3rd" in resolved and f"staff:{clerk.subject}" in resolved
+
+    # the customer's record: raised to the Contracted tier on its evidence
+    await page.goto(panel.base_url + f"/customers/{customer.account_id}")
+    await page.get_by_role("heading", name="Raise to the Contracted tier").wait_for()
+    no_reference = await http.post(
+        f"/customers/{customer.account_id}/contract",
+        data={"csrf": csrf, "evidence": "signed_agreement", "reference": ""},
+    )
+    assert no_reference.status_code == 422, no_reference.text
+    assert "Give the evidence" in no_reference.text, no_reference.text[-3000:]
+    await page.get_by_label("Evidence", exact=True).select_option("signed_agreement")
+    await page.get_by_label("Evidence reference").fill("AG-2026-17")
+    await check_page(page, "backoffice customer contract")
+    await page.get_by_role("button", name="Raise to Contracted").click()
+    await page.get_by_text("The account was raised to the Contracted tier.").wait_for()
+    assert await page.get_by_role("heading", name="Raise to the Contracted tier").count() == 0
+    account = await panel.api.http.get(f"/v1/staff/accounts/{customer.account_id}", headers=clerk.auth)
+    assert account.json()["tier"] == "contracted"
+    await http.aclose()

@@ -41,6 +41,7 @@ MENU: tuple[tuple[str, str, str], ...] = (
     (P.STAFF_MANAGE.value, "/employees", "Employees"),
     (P.STAFF_MANAGE.value, "/invitations", "Invitations"),
     (P.STAFF_MANAGE.value, "/audit", "Audit log"),
+    (P.FINANCE_RECONCILIATION.value, "/reconciliation", "Reconciliation"),
 )
 _SEARCH_KEYS = ("email", "wallet_number", "account_id")
 _DECISIONS = ("release", "cancel")
@@ -259,6 +260,37 @@ async def customers(request: Request) -> Response:
 @router.get("/customers/{account_id}")
 async def customer(request: Request, account_id: str) -> Response:
     who = await staff(request, P.CUSTOMER_VIEW.value)
+    return await _customer_page(request, who, account_id[:_MAX_FIELD])
+
+
+_EVIDENCE = ("remote_identity_verification", "signed_agreement")
+
+
+@router.post("/customers/{account_id}/contract")
+async def contract(request: Request, account_id: str) -> Response:
+    """Raise a personal account to the Contracted tier on its evidence (wallet-api ``POST
+    /v1/staff/accounts/{id}/contract``, ``customer.contract``); a refusal is drawn on the form."""
+    who, fields = await _posted(request, P.CUSTOMER_CONTRACT.value)
+    account_id = account_id[:_MAX_FIELD]
+    entered = {"evidence": fields.get("evidence", ""), "reference": fields.get("reference", "").strip()[:200]}
+    path = f"/v1/staff/accounts/{quote(account_id, safe='')}/contract"
+    try:
+        await _up(request).call(WALLET, "POST", path, who.session.access_token, json=entered)
+    except ActionRefused as refusal:
+        if P.CUSTOMER_VIEW.value not in who.permissions:
+            raise  # no record to draw the form on: the refusal's page
+        return await _customer_page(
+            request, who, account_id, refusal.said, contract_refused=refusal, entered=entered
+        )
+    if P.CUSTOMER_VIEW.value not in who.permissions:
+        return RedirectResponse("/?contracted=1", status_code=303)
+    return RedirectResponse(f"/customers/{quote(account_id, safe='')}?done=contracted", status_code=303)
+
+
+async def _customer_page(
+    request: Request, who: Staff, account_id: str, status: int = 200,
+    contract_refused: ActionRefused | None = None, entered: dict[str, str] | None = None,
+) -> Response:  # fmt: skip
     token = who.session.access_token
     account = await _up(request).call(
         WALLET, "GET", f"/v1/staff/accounts/{quote(account_id, safe='')}", token
@@ -271,7 +303,30 @@ async def customer(request: Request, account_id: str) -> Response:
         )  # fmt: skip
         lines = [{**line, "posted_at": _at(line.get("posted_at"))} for line in statement.get("lines", [])]
         statements.append({"wallet": wallet, "lines": lines})
-    return render(request, "customer.html", who, account=account, statements=statements)
+    refused = None
+    if contract_refused is not None:
+        fields = set(contract_refused.fields)
+        refused = {
+            "evidence": "evidence" in fields,
+            "reference": "reference" in fields,
+            "kind": contract_refused.kind,
+            "detail": None if fields else (contract_refused.detail or contract_refused.title),
+        }
+    return render(
+        request,
+        "customer.html",
+        who,
+        status=status,
+        account=account,
+        statements=statements,
+        may_contract=P.CUSTOMER_CONTRACT.value in who.permissions
+        and account.get("kind") == "personal"
+        and account.get("tier") != "contracted",
+        evidence=_EVIDENCE,
+        refused=refused,
+        entered=entered or {},
+        done=request.query_params.get("done") == "contracted",
+    )
 
 
 # -- withdrawal.review -----------------------------------------------------------------------
@@ -713,3 +768,65 @@ def signed_in_again(request: Request) -> Response:
     """Where a page without a session sends the browser (a GET comes back to itself)."""
     back = _here(request) if request.method == "GET" else "/"
     return RedirectResponse("/login?next=" + quote(back, safe=""), status_code=303)
+
+
+# -- finance.reconciliation (wallet-api) -------------------------------------------------------
+
+_FINDING_STATUSES = ("open", "resolved")
+_NOTE_MAX = 2000
+
+
+async def _findings_page(
+    request: Request, who: Staff, status: int = 200, refused: dict[str, Any] | None = None
+) -> Response:
+    shown = request.query_params.get("status", "open")
+    shown = shown if shown in _FINDING_STATUSES else "open"
+    pager = Pager.of(request) if request.method == "GET" else Pager(None, ())
+    params: dict[str, str | int] = {"status": shown, "limit": _page_size(request), **pager.params()}
+    answer = await _up(request).call(
+        WALLET, "GET", "/v1/staff/reconciliation/findings", who.session.access_token, params=params
+    )
+    items = [
+        {
+            **f,
+            "found": _at(f.get("found_at")),
+            "seen": _at(f.get("last_seen_at")),
+            "resolved": _at(f.get("resolved_at")),
+        }
+        for f in answer.get("findings", [])
+    ]
+    return render(
+        request,
+        "reconciliation.html",
+        who,
+        status=status,
+        findings=items,
+        shown=shown,
+        refused=refused,
+        done=request.query_params.get("done") == "resolved",
+        pages=pager.links("/reconciliation", answer.get("next_cursor"), {"status": shown}),
+    )
+
+
+@router.get("/reconciliation")
+async def reconciliation(request: Request) -> Response:
+    """The books' checks' findings, open or resolved, newest first (``finance.reconciliation``)."""
+    who = await staff(request, P.FINANCE_RECONCILIATION.value)
+    return await _findings_page(request, who)
+
+
+@router.post("/reconciliation/{finding_id}/resolve")
+async def resolve_finding(request: Request, finding_id: str) -> Response:
+    """Resolve an open finding with a note (once: wallet-api refuses a second, 409)."""
+    who, _ = await _posted(request, P.FINANCE_RECONCILIATION.value)
+    form = await request.form()
+    raw = form.get("note")
+    # the note may be longer than a form's other fields (wallet-api keeps up to 2000 characters)
+    note = raw.strip()[:_NOTE_MAX] if isinstance(raw, str) else ""
+    path = f"/v1/staff/reconciliation/findings/{quote(finding_id[:_MAX_FIELD], safe='')}/resolve"
+    try:
+        await _up(request).call(WALLET, "POST", path, who.session.access_token, json={"note": note})
+    except ActionRefused as refusal:
+        refused = {"id": finding_id, "kind": refusal.kind, "note": "note" in refusal.fields}
+        return await _findings_page(request, who, refusal.said, refused)
+    return RedirectResponse("/reconciliation?done=resolved", status_code=303)
