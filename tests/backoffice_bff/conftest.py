@@ -119,12 +119,19 @@ def customers_idp(identity_factory: ServerFactory) -> IdentityServer:  # noqa: F
 
 
 @pytest.fixture
+def panel_page_size() -> int:
+    """Rows per list page (a module overrides it to page through a few rows)."""
+    return 50
+
+
+@pytest.fixture
 async def panel(
     panel_idp: IdentityServer,
     customers_idp: IdentityServer,
     staff_admin_db: str,
     wallet_db: str,
     panel_port: int,
+    panel_page_size: int,
 ) -> AsyncIterator[Panel]:
     helper = start_staff_admin(panel_idp, staff_admin_db)
     try:
@@ -140,6 +147,7 @@ async def panel(
                 withdrawals_url=f"http://127.0.0.1:{free_port()}",
                 # the shared machine is slow at times: a test waits for an answer, not a clock
                 upstream_timeout_s=20.0,
+                page_size=panel_page_size,
             )
             base, server, thread = serve(create_backoffice_bff_app(settings), CLIENT, port=panel_port)
             running = Panel(base, settings, panel_idp, helper, api, server, thread)

@@ -88,6 +88,7 @@ def create_backoffice_bff_app(settings: BackofficeBffSettings | None = None) -> 
     sessions = _sessions(settings)
     app = build_app(service_spec(settings, sessions))
     app.state.sessions = sessions
+    app.state.page_size = settings.page_size
     app.state.pages = Pages(HERE / "templates", HERE / "locale")
 
     @app.get("/static/style.css", include_in_schema=False)

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
+from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from hiwallet.backoffice_bff.errors import NotAllowed, NothingHere
+from hiwallet.backoffice_bff.errors import ActionRefused, NotAllowed, NothingHere
 from hiwallet.backoffice_bff.upstream import STAFF_ADMIN, WALLET, WITHDRAWALS, Upstreams
 from hiwallet.contracts.staff import ME_PATH, StaffPermission, staff_actor
 from hiwallet.core.bff import BffSessions, Session, safe_return_path
 from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
 
-__all__ = ["MENU", "SignInNeeded", "Staff", "router", "signed_in_again", "staff"]
+__all__ = ["MENU", "Pager", "SignInNeeded", "Staff", "router", "signed_in_again", "staff"]
 
 router = APIRouter(include_in_schema=False)
 
@@ -40,11 +41,19 @@ MENU: tuple[tuple[str, str, str], ...] = (
     (P.STAFF_MANAGE.value, "/employees", "Employees"),
     (P.STAFF_MANAGE.value, "/invitations", "Invitations"),
     (P.STAFF_MANAGE.value, "/audit", "Audit log"),
+    (P.FINANCE_RECONCILIATION.value, "/reconciliation", "Reconciliation"),
 )
 _SEARCH_KEYS = ("email", "wallet_number", "account_id")
 _DECISIONS = ("release", "cancel")
 _MAX_FIELD = 320  # a form's text field: an e-mail address at most
 _LOCALE_MAX_AGE_S = 365 * 24 * 3600
+# The staff's time zone: a campaign's last day ends at midnight there.
+_TIME_ZONE = ZoneInfo("Europe/Istanbul")
+# An upstream's cursor is short (a uuid, a sequence number); one far longer is not one of theirs.
+_CURSOR_MAX = 100
+# How many pages back "previous" remembers (the link carries them; beyond, it goes to the first).
+_TRAIL_MAX = 20
+_FIRST = "~"  # the first page in a trail (it has no cursor); no upstream cursor holds "~"
 
 
 class SignInNeeded(Exception):
@@ -62,6 +71,47 @@ class Staff:
 
     def menu(self) -> list[tuple[str, str]]:
         return [(path, label) for perm, path, label in MENU if perm in self.permissions]
+
+
+@dataclass(frozen=True)
+class Pager:
+    """Next and previous over an upstream's cursor, with no script and no state here: the
+    upstreams page forwards only (``next_cursor``), so the links carry the cursors of the pages
+    before this one (``trail``, at most :data:`_TRAIL_MAX`: further back, previous is the first
+    page). The upstream checks the cursor; one it refuses is the refusal page."""
+
+    cursor: str | None
+    trail: tuple[str, ...]
+
+    @classmethod
+    def of(cls, request: Request) -> Pager:
+        cursor = request.query_params.get("cursor", "")[:_CURSOR_MAX] or None
+        raw = request.query_params.get("trail", "")[: (_CURSOR_MAX + 1) * _TRAIL_MAX]
+        trail = tuple(t for t in raw.split(".") if t)[-_TRAIL_MAX:] if cursor else ()
+        return cls(cursor, trail)
+
+    def params(self) -> dict[str, str | int]:
+        return {"cursor": self.cursor} if self.cursor else {}
+
+    def links(self, path: str, next_cursor: Any, keep: dict[str, str] | None = None) -> dict[str, str | None]:
+        kept = {k: v for k, v in (keep or {}).items() if v}
+        after: str | None = None
+        if isinstance(next_cursor, str | int) and str(next_cursor):
+            trail = (*self.trail, self.cursor or _FIRST)[-_TRAIL_MAX:]
+            after = path + "?" + urlencode({**kept, "cursor": str(next_cursor), "trail": ".".join(trail)})
+        before: str | None = None
+        if self.cursor:
+            back = self.trail[-1] if self.trail else _FIRST
+            query = dict(kept)
+            if back != _FIRST:
+                query |= {"cursor": back, "trail": ".".join(self.trail[:-1])}
+            before = path + ("?" + urlencode(query) if query else "")
+        return {"next": after, "prev": before}
+
+
+def _page_size(request: Request) -> int:
+    size: int = request.app.state.page_size
+    return size
 
 
 def _sessions(request: Request) -> BffSessions:
@@ -210,6 +260,37 @@ async def customers(request: Request) -> Response:
 @router.get("/customers/{account_id}")
 async def customer(request: Request, account_id: str) -> Response:
     who = await staff(request, P.CUSTOMER_VIEW.value)
+    return await _customer_page(request, who, account_id[:_MAX_FIELD])
+
+
+_EVIDENCE = ("remote_identity_verification", "signed_agreement")
+
+
+@router.post("/customers/{account_id}/contract")
+async def contract(request: Request, account_id: str) -> Response:
+    """Raise a personal account to the Contracted tier on its evidence (wallet-api ``POST
+    /v1/staff/accounts/{id}/contract``, ``customer.contract``); a refusal is drawn on the form."""
+    who, fields = await _posted(request, P.CUSTOMER_CONTRACT.value)
+    account_id = account_id[:_MAX_FIELD]
+    entered = {"evidence": fields.get("evidence", ""), "reference": fields.get("reference", "").strip()[:200]}
+    path = f"/v1/staff/accounts/{quote(account_id, safe='')}/contract"
+    try:
+        await _up(request).call(WALLET, "POST", path, who.session.access_token, json=entered)
+    except ActionRefused as refusal:
+        if P.CUSTOMER_VIEW.value not in who.permissions:
+            raise  # no record to draw the form on: the refusal's page
+        return await _customer_page(
+            request, who, account_id, refusal.said, contract_refused=refusal, entered=entered
+        )
+    if P.CUSTOMER_VIEW.value not in who.permissions:
+        return RedirectResponse("/?contracted=1", status_code=303)
+    return RedirectResponse(f"/customers/{quote(account_id, safe='')}?done=contracted", status_code=303)
+
+
+async def _customer_page(
+    request: Request, who: Staff, account_id: str, status: int = 200,
+    contract_refused: ActionRefused | None = None, entered: dict[str, str] | None = None,
+) -> Response:  # fmt: skip
     token = who.session.access_token
     account = await _up(request).call(
         WALLET, "GET", f"/v1/staff/accounts/{quote(account_id, safe='')}", token
@@ -222,14 +303,37 @@ async def customer(request: Request, account_id: str) -> Response:
         )  # fmt: skip
         lines = [{**line, "posted_at": _at(line.get("posted_at"))} for line in statement.get("lines", [])]
         statements.append({"wallet": wallet, "lines": lines})
-    return render(request, "customer.html", who, account=account, statements=statements)
+    refused = None
+    if contract_refused is not None:
+        fields = set(contract_refused.fields)
+        refused = {
+            "evidence": "evidence" in fields,
+            "reference": "reference" in fields,
+            "kind": contract_refused.kind,
+            "detail": None if fields else (contract_refused.detail or contract_refused.title),
+        }
+    return render(
+        request,
+        "customer.html",
+        who,
+        status=status,
+        account=account,
+        statements=statements,
+        may_contract=P.CUSTOMER_CONTRACT.value in who.permissions
+        and account.get("kind") == "personal"
+        and account.get("tier") != "contracted",
+        evidence=_EVIDENCE,
+        refused=refused,
+        entered=entered or {},
+        done=request.query_params.get("done") == "contracted",
+    )
 
 
 # -- withdrawal.review -----------------------------------------------------------------------
 
 
-async def _queue(request: Request, who: Staff, cursor: str | None = None) -> dict[str, Any]:
-    params: dict[str, str | int] = {"status": "under_review", "limit": 50}
+async def _queue(request: Request, who: Staff, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+    params: dict[str, str | int] = {"status": "under_review", "limit": limit}
     if cursor:
         params["cursor"] = cursor
     answer: dict[str, Any] = await _up(request).call(
@@ -243,9 +347,17 @@ async def _queue(request: Request, who: Staff, cursor: str | None = None) -> dic
 @router.get("/withdrawals")
 async def withdrawals(request: Request) -> Response:
     who = await staff(request, P.WITHDRAWAL_REVIEW.value)
-    queue = await _queue(request, who, request.query_params.get("cursor"))
+    pager = Pager.of(request)
+    queue = await _queue(request, who, pager.cursor, _page_size(request))
     done = request.query_params.get("done")
-    return render(request, "withdrawals.html", who, queue=queue, done=done if done in _DECISIONS else None)
+    return render(
+        request,
+        "withdrawals.html",
+        who,
+        queue=queue,
+        done=done if done in _DECISIONS else None,
+        pages=pager.links("/withdrawals", queue.get("next_cursor")),
+    )
 
 
 @router.get("/withdrawals/{withdrawal_id}/{decision}")
@@ -286,7 +398,9 @@ async def decide(request: Request, withdrawal_id: str, decision: str) -> Respons
 async def employees(request: Request) -> Response:
     who = await staff(request, P.STAFF_MANAGE.value)
     token = who.session.access_token
-    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/employees", token, params={"limit": 100})
+    pager = Pager.of(request)
+    params: dict[str, str | int] = {"limit": _page_size(request), **pager.params()}
+    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/employees", token, params=params)
     roles = await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token)
     names = {r["id"]: r["name"] for r in _roles(roles)}
     done = request.query_params.get("done")
@@ -297,11 +411,66 @@ async def employees(request: Request) -> Response:
         employees=answer.get("employees", []),
         role_names=names,
         roles=_roles(roles),
-        done=done if done in _EMPLOYEE_ACTIONS else None,
+        done=done if done in (*_EMPLOYEE_ACTIONS, "roles") else None,
+        pages=pager.links("/employees", answer.get("next_cursor")),
     )
 
 
 _EMPLOYEE_ACTIONS = ("deactivate", "reactivate")
+# staff-admin's refusals of a change of roles that the page explains in its own words.
+_ROLE_REFUSALS = ("last-staff-manager", "unknown-role", "self-escalation")
+
+
+async def _roles_form(
+    request: Request, who: Staff, subject: str, status: int = 200, refused: str | None = None,
+    detail: str | None = None, chosen: list[str] | None = None,
+) -> Response:  # fmt: skip
+    token = who.session.access_token
+    employee = await _up(request).call(STAFF_ADMIN, "GET", f"/v1/employees/{quote(subject, safe='')}", token)
+    roles = _roles(await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token))
+    held = chosen if chosen is not None else list(employee.get("role_ids", []))
+    return render(
+        request,
+        "employee_roles.html",
+        who,
+        status=status,
+        employee=employee,
+        roles=roles,
+        held=set(held),
+        own=subject == who.session.subject,
+        refused=refused,
+        detail=detail,
+    )
+
+
+@router.get("/employees/{subject}/roles")
+async def employee_roles(request: Request, subject: str) -> Response:
+    """The roles of one employee as checkboxes (staff-admin ``PUT /v1/employees/{sub}/roles``)."""
+    who = await staff(request, P.STAFF_MANAGE.value)
+    return await _roles_form(request, who, subject[:_MAX_FIELD])
+
+
+@router.post("/employees/{subject}/roles")
+async def change_roles(request: Request, subject: str) -> Response:
+    """Replace the employee's roles; staff-admin's refusal (the last holder of staff.manage, a
+    role gone, one's own roles) is drawn on the form, the choice kept, with its status."""
+    who, _ = await _posted(request, P.STAFF_MANAGE.value)
+    subject = subject[:_MAX_FIELD]
+    form = await request.form()
+    role_ids = [v[:100] for v in form.getlist("role_id") if isinstance(v, str)][:64]
+    path = f"/v1/employees/{quote(subject, safe='')}/roles"
+    try:
+        await _up(request).call(
+            STAFF_ADMIN, "PUT", path, who.session.access_token, json={"role_ids": role_ids}
+        )
+    except ActionRefused as refusal:
+        kind = refusal.kind if refusal.kind in _ROLE_REFUSALS else "other"
+        return await _roles_form(request, who, subject, refusal.said, kind, refusal.detail, chosen=role_ids)
+    except NotAllowed as refusal:
+        if refusal.kind != "self-escalation":
+            raise  # the permission itself is gone: the 403 page
+        return await _roles_form(request, who, subject, 403, refusal.kind, refusal.detail, chosen=role_ids)
+    return RedirectResponse("/employees?done=roles", status_code=303)
 
 
 @router.post("/employees/{subject}/{action}")
@@ -323,11 +492,19 @@ def _roles(answer: Any) -> list[dict[str, Any]]:
 async def invitations(request: Request) -> Response:
     who = await staff(request, P.STAFF_MANAGE.value)
     token = who.session.access_token
-    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/invitations", token, params={"limit": 100})
+    pager = Pager.of(request)
+    params: dict[str, str | int] = {"limit": _page_size(request), **pager.params()}
+    answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/invitations", token, params=params)
     roles = _roles(await _up(request).call(STAFF_ADMIN, "GET", "/v1/roles", token))
     sent = request.query_params.get("sent") == "1"
     return render(
-        request, "invitations.html", who, invitations=answer.get("invitations", []), roles=roles, sent=sent
+        request,
+        "invitations.html",
+        who,
+        invitations=answer.get("invitations", []),
+        roles=roles,
+        sent=sent,
+        pages=pager.links("/invitations", answer.get("next_cursor")),
     )
 
 
@@ -358,40 +535,106 @@ _AUDIT_FILTERS = ("actor", "action", "target", "since", "until")
 async def audit(request: Request) -> Response:
     who = await staff(request, P.STAFF_MANAGE.value)
     filters = {k: request.query_params.get(k, "").strip()[:300] for k in _AUDIT_FILTERS}
+    pager = Pager.of(request)
     params: dict[str, str | int] = {k: v for k, v in filters.items() if v}
-    params["limit"] = 100
+    params |= {"limit": _page_size(request), **pager.params()}
     answer = await _up(request).call(STAFF_ADMIN, "GET", "/v1/audit", who.session.access_token, params=params)
     entries = [{**e, "when": _at(e.get("at"))} for e in answer.get("entries", answer.get("audit", []))]
-    return render(request, "audit.html", who, entries=entries, filters=filters)
+    pages = pager.links("/audit", answer.get("next_cursor"), filters)
+    return render(request, "audit.html", who, entries=entries, filters=filters, pages=pages)
 
 
 # -- staff money (wallet-api) ------------------------------------------------------------------
 
 
+async def _campaigns_page(
+    request: Request, who: Staff, status: int = 200, errors: dict[str, bool] | None = None,
+    refused: str | None = None, entered: dict[str, str] | None = None,
+) -> Response:  # fmt: skip
+    pager = Pager.of(request) if request.method == "GET" else Pager(None, ())
+    params: dict[str, str | int] = {"limit": _page_size(request), **pager.params()}
+    answer = await _up(request).call(
+        WALLET, "GET", "/v1/staff/campaigns", who.session.access_token, params=params
+    )
+    items = [{**c, "ends": _at(c.get("ends_at"))} for c in answer.get("campaigns", [])]
+    done = request.query_params.get("done") == "1"
+    return render(
+        request,
+        "campaigns.html",
+        who,
+        status=status,
+        campaigns=items,
+        pages=pager.links("/campaigns", answer.get("next_cursor")),
+        may_create=P.CAMPAIGNS_MANAGE.value in who.permissions,
+        errors=errors or {},
+        refused=refused,
+        entered=entered or {},
+        done=done,
+        tomorrow=(datetime.now(_TIME_ZONE).date() + timedelta(days=1)).isoformat(),
+    )
+
+
 @router.get("/campaigns")
 async def campaigns(request: Request) -> Response:
     who = await staff(request, P.CAMPAIGNS_VIEW.value)
-    answer = await _up(request).call(
-        WALLET, "GET", "/v1/staff/campaigns", who.session.access_token, params={"limit": 100}
-    )
-    items = [{**c, "ends": _at(c.get("ends_at"))} for c in answer.get("campaigns", [])]
-    return render(request, "campaigns.html", who, campaigns=items)
+    return await _campaigns_page(request, who)
+
+
+# wallet-api's body members -> the form's fields
+_CAMPAIGN_FIELDS = {"name": "name", "budget_minor": "budget", "ends_at": "ends"}
+
+
+@router.post("/campaigns")
+async def create_campaign(request: Request) -> Response:
+    """A promo campaign (wallet-api ``POST /v1/staff/campaigns``, ``campaigns.manage``): wallet-api
+    validates; a refusal draws the form again with what was entered and each field's error."""
+    who, fields = await _posted(request, P.CAMPAIGNS_MANAGE.value)
+    entered = {k: fields.get(k, "").strip()[:140] for k in ("name", "budget", "ends")}
+    body = {
+        "name": entered["name"],
+        "budget_minor": _minor(entered["budget"]),
+        "ends_at": _end_of_day(entered["ends"]),
+    }
+    try:
+        await _up(request).call(WALLET, "POST", "/v1/staff/campaigns", who.session.access_token, json=body)
+    except ActionRefused as refusal:
+        errors = {_CAMPAIGN_FIELDS[f]: True for f in refusal.fields if f in _CAMPAIGN_FIELDS}
+        refused = None if errors else (refusal.detail or refusal.title)
+        status = 422 if errors else refusal.said
+        return await _campaigns_page(request, who, status, errors, refused, entered)
+    return RedirectResponse("/campaigns?done=1", status_code=303)
+
+
+def _end_of_day(text: str) -> str:
+    """``2026-12-31`` (the date field) -> the last second of that day in Istanbul; anything else
+    is sent as written, for wallet-api to refuse (its refusal is the form's)."""
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        return text
+    return datetime.combine(day, time(23, 59, 59), _TIME_ZONE).isoformat()
 
 
 @router.get("/programmes")
 async def programmes(request: Request) -> Response:
     who = await staff(request, P.PROMO_MERCHANT_ACCEPT.value)
+    pager = Pager.of(request)
     answer = await _up(request).call(
         WALLET,
         "GET",
         "/v1/staff/promo-programmes",
         who.session.access_token,
-        params={"status": "proposed", "limit": 100},
+        params={"status": "proposed", "limit": _page_size(request), **pager.params()},
     )
     items = [{**p, "expires": _at(p.get("expires_at"))} for p in answer.get("programmes", [])]
     done = request.query_params.get("done")
     return render(
-        request, "programmes.html", who, programmes=items, done=done if done in ("accept", "refuse") else None
+        request,
+        "programmes.html",
+        who,
+        programmes=items,
+        done=done if done in ("accept", "refuse") else None,
+        pages=pager.links("/programmes", answer.get("next_cursor")),
     )
 
 
@@ -414,12 +657,13 @@ async def decide_programme(request: Request, programme_id: str, decision: str) -
 @router.get("/goodwill")
 async def goodwill(request: Request) -> Response:
     who = await staff(request, P.CREDIT_GOODWILL.value)
+    pager = Pager.of(request)
     answer = await _up(request).call(
         WALLET,
         "GET",
         "/v1/staff/goodwill-credits",
         who.session.access_token,
-        params={"status": "pending", "limit": 100},
+        params={"status": "pending", "limit": _page_size(request), **pager.params()},
     )
     items = [{**g, "requested": _at(g.get("requested_at"))} for g in answer.get("goodwill_credits", [])]
     done = request.query_params.get("done")
@@ -431,6 +675,7 @@ async def goodwill(request: Request) -> Response:
         mine=staff_actor(who.session.subject),
         key=secrets.token_urlsafe(24),
         done=done if done in ("posted", "pending", "approved") else None,
+        pages=pager.links("/goodwill", answer.get("next_cursor")),
     )
 
 
@@ -523,3 +768,65 @@ def signed_in_again(request: Request) -> Response:
     """Where a page without a session sends the browser (a GET comes back to itself)."""
     back = _here(request) if request.method == "GET" else "/"
     return RedirectResponse("/login?next=" + quote(back, safe=""), status_code=303)
+
+
+# -- finance.reconciliation (wallet-api) -------------------------------------------------------
+
+_FINDING_STATUSES = ("open", "resolved")
+_NOTE_MAX = 2000
+
+
+async def _findings_page(
+    request: Request, who: Staff, status: int = 200, refused: dict[str, Any] | None = None
+) -> Response:
+    shown = request.query_params.get("status", "open")
+    shown = shown if shown in _FINDING_STATUSES else "open"
+    pager = Pager.of(request) if request.method == "GET" else Pager(None, ())
+    params: dict[str, str | int] = {"status": shown, "limit": _page_size(request), **pager.params()}
+    answer = await _up(request).call(
+        WALLET, "GET", "/v1/staff/reconciliation/findings", who.session.access_token, params=params
+    )
+    items = [
+        {
+            **f,
+            "found": _at(f.get("found_at")),
+            "seen": _at(f.get("last_seen_at")),
+            "resolved": _at(f.get("resolved_at")),
+        }
+        for f in answer.get("findings", [])
+    ]
+    return render(
+        request,
+        "reconciliation.html",
+        who,
+        status=status,
+        findings=items,
+        shown=shown,
+        refused=refused,
+        done=request.query_params.get("done") == "resolved",
+        pages=pager.links("/reconciliation", answer.get("next_cursor"), {"status": shown}),
+    )
+
+
+@router.get("/reconciliation")
+async def reconciliation(request: Request) -> Response:
+    """The books' checks' findings, open or resolved, newest first (``finance.reconciliation``)."""
+    who = await staff(request, P.FINANCE_RECONCILIATION.value)
+    return await _findings_page(request, who)
+
+
+@router.post("/reconciliation/{finding_id}/resolve")
+async def resolve_finding(request: Request, finding_id: str) -> Response:
+    """Resolve an open finding with a note (once: wallet-api refuses a second, 409)."""
+    who, _ = await _posted(request, P.FINANCE_RECONCILIATION.value)
+    form = await request.form()
+    raw = form.get("note")
+    # the note may be longer than a form's other fields (wallet-api keeps up to 2000 characters)
+    note = raw.strip()[:_NOTE_MAX] if isinstance(raw, str) else ""
+    path = f"/v1/staff/reconciliation/findings/{quote(finding_id[:_MAX_FIELD], safe='')}/resolve"
+    try:
+        await _up(request).call(WALLET, "POST", path, who.session.access_token, json={"note": note})
+    except ActionRefused as refusal:
+        refused = {"id": finding_id, "kind": refusal.kind, "note": "note" in refusal.fields}
+        return await _findings_page(request, who, refusal.said, refused)
+    return RedirectResponse("/reconciliation?done=resolved", status_code=303)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["BackofficeBffSettings", "get_backoffice_bff_settings"]
@@ -31,6 +31,9 @@ class BackofficeBffSettings(BaseSettings):
     # Each internal call: an employee waits for a page, not for a hung service.
     upstream_timeout_s: float = 5.0
     oidc_timeout_s: float = 5.0
+    # Rows a list page asks of its service (employees, audit, campaigns …): next and previous
+    # links page through the rest. Bounded by the smallest upstream ceiling (wallet-api's 200).
+    page_size: int = Field(default=50, ge=1, le=200)
 
 
 @lru_cache(maxsize=1)

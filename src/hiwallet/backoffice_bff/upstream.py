@@ -66,11 +66,13 @@ class Upstreams:
         if status == 401:
             raise GrantRefused(f"{service} refused the session's token")
         if status == 403:
-            raise NotAllowed(_detail(answer) or "not allowed")
+            refused = NotAllowed(_detail(answer) or "not allowed")
+            refused.kind = _kind(answer)
+            raise refused
         if status == 404:
             raise NothingHere(_detail(answer))
         if status >= 400:
-            raise ActionRefused(_detail(answer))
+            raise ActionRefused(_detail(answer), kind=_kind(answer), fields=_fields(answer), said=status)
         if status == 204 or not answer.content:
             return None
         try:
@@ -80,12 +82,41 @@ class Upstreams:
             raise ServiceAway(service) from None
 
 
-def _detail(answer: httpx.Response) -> str | None:
+def _problem(answer: httpx.Response) -> dict[str, Any]:
     try:
         body = answer.json()
     except ValueError:
-        return None
-    if not isinstance(body, dict):
-        return None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _detail(answer: httpx.Response) -> str | None:
+    body = _problem(answer)
     text = body.get("detail") or body.get("title")
     return str(text)[:300] if text else None
+
+
+def _kind(answer: httpx.Response) -> str | None:
+    """The problem type's last segment (``…/problems/last-staff-manager`` -> its slug)."""
+    kind = _problem(answer).get("type")
+    return str(kind).rstrip("/").rsplit("/", 1)[-1][:100] if kind else None
+
+
+# A refusal names at most this many fields (a form has a handful).
+_MAX_FIELDS = 20
+
+
+def _fields(answer: httpx.Response) -> tuple[str, ...]:
+    """The body members a refusal names: a validation error's ``errors[].loc`` (``["body",
+    "name"]`` -> ``name``) or a service's own ``field``."""
+    body = _problem(answer)
+    names: list[str] = []
+    errors = body.get("errors")
+    if isinstance(errors, list):
+        for error in errors[:_MAX_FIELDS]:
+            loc = error.get("loc") if isinstance(error, dict) else None
+            if isinstance(loc, list) and len(loc) >= 2 and loc[0] == "body":
+                names.append(str(loc[1])[:100])
+    if isinstance(body.get("field"), str):
+        names.append(body["field"][:100])
+    return tuple(dict.fromkeys(names))
