@@ -119,9 +119,9 @@ class Up:
             data = await harness.until(sent, 30, "the SMS with the code")
         return code_in(data[0]["body"])
 
-    async def wire(self, who: dict[str, str], iban: str, wallet_id: str, amount_minor: int) -> None:
-        """The person's bank sends a wire from their own account, our wallet named in its reference
-        (as the tour does it: docs/tour.md)."""
+    async def wire(self, who: dict[str, str], iban: str, to: str, reference: str, amount_minor: int) -> None:
+        """The person's bank sends a wire from their own account: to our IBAN, with the reference,
+        both as the home page shows them."""
         async with httpx.AsyncClient(base_url=self.url("bank"), timeout=10) as bank:
             sent = await bank.post(
                 "/v1/topups",
@@ -129,7 +129,8 @@ class Up:
                     "sender_name": f"{who['given_name']} {who['family_name']}",
                     "sender_iban": iban,
                     "sender_tckn": who["tckn"],
-                    "reference": f"HiWallet {wallet_id}",
+                    "receiver_iban": to,
+                    "reference": reference,
                     "amount_minor": amount_minor,
                     "currency": "TRY",
                 },
@@ -229,12 +230,11 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
     # -- a wire from the person's own bank account: in the wallet, and the level is Verified
     await page.goto(f"{web}/")
     await expect(page.get_by_role("heading", name=_("Your wallets"))).to_be_visible()
-    movements_link = page.get_by_role("link", name=_("Movements")).first
-    href = await movements_link.get_attribute("href") or ""
-    found = re.fullmatch(r"/wallets/([0-9]{4}:w:[0-9a-f-]{36})/movements", href)
-    assert found, href
-    wallet_id = found.group(1)
-    await up.wire(who, iban, wallet_id, WIRE)
+    # where to wire: our IBAN and the reference naming the wallet, as the page shows them
+    our_iban = await page.get_by_test_id("wire-iban").inner_text()
+    reference = await page.get_by_test_id("wire-reference").inner_text()
+    await check_page(page, f"journey {language} home")
+    await up.wire(who, iban, our_iban, reference, WIRE)
 
     async def level_verified() -> bool:
         await page.goto(f"{web}/verify")
@@ -296,7 +296,8 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
     await check_page(page, f"journey {language} withdrawn")
 
     # -- the movements: each of them with its amount and the balance after it; the balance adds up
-    await page.goto(f"{web}/wallets/{wallet_id}/movements")
+    await page.goto(f"{web}/")
+    await page.get_by_role("link", name=_("Movements")).first.click()
     await expect(page.get_by_role("heading", name=_("Movements"))).to_be_visible()
     await check_page(page, f"journey {language} movements")
     expected = [
