@@ -170,7 +170,11 @@ async def test_a_person_in_english_and_one_in_turkish_register_verify_top_up_pay
 ) -> None:
     """The two people at once (each their own browser profile): the journeys wait mostly for
     other processes (a mail, a webhook, the saga), so together they cost little more than one."""
-    await asyncio.gather(*(journey(browser, up, language) for language in PEOPLE))
+    # A task group: should one journey fail, the other is cancelled (not left running on a
+    # system the fixture is stopping).
+    async with asyncio.TaskGroup() as group:
+        for language in PEOPLE:
+            group.create_task(journey(browser, up, language))
 
 
 async def journey(browser: Browser, up: Up, language: str) -> None:  # noqa: F811
@@ -240,7 +244,10 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
         await page.goto(f"{web}/verify")
         return await tier.inner_text() == f"{_('Your level:')} {_('Verified')}"
 
-    await harness.until(level_verified, SLOW_MS / 1000, "the level Verified after the own wire")
+    # the page asked again each half second (each asks onboarding and wallet-api)
+    await harness.until(
+        level_verified, SLOW_MS / 1000, "the level Verified after the own wire", interval_s=0.5
+    )
     await check_page(page, f"journey {language} verified")
     await page.goto(f"{web}/")
     await expect(page.get_by_test_id("available")).to_have_text(money(WIRE))
