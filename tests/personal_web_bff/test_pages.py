@@ -35,11 +35,16 @@ async def test_the_wallets_in_english_then_turkish_remembered(
     chart = page.get_by_role("img", name=re.compile("Cash over the last 30 days"))
     await expect(chart).to_have_accessible_name(re.compile("from ₺0.00 to ₺1,234.56"))
     assert len((await chart.locator("polyline").get_attribute("points") or "").split()) == 30
+    # where to wire money to top up: our account, the wallet named in the reference
+    await expect(page.get_by_role("heading", name="Top up by bank transfer")).to_be_visible()
+    await expect(page.get_by_test_id("wire-iban")).to_have_text("TR42 0006 1000 0000 0012 3456 78")
+    await expect(page.get_by_test_id("wire-reference")).to_have_text(f"HiWallet {who.wallet_id}")
     await check_page(page, "pweb home en")
 
     await page.get_by_role("button", name="Türkçe").click()
     await expect(page.get_by_role("heading", name="Cüzdanlarınız")).to_be_visible()
     await expect(page.get_by_test_id("available")).to_have_text("1.234,56 ₺")
+    await expect(page.get_by_role("heading", name="Havale ile para yükle")).to_be_visible()
     assert await page.locator("html").get_attribute("lang") == "tr"
     await expect(page.get_by_role("img", name=re.compile("Son 30 günde nakit"))).to_be_visible()
     await check_page(page, "pweb home tr")

@@ -4,6 +4,7 @@ a production start refused on a plain-http public URL."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from hiwallet.core.settings import InsecureSettings, Settings
 from hiwallet.personal_web_bff.app import checked_iban, minor_units, refuse_plain_http
@@ -33,3 +34,11 @@ def test_production_refuses_a_plain_http_public_url() -> None:
     refuse_plain_http(
         PersonalWebBffSettings(public_url="https://web.hiwallet.example"), Settings(production=True)
     )
+
+
+def test_our_bank_account_must_be_an_iban() -> None:
+    """Shown to every person as where to wire money: a typo refuses to start."""
+    good = PersonalWebBffSettings(bank_iban="TR42 0006 1000 0000 0012 3456 78")
+    assert good.bank_iban == "TR420006100000000012345678"
+    with pytest.raises(ValidationError):
+        PersonalWebBffSettings(bank_iban="TR42 0006 1000 0000 0012 3456 79")

@@ -93,7 +93,9 @@ class Web:
             ),
             public_url=public,
         )
-        self.pages = Pages(HERE / "templates", HERE / "locale")
+        self.pages = Pages(
+            HERE / "templates", HERE / "locale", globals={"bank_iban": IBAN(settings.bank_iban).formatted}
+        )
         # httpx's API over aiohttp's pool (core.http.AiohttpTransport): a page makes three or
         # more calls, and httpx's own pool costs several times the CPU a call (bench/bff_bench.py).
         self.http = http or httpx.AsyncClient(

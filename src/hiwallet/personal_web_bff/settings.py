@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from schwifty import IBAN
 
 __all__ = ["PersonalWebBffSettings", "get_personal_web_bff_settings"]
 
@@ -28,6 +29,9 @@ class PersonalWebBffSettings(BaseSettings):
     # The card provider (stripe-fake locally): its hosted checkout takes the card, never this BFF.
     stripe_url: str = "http://127.0.0.1:8096"
     stripe_api_key: SecretStr = SecretStr("sk_test_hiwallet_dev")
+    # Our account at the bank (bank-fake's receiver_iban locally): the home page tells a person
+    # to wire money here, the wallet named in the reference (topup-webhook finds it there).
+    bank_iban: str = "TR420006100000000012345678"
     # How far back the top-up page looks for the credited payment in the wallet's movements.
     topup_search_pages: int = 5
     # The versions of the user agreement and the privacy notice a person accepts here (onboarding
@@ -37,6 +41,12 @@ class PersonalWebBffSettings(BaseSettings):
     upstream_timeout_s: float = 5.0
     identity_timeout_s: float = 5.0
     statement_page_size: int = 20
+
+    @field_validator("bank_iban")
+    @classmethod
+    def _an_iban(cls, value: str) -> str:
+        # A wrong account shown to every person would send their money elsewhere: refuse to start.
+        return str(IBAN(value).compact)
 
 
 @lru_cache(maxsize=1)
