@@ -66,7 +66,7 @@ import aio_pika.abc
 import asyncpg
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
@@ -137,6 +137,11 @@ REQUEUE_DELAY_S = 1.0
 MAX_BATCH = 1000
 # The most messages of one consumer handled at once (each holds a database connection).
 MAX_CONCURRENCY = 256
+# How often the consumer asks the broker how many messages wait in its queues (a passive
+# declare each: one round trip per queue), and how long it waits for the answer. The gauge is
+# what an operator's "queue growing" alert reads (deploy/prometheus/alerts.yml).
+DEPTH_INTERVAL_S = 15.0
+DEPTH_TIMEOUT_S = 5.0
 _SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
 
 
@@ -236,6 +241,9 @@ class ConsumerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # Every reason from 0: an alert's increase() then sees the first dead letter too.
+        for reason in ("unprocessable", "error", "malformed"):
+            self.dead_letters.labels(reason)
         self.pauses = Counter(
             "hiwallet_consumer_pauses",
             "Times the consumer stopped taking messages because the database was unavailable",
@@ -251,6 +259,13 @@ class ConsumerMetrics:
         self.batch_fallbacks = Counter(
             "hiwallet_consumer_batch_fallbacks",
             "Batches that failed as a whole and went one message at a time",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.queue_messages = Gauge(
+            "hiwallet_consumer_queue_messages",
+            "Messages ready in the queue, as the broker last reported them (every consumer of a "
+            "queue reports the same figure)",
             ["queue"],
             registry=self.registry,
         )
@@ -401,7 +416,10 @@ class Consumer:
                 backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
             log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
             self._started.set()
-            await self._stop.wait()
+            while not self._stop.is_set():
+                await self._measure_depth()
+                with contextlib.suppress(TimeoutError):
+                    await within(self._stop.wait(), DEPTH_INTERVAL_S)
         finally:
             await asyncio.shield(self._shutdown())
 
@@ -432,6 +450,19 @@ class Consumer:
             await self._close_all()
             return False
         return True
+
+    async def _measure_depth(self) -> None:
+        """The messages waiting in each queue, from a passive declare, into the gauge. Only a
+        measure: a broker that does not answer leaves the last figure (the consumer's own
+        recovery deals with the broker)."""
+        for entry in list(self._consuming):
+            try:
+                declared = await entry.queue.declare(timeout=DEPTH_TIMEOUT_S)
+            except Exception as exc:  # any failure of a measure is only logged
+                log.debug("queue depth not measured", queue=entry.name, error=type(exc).__name__)
+                continue
+            if declared.message_count is not None:
+                self.metrics.queue_messages.labels(entry.name).set(declared.message_count)
 
     def _refuse_ordered(self) -> None:
         """concurrency > 1 on a queue whose order matters is a defect: refused for every
