@@ -138,7 +138,8 @@ MAX_BATCH = 1000
 # The most messages of one consumer handled at once (each holds a database connection).
 MAX_CONCURRENCY = 256
 # How often the consumer asks the broker how many messages wait in its queues (a passive
-# declare each: one round trip per queue), and how long it waits for the answer. The gauge is
+# declare each, on a channel of its own: one round trip per queue), and how long it waits for
+# an answer. The gauge is
 # what an operator's "queue growing" alert reads (deploy/prometheus/alerts.yml).
 DEPTH_INTERVAL_S = 15.0
 DEPTH_TIMEOUT_S = 5.0
@@ -416,10 +417,13 @@ class Consumer:
                 backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
             log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
             self._started.set()
-            while not self._stop.is_set():
-                await self._measure_depth()
-                with contextlib.suppress(TimeoutError):
-                    await within(self._stop.wait(), DEPTH_INTERVAL_S)
+            depths = asyncio.create_task(self._measure_depths(), name="consumer-depths")
+            try:
+                await self._stop.wait()
+            finally:
+                depths.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await depths
         finally:
             await asyncio.shield(self._shutdown())
 
@@ -451,18 +455,35 @@ class Consumer:
             return False
         return True
 
-    async def _measure_depth(self) -> None:
-        """The messages waiting in each queue, from a passive declare, into the gauge. Only a
-        measure: a broker that does not answer leaves the last figure (the consumer's own
-        recovery deals with the broker)."""
-        for entry in list(self._consuming):
-            try:
-                declared = await entry.queue.declare(timeout=DEPTH_TIMEOUT_S)
-            except Exception as exc:  # any failure of a measure is only logged
-                log.debug("queue depth not measured", queue=entry.name, error=type(exc).__name__)
-                continue
-            if declared.message_count is not None:
-                self.metrics.queue_messages.labels(entry.name).set(declared.message_count)
+    async def _measure_depths(self) -> None:
+        """Every DEPTH_INTERVAL_S, the messages ready in each queue (a passive declare) into the
+        gauge, until cancelled. On a channel of its own: an AMQP call that times out closes its
+        channel, which must never be one that consumes. Only a measure: a failure is logged, the
+        gauge keeps its last figure and the next round opens a new channel."""
+        channel: aio_pika.abc.AbstractChannel | None = None
+        try:
+            while True:
+                try:
+                    if channel is None or channel.is_closed:
+                        channel = await within(self._broker.consumer_channel(), DEPTH_TIMEOUT_S)
+                    # The plain channel under the robust one: a passive declare through the
+                    # robust channel would be remembered and declared again at each reconnect.
+                    amqp = await within(channel.get_underlay_channel(), DEPTH_TIMEOUT_S)
+                    for name in self.queues:
+                        declared = await amqp.queue_declare(name, passive=True, timeout=DEPTH_TIMEOUT_S)
+                        if declared.message_count is not None:
+                            self.metrics.queue_messages.labels(name).set(declared.message_count)
+                except Exception as exc:  # any failure of a measure is only logged
+                    log.debug("queue depths not measured", error=type(exc).__name__)
+                    closing, channel = channel, None
+                    if closing is not None:
+                        with contextlib.suppress(Exception):
+                            await within(closing.close(), DEPTH_TIMEOUT_S)
+                await asyncio.sleep(DEPTH_INTERVAL_S)
+        finally:
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    await within(channel.close(), DEPTH_TIMEOUT_S)
 
     def _refuse_ordered(self) -> None:
         """concurrency > 1 on a queue whose order matters is a defect: refused for every
