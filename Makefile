@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff schema
+.PHONY: install browser promtool up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,7 +35,7 @@ lint: install
 # databases (one worker left a core idle half the time; two still left a third of the machine
 # idle), so a third worker fills the waits; --dist loadfile keeps each file on one worker (a
 # module's processes and virtual host are set up once). PYTEST_ARGS="-n 0" runs in one process. The broker plugin is enabled as for `make up`: a new machine's `make test` needs it too.
-test: install lint browser
+test: install lint browser promtool
 	-command -v rabbitmq-plugins >/dev/null && rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null 2>&1
 	$(BIN)/pytest -q -n 3 --dist loadfile $(PYTEST_ARGS)
 
@@ -44,6 +44,19 @@ test: install lint browser
 browser:
 	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 \
 	  || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null)
+
+# promtool, which checks and unit-tests the alert rules (deploy/prometheus, tests/test_alerts.py):
+# taken out of Debian's prometheus package into .venv/bin when missing, the package itself not
+# installed (it would install a Prometheus server, and start it where systemd runs); apt's lists
+# are refreshed only if the first download fails. A promtool on the PATH does as well.
+promtool: install
+	@test -x $(BIN)/promtool || command -v promtool >/dev/null || { \
+	  dir=$$(mktemp -d) && chmod 755 $$dir && cd $$dir && \
+	  { apt-get download -q prometheus >/dev/null 2>&1 \
+	    || { apt-get update -q >/dev/null && apt-get download -q prometheus >/dev/null 2>&1; }; } && \
+	  dpkg-deb --fsys-tarfile prometheus_*.deb | tar -xO ./usr/bin/promtool >$(CURDIR)/$(BIN)/promtool.part && \
+	  chmod 755 $(CURDIR)/$(BIN)/promtool.part && mv $(CURDIR)/$(BIN)/promtool.part $(CURDIR)/$(BIN)/promtool; \
+	  rc=$$?; rm -rf $$dir $(CURDIR)/$(BIN)/promtool.part; exit $$rc; }
 
 # migrations/<db>/schema.sql, the live schema, from freshly migrated databases: run after adding
 # a migration (tests/core/test_schema.py fails until the committed files match).

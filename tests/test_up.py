@@ -33,6 +33,7 @@ from hiwallet.up import (
     RestartPolicy,
     Supervisor,
 )
+from tests import promql
 from tests.e2e import harness
 from tests.e2e.up_system import (
     CHILDREN,
@@ -50,6 +51,8 @@ from tests.servers import free_port
 from tests.waiting import until_sync as until
 
 POLL_S = 0.05
+# system_env's ports of processes that are not HiWallet's (no /metrics; smtp is not HTTP).
+FAKE_PORTS = ("stripe", "bank", "mail", "smtp", "sms", "nvi")
 
 
 @pytest.fixture
@@ -110,6 +113,17 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         # and through the mobile app's front door, the same token
         front = await api.get(f"http://127.0.0.1:{ports['personal-mobile-api']}/v1/me/accounts", headers=me)
         assert front.status_code == 200, front.text
+
+        # Every metric the shipped alert rules and dashboard read (deploy/, tests/promql.py) is
+        # one these processes export (the fakes' and the mail catcher's ports aside).
+        exported: set[str] = set()
+        for name, port in ports.items():
+            if name in FAKE_PORTS:
+                continue
+            scraped = await api.get(f"http://127.0.0.1:{port}/metrics")
+            assert scraped.status_code == 200, (name, scraped.status_code)
+            exported |= promql.exported_names(scraped.text)
+        assert promql.used_metric_names() - exported == set()
 
         os.kill(wallet_pid, signal.SIGKILL)
         # Until wallet-api is back (a new pid, ready), identity answers every probe.

@@ -501,3 +501,35 @@ async def test_after_commit_runs_after_the_handlers_commit_and_never_after_a_rol
     # the good message's callback ran once; the dead-lettered one's never did
     assert seen_after_commit == [1]
     assert await _count(spine_db, EFFECTS) == 1
+
+
+async def test_the_queue_depth_gauge_reports_the_messages_waiting(
+    spine_db: str, broker: Broker, names: spine.Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hiwallet_consumer_queue_messages: what the broker holds ready in the consumer's queue
+    (the message in hand not counted), measured again until the queue has drained."""
+    monkeypatch.setattr("hiwallet.core.consumer.DEPTH_INTERVAL_S", 0.05)
+    handler = Effects()
+    release = asyncio.Event()
+    original = handler.__call__
+
+    async def held(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        await asyncio.wait_for(release.wait(), 20)
+        return await original(conn, message)
+
+    await broker.publish([_message(names, key="w7", n=i) for i in range(4)])
+    depths = {q: await spine.queue_depth(broker, q) for q in names.queues}
+    [queue] = [q for q, n in depths.items() if n == 4]
+    async with _pool(spine_db) as pool:
+        consumer = _consumer(broker, pool, names, held)  # type: ignore[arg-type]
+        async with _consuming(consumer):
+
+            def depth() -> float | None:
+                return consumer.metrics.registry.get_sample_value(
+                    "hiwallet_consumer_queue_messages", {"queue": queue}
+                )
+
+            await until(lambda: depth() == 3, 10, "three ready, one in hand", interval_s=0.05)
+            release.set()
+            await _until_count(spine_db, EFFECTS, 4)
+            await until(lambda: depth() == 0, 10, "the queue drained", interval_s=0.05)

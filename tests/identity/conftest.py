@@ -129,6 +129,8 @@ def test_settings(port: int, **overrides: Any) -> IdentitySettings:
         "argon2_parallelism": 1,
         "smtp_enabled": False,
         "key_cache_s": 0.0,
+        # the signing key's gauge follows a rotation quickly (tests/identity/test_operations.py)
+        "metrics_interval_s": 0.5,
         **overrides,
     }
     return IdentitySettings(**values)

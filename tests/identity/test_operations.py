@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from hiwallet.cli import app as cli
@@ -12,6 +13,9 @@ from hiwallet.core.http import ClientNetworks, create_app
 from hiwallet.identity.app import create_identity_app
 from hiwallet.identity.settings import IdentitySettings
 from tests.identity.conftest import IdentityServer
+from tests.waiting import until_sync
+
+KEY_GAUGE = "hiwallet_identity_signing_key_active_since_timestamp_seconds"
 
 
 async def _ok() -> dict[str, str]:
@@ -67,3 +71,29 @@ def test_rotate_keys_command(customer_idp: IdentityServer, monkeypatch: pytest.M
     }
     # The promoted key was already published; the old one stays until its tokens expire.
     assert after == before
+
+
+def _key_gauge(server: IdentityServer) -> float | None:
+    text = httpx.get(server.base_url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == KEY_GAUGE:
+                return float(sample.value)
+    return None
+
+
+def test_the_key_gauge_follows_a_rotation(
+    customer_idp: IdentityServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The alert's signal (docs/operations.md): when the key in use became active, read again
+    after a rotation by another process."""
+    monkeypatch.setitem(DATABASES, "identity", customer_idp.database)
+    since = "SELECT extract(epoch FROM activated_at)::float8 AS t FROM signing_keys WHERE status = 'active'"
+    [before] = customer_idp.sql(since)
+    until_sync(lambda: _key_gauge(customer_idp) == before["t"], 10, "the gauge of the active key")
+
+    result = CliRunner().invoke(cli, ["identity", "rotate-keys", "--realm", "hiwallet"])
+    assert result.exit_code == 0, result.output
+    [after] = customer_idp.sql(since)
+    assert after["t"] > before["t"]
+    until_sync(lambda: _key_gauge(customer_idp) == after["t"], 10, "the gauge of the promoted key")

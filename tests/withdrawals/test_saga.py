@@ -319,6 +319,26 @@ async def test_the_stuck_scan_publishes_the_waiting_command_again(
     assert service.metrics.republished.labels("bank_transfer_pending")._value.get() == 1
 
 
+async def test_the_gauges_count_each_state_and_age_its_oldest_saga(
+    service: WithdrawalService, owner: asyncpg.Connection
+) -> None:
+    """count_by_state, the gauges' figures: how many, and how long the oldest has been in the
+    state (hiwallet_withdrawal_oldest_in_state_seconds, the "withdrawal stuck" alert's signal)."""
+    old, new = await start(service), await start(service)
+    pending = await start(service)
+    await deliver(service, "WithdrawalDebited", debited(pending))
+    for saga_id, seconds in ((old, 3600), (new, 60)):
+        await owner.execute(
+            "UPDATE withdrawal.sagas SET state_changed_at = now() - make_interval(secs => $2) WHERE id = $1",
+            saga_id,
+            seconds,
+        )
+    counts = await service.count_by_state()
+    assert set(counts) == {"initiated", "bank_transfer_pending"}
+    assert counts["initiated"][0] == 2 and 3600 <= counts["initiated"][1] < 3700
+    assert counts["bank_transfer_pending"][0] == 1 and 0 <= counts["bank_transfer_pending"][1] < 600
+
+
 async def test_the_stuck_scan_is_bounded_per_round(withdrawal_db: str, owner: asyncpg.Connection) -> None:
     settings = settings_for(withdrawal_db, stuck_scan_batch=3)
     pool = await database_spec(settings).create_pool(get_settings(), max_size=2)

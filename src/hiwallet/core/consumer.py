@@ -66,7 +66,7 @@ import aio_pika.abc
 import asyncpg
 import orjson
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from hiwallet.core import db
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
@@ -137,6 +137,12 @@ REQUEUE_DELAY_S = 1.0
 MAX_BATCH = 1000
 # The most messages of one consumer handled at once (each holds a database connection).
 MAX_CONCURRENCY = 256
+# How often the consumer asks the broker how many messages wait in its queues (a passive
+# declare each, on a channel of its own: one round trip per queue), and how long it waits for
+# an answer. The gauge is
+# what an operator's "queue growing" alert reads (deploy/prometheus/alerts.yml).
+DEPTH_INTERVAL_S = 15.0
+DEPTH_TIMEOUT_S = 5.0
 _SUBSCRIBE_FAILURES: tuple[type[BaseException], ...] = (BrokerError, *BROKER_FAILURES)
 
 
@@ -236,6 +242,9 @@ class ConsumerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # Every reason from 0: an alert's increase() then sees the first dead letter too.
+        for reason in ("unprocessable", "error", "malformed"):
+            self.dead_letters.labels(reason)
         self.pauses = Counter(
             "hiwallet_consumer_pauses",
             "Times the consumer stopped taking messages because the database was unavailable",
@@ -251,6 +260,13 @@ class ConsumerMetrics:
         self.batch_fallbacks = Counter(
             "hiwallet_consumer_batch_fallbacks",
             "Batches that failed as a whole and went one message at a time",
+            ["queue"],
+            registry=self.registry,
+        )
+        self.queue_messages = Gauge(
+            "hiwallet_consumer_queue_messages",
+            "Messages ready in the queue, as the broker last reported them (every consumer of a "
+            "queue reports the same figure)",
             ["queue"],
             registry=self.registry,
         )
@@ -401,7 +417,13 @@ class Consumer:
                 backoff_s = min(PROBE_BACKOFF_CAP_S, backoff_s * 2)
             log.info("consumer started", consumer=self.consumer_name, queues=self.queues)
             self._started.set()
-            await self._stop.wait()
+            depths = asyncio.create_task(self._measure_depths(), name="consumer-depths")
+            try:
+                await self._stop.wait()
+            finally:
+                depths.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await depths
         finally:
             await asyncio.shield(self._shutdown())
 
@@ -432,6 +454,36 @@ class Consumer:
             await self._close_all()
             return False
         return True
+
+    async def _measure_depths(self) -> None:
+        """Every DEPTH_INTERVAL_S, the messages ready in each queue (a passive declare) into the
+        gauge, until cancelled. On a channel of its own: an AMQP call that times out closes its
+        channel, which must never be one that consumes. Only a measure: a failure is logged, the
+        gauge keeps its last figure and the next round opens a new channel."""
+        channel: aio_pika.abc.AbstractChannel | None = None
+        try:
+            while True:
+                try:
+                    if channel is None or channel.is_closed:
+                        channel = await within(self._broker.consumer_channel(), DEPTH_TIMEOUT_S)
+                    # The plain channel under the robust one: a passive declare through the
+                    # robust channel would be remembered and declared again at each reconnect.
+                    amqp = await within(channel.get_underlay_channel(), DEPTH_TIMEOUT_S)
+                    for name in self.queues:
+                        declared = await amqp.queue_declare(name, passive=True, timeout=DEPTH_TIMEOUT_S)
+                        if declared.message_count is not None:
+                            self.metrics.queue_messages.labels(name).set(declared.message_count)
+                except Exception as exc:  # any failure of a measure is only logged
+                    log.debug("queue depths not measured", error=type(exc).__name__)
+                    closing, channel = channel, None
+                    if closing is not None:
+                        with contextlib.suppress(Exception):
+                            await within(closing.close(), DEPTH_TIMEOUT_S)
+                await asyncio.sleep(DEPTH_INTERVAL_S)
+        finally:
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    await within(channel.close(), DEPTH_TIMEOUT_S)
 
     def _refuse_ordered(self) -> None:
         """concurrency > 1 on a queue whose order matters is a defect: refused for every

@@ -22,7 +22,7 @@ from hiwallet.identity.context import Realm
 from hiwallet.identity.document import document
 from hiwallet.identity.errors import InvalidToken, InvalidUser, LoginPageError, OAuthError
 from hiwallet.identity.housekeeping import purge_expired
-from hiwallet.identity.keys import KeyRing, ensure_keys
+from hiwallet.identity.keys import KeyMetrics, KeyRing, ensure_keys
 from hiwallet.identity.passwords import Passwords
 from hiwallet.identity.realm import MANAGE_USERS, VIEW_USERS, load_realm
 from hiwallet.identity.settings import IdentitySettings, get_identity_settings
@@ -310,6 +310,9 @@ def create_identity_app(
             config, settings, rt.db, KeyRing(rt.db, settings.key_cache_s), Passwords(settings)
         )
         rt.every("purge", settings.purge_interval_s, lambda: purge_expired(rt.db))
+        key_metrics = KeyMetrics(rt.app.state.metrics_registry)
+        await key_metrics.refresh(rt.db)
+        rt.every("key-gauge", settings.metrics_interval_s, lambda: key_metrics.refresh(rt.db))
 
     # One realm a deployable (identity, identity-staff), each its own database.
     spec = ServiceSpec(

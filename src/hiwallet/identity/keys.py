@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 from joserfc import jwt
 from joserfc.jwk import RSAKey
+from prometheus_client import CollectorRegistry, Gauge
 
 from hiwallet.core.uow import in_transaction
 from hiwallet.identity.sql import Q
@@ -75,6 +76,23 @@ async def _insert(conn: asyncpg.Connection, bits: int, status: str) -> str:
     kid, pem, public = _generate(bits)
     await conn.execute(Q["insert_key"], kid, pem, json.dumps(public), status)
     return kid
+
+
+class KeyMetrics:
+    """When the realm's signing key in use became active, for the alert that asks for a
+    rotation (nothing rotates the key by itself: ``hiwallet identity rotate-keys``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.active_since = Gauge(
+            "hiwallet_identity_signing_key_active_since_timestamp_seconds",
+            "When the signing key in use became active (unix time; rotate it before it gets old)",
+            registry=registry,
+        )
+
+    async def refresh(self, pool: asyncpg.Pool) -> None:
+        since = await pool.fetchval(Q["active_key_since"])
+        if since is not None:
+            self.active_since.set(float(since))
 
 
 class KeyRing:

@@ -74,6 +74,7 @@ class IdentitySettings(BaseSettings):
         "fc00::/7",
     ]
     purge_interval_s: float = 600.0  # how often expired flows, sessions and tokens are deleted
+    metrics_interval_s: float = 60.0  # how often the signing key's gauge is read again
     max_body_bytes: int = 64_000  # forms and admin JSON are small
 
     def base_url(self, realm: str) -> str:

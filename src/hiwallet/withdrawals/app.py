@@ -147,7 +147,9 @@ def service_spec(
         async def refresh_gauges() -> None:
             counts = await service.count_by_state()
             for state in State:  # every state, zero when none is in it
-                metrics.sagas.labels(state.value).set(counts.get(state.value, 0))
+                n, oldest_s = counts.get(state.value, (0, 0.0))
+                metrics.sagas.labels(state.value).set(n)
+                metrics.oldest_in_state.labels(state.value).set(oldest_s)
             async with pool.acquire() as conn:
                 await outbox_metrics.refresh(conn, OUTBOX_TABLE)
 

@@ -22,6 +22,13 @@ class WithdrawalMetrics:
         self.sagas = Gauge(
             "hiwallet_withdrawal_sagas", "Withdrawal sagas by state (refreshed)", ["state"], registry=registry
         )
+        self.oldest_in_state = Gauge(
+            "hiwallet_withdrawal_oldest_in_state_seconds",
+            "How long the oldest saga in each state has been in it (refreshed; 0 when none is): "
+            "a saga waiting long in a non-final state is stuck",
+            ["state"],
+            registry=registry,
+        )
         self.transitions = Counter(
             "hiwallet_withdrawal_transitions_total",
             "Changes of a saga's state, by from and to",
@@ -42,3 +49,4 @@ class WithdrawalMetrics:
         )
         for state in State:
             self.sagas.labels(state.value).set(0)
+            self.oldest_in_state.labels(state.value).set(0)

@@ -414,8 +414,10 @@ class WithdrawalService:
     async def history(self, saga_id: str) -> list[asyncpg.Record]:
         return await self._read(Q["history"], saga_id)
 
-    async def count_by_state(self) -> dict[str, int]:
-        return {row["state"]: int(row["n"]) for row in await self._read(Q["count_by_state"])}
+    async def count_by_state(self) -> dict[str, tuple[int, float]]:
+        """Per state present: how many sagas, and the seconds the oldest has been in it."""
+        rows = await self._read(Q["count_by_state"])
+        return {row["state"]: (int(row["n"]), float(row["oldest_s"])) for row in rows}
 
     # -- moving a saga (inside a transaction that holds its row) -----------------------------
 

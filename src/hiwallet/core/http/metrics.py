@@ -14,6 +14,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
+    ProcessCollector,
     generate_latest,
     multiprocess,
 )
@@ -44,6 +45,9 @@ class Metrics:
 
     def __init__(self, service: str) -> None:
         self.registry = CollectorRegistry()
+        # process_start_time_seconds and the rest (Linux): what tells an operator the process
+        # restarted (deploy/prometheus/alerts.yml); the app's own registry leaves them out.
+        ProcessCollector(registry=self.registry)
         self.requests = Counter(
             "http_requests_total",
             "HTTP requests by route, method and status",
@@ -63,6 +67,8 @@ class Metrics:
             # Worker processes: each writes its values to the shared directory; any of them
             # answers with the sum of all.
             registry = CollectorRegistry()
+            # No process metrics here: whichever worker answers would report its own start
+            # time, and the restart alert would see every change of worker as a restart.
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

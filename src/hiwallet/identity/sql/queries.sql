@@ -22,6 +22,12 @@ UPDATE signing_keys SET status = 'active', activated_at = now()
 WHERE status = 'next'
 RETURNING kid;
 
+-- name: active_key_since
+-- When the signing key in use became active (unix seconds; NULL: none yet): the gauge that
+-- tells an operator the key is due for rotation.
+SELECT extract(epoch FROM coalesce(activated_at, created_at))::float8
+FROM signing_keys WHERE status = 'active';
+
 -- name: insert_user
 INSERT INTO users (id, username, email, first_name, last_name, enabled, email_verified,
                    password_hash, required_actions)

@@ -76,4 +76,8 @@ SELECT * FROM withdrawal.sagas
 SELECT from_state, to_state, actor, at FROM withdrawal.transitions WHERE saga_id = $1 ORDER BY id
 
 -- name: count_by_state
-SELECT state, count(*) AS n FROM withdrawal.sagas GROUP BY state
+-- The gauges: how many sagas are in each state, and how long the oldest has been in it (what
+-- the "withdrawal stuck" alert reads; one scan for both).
+SELECT state, count(*) AS n,
+       extract(epoch FROM now() - min(state_changed_at))::float8 AS oldest_s
+  FROM withdrawal.sagas GROUP BY state
