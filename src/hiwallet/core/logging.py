@@ -256,10 +256,12 @@ class _StdlibHandler(logging.Handler):
 
 
 def _configure_structlog(threshold: int) -> None:
+    # The trace's ids only while tracing is on: off, the chain is what it was without tracing.
+    traced = [_add_trace] if tracing.STATE.tracer is not None else []
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            _add_trace,
+            *traced,
             _add_logger_name,
             _add_exception,
             _add_fields,
@@ -289,8 +291,8 @@ def configure_logging(service: str, *, level: str | None = None, log_file: Path 
     _STATE["level"] = threshold
     _SINK.open(log_file or settings.log_file)
 
-    _configure_structlog(threshold)
     tracing.configure_tracing(service, settings.otel_endpoint)
+    _configure_structlog(threshold)
 
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -346,3 +348,5 @@ def access_logger(service: str, *, enabled: bool = True) -> AccessLog | None:
 # show every frame's local variables).
 if not structlog.is_configured():
     _configure_structlog(logging.INFO)
+# Tracing switched on or off later (tests install a provider): the chain follows.
+tracing.on_change(lambda: _configure_structlog(_STATE["level"]))

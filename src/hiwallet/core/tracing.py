@@ -53,6 +53,7 @@ __all__ = [
     "end_server_span",
     "inject_producer",
     "install",
+    "on_change",
     "start_server_span",
     "uninstall",
 ]
@@ -100,6 +101,19 @@ def current_ids() -> tuple[str, str] | None:
 # -- set-up -----------------------------------------------------------------------------------
 
 
+_ON_CHANGE: list[Callable[[], None]] = []
+
+
+def on_change(callback: Callable[[], None]) -> None:
+    """``callback()`` after tracing is switched on or off (core.logging: its processors)."""
+    _ON_CHANGE.append(callback)
+
+
+def _changed() -> None:
+    for callback in _ON_CHANGE:
+        callback()
+
+
 def install(provider: Any) -> None:
     """Trace with ``provider`` (an SDK TracerProvider) from now on: the hooks start spans, httpx
     and asyncpg are patched (once per process). Not the global provider of the API: tests
@@ -110,12 +124,14 @@ def install(provider: Any) -> None:
         _patch_httpx()
         _patch_asyncpg()
         STATE.patched = True
+    _changed()
 
 
 def uninstall() -> None:
     """Tracing off again (the patches stay, each a pass-through while off)."""
     STATE.tracer = None
     STATE.provider = None
+    _changed()
 
 
 def configure_tracing(service: str, endpoint: str | None, *, export_timeout_s: float = 5.0) -> bool:
