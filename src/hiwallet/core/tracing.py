@@ -54,6 +54,7 @@ __all__ = [
     "inject_producer",
     "install",
     "on_change",
+    "outgoing_context",
     "start_server_span",
     "uninstall",
 ]
@@ -327,6 +328,17 @@ def inject_producer(
         _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span))
     finally:
         span.end()
+
+
+def outgoing_context(exchange: str, routing_key: str, correlation_id: str | None) -> dict[str, str]:
+    """The trace context for a message a database function will write later or elsewhere (kept
+    with a row until then): a PRODUCER span's ``traceparent`` as :func:`inject_producer` puts it
+    into headers. Empty when tracing is off or no trace is current."""
+    headers: dict[str, str] = {}
+    tracer = STATE.tracer
+    if tracer is not None:
+        inject_producer(tracer, headers, exchange, routing_key, correlation_id)
+    return headers
 
 
 def _consumer_attributes(queue: str, routing_key: str, message_id: str) -> dict[str, Any]:
