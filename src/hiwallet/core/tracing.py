@@ -21,7 +21,7 @@ The spans (names and kinds):
 - ``<queue> process`` (CONSUMER): each message consumed, its parent the producer's span; a
   batch handled in one transaction is ``<queue> process batch`` (linked to its messages'
   spans), and what the batch handler writes to the outbox continues the trace of the consumed
-  message with the same correlation id.
+  message with the same correlation id (as does what it does inside :func:`continuing`).
 
 Log lines written while a span is current carry ``trace_id`` and ``span_id``
 (core.logging).
@@ -49,6 +49,7 @@ __all__ = [
     "client_span",
     "configure_tracing",
     "consumer_span",
+    "continuing",
     "current_ids",
     "end_server_span",
     "inject_producer",
@@ -179,9 +180,15 @@ class _AsgiHeaders:
 _ASGI_GETTER = _AsgiHeaders()
 
 
-def start_server_span(tracer: Tracer, scope: MutableMapping[str, Any]) -> tuple[Span, object]:
+# A supervisor's probes and a scraper's pulls: a trace each, a few a second, would drown the rest.
+_UNTRACED_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
+def start_server_span(tracer: Tracer, scope: MutableMapping[str, Any]) -> tuple[Span, object] | None:
     """The SERVER span of an HTTP request, current until :func:`end_server_span`; its parent the
-    caller's ``traceparent`` if any."""
+    caller's ``traceparent`` if any. None for the probes and metrics (no span)."""
+    if scope.get("path") in _UNTRACED_PATHS:
+        return None
     parent = _PROPAGATOR.extract(scope.get("headers", ()), getter=_ASGI_GETTER)  # type: ignore[arg-type]
     method = scope.get("method", "")
     span = tracer.start_span(
@@ -339,6 +346,23 @@ def outgoing_context(exchange: str, routing_key: str, correlation_id: str | None
     if tracer is not None:
         inject_producer(tracer, headers, exchange, routing_key, correlation_id)
     return headers
+
+
+@contextlib.contextmanager
+def continuing(correlation_id: str | None) -> Iterator[None]:
+    """Batch mode: inside, the span of the consumed message with this correlation id is current
+    (what a batch handler does for one message, e.g. an HTTP call, is in that message's trace).
+    Anywhere else nothing changes."""
+    parents = _BATCH_PARENTS.get()
+    parent = parents.get(correlation_id) if parents is not None and correlation_id is not None else None
+    if parent is None:
+        yield
+        return
+    token = otel_context.attach(parent)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _consumer_attributes(queue: str, routing_key: str, message_id: str) -> dict[str, Any]:
