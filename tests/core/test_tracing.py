@@ -6,7 +6,8 @@ RabbitMQ), as in the spine's tests."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import asyncpg
 import httpx
@@ -20,7 +21,7 @@ from opentelemetry.trace import SpanKind
 
 from hiwallet.core import tracing
 from hiwallet.core.broker import Broker, OutgoingMessage
-from hiwallet.core.consumer import Consumer, ConsumerMetrics
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage
 from hiwallet.core.http import create_app
 from hiwallet.core.ids import new_id
 from hiwallet.core.outbox import enqueue
@@ -225,3 +226,82 @@ async def test_tracing_uninstalled_the_hooks_pass_through(spine_db: str) -> None
     finally:
         await conn.close()
     assert tracing.current_ids() is None
+
+
+async def test_a_batch_continues_each_message_s_own_trace(
+    spans: InMemorySpanExporter, spine_db: str, broker: Broker, names: spine.Names
+) -> None:
+    """Batch mode: a CONSUMER span per message (its producer's child), the batch's work under a
+    batch span linked to them; what the handler writes to the outbox under a message's
+    correlation id, and what it does inside tracing.continuing, is in that message's trace."""
+    tracer = tracing.STATE.tracer
+    assert tracer is not None
+    sent: dict[str, int] = {}  # correlation id -> the trace it was published in
+    for who in ("a", "b"):
+        with tracer.start_as_current_span(f"request {who}") as request:
+            message = OutgoingMessage(
+                message_id=new_id(),
+                exchange=names.exchange,
+                routing_key="0421:w:batch",
+                type="T",
+                body=orjson.dumps({"n": 1}),
+                correlation_id=f"saga-{who}",
+            )
+            await broker.publish([message])  # published directly: its producer span
+            sent[f"saga-{who}"] = request.get_span_context().trace_id
+    continued: dict[str, int] = {}
+
+    async def batch(conn: asyncpg.Connection, messages: Sequence[IncomingMessage]) -> list[Mapping[str, Any]]:
+        for m in messages:
+            answer = OutgoingMessage(
+                message_id=new_id(),
+                exchange=names.exchange,
+                routing_key="answers",
+                type="Answer",
+                body=b"{}",
+                correlation_id=m.correlation_id,
+            )
+            await enqueue(conn, answer, table=spine.OUTBOX)
+            with tracing.continuing(m.correlation_id):
+                ids = tracing.current_ids()
+                assert ids is not None and m.correlation_id is not None
+                continued[m.correlation_id] = int(ids[0], 16)
+        return [{} for _ in messages]
+
+    async def single(conn: asyncpg.Connection, message: IncomingMessage) -> Mapping[str, Any]:
+        raise AssertionError("the batch path handles these")
+
+    async with _pool(spine_db) as pool:
+        consumer = Consumer(
+            broker=broker,
+            pool=pool,
+            queues=names.queues,
+            consumer_name=CONSUMER,
+            handler=single,
+            batch_handler=batch,
+            max_batch=10,
+            prefetch=10,
+            dead_letter_exchange=names.dlx,
+            dead_letter_key=names.dead_key,
+            table=spine.PROCESSED,
+            metrics=ConsumerMetrics(),
+        )
+        async with _consuming(consumer):
+            await until(lambda: len(continued) == 2, what="both messages handled")
+    finished = spans.get_finished_spans()
+    assert continued == sent
+    producers = {s.context.span_id: s for s in finished if s.kind == SpanKind.PRODUCER}
+    consumed = [s for s in finished if s.kind == SpanKind.CONSUMER and not s.name.endswith("batch")]
+    assert len(consumed) == 2
+    for span in consumed:  # each its own producer's child, in its own trace
+        assert span.parent is not None and span.parent.span_id in producers
+        assert producers[span.parent.span_id].context.trace_id == span.context.trace_id
+    # The answers written in the batch: each a child of its message's consumer span.
+    answers = [
+        s
+        for s in producers.values()
+        if s.attributes and s.attributes.get("messaging.rabbitmq.destination.routing_key") == "answers"
+    ]
+    assert sorted(_parent_of(s) or 0 for s in answers) == sorted(s.context.span_id for s in consumed)
+    batches = [s for s in finished if s.name.endswith("process batch")]
+    assert batches and sum(len(b.links) for b in batches) == 2
