@@ -8,8 +8,9 @@ installs a provider exporting in batches to ``<endpoint>/v1/traces``.
 
 The spans (names and kinds):
 
-- ``METHOD /route/{template}`` (SERVER): every HTTP request, at the edge (core.http.edge),
-  continuing the caller's ``traceparent`` (W3C trace context) if it sent one;
+- ``METHOD /route/{template}`` (SERVER): every HTTP request but the probes and the metrics
+  scrape, at the edge (core.http.edge), continuing the caller's ``traceparent`` (W3C trace
+  context) if it sent one;
 - ``METHOD`` (CLIENT): every call of an ``httpx.AsyncClient`` (patched while tracing is on) and
   every call of the front APIs to their upstreams (core.edge.forward); the ``traceparent`` of
   the span goes with the request;
