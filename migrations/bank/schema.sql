@@ -20,6 +20,7 @@ CREATE TABLE bank.transfers (
     requested_at timestamp with time zone DEFAULT now() NOT NULL,
     outcome_at timestamp with time zone,
     outcome_source text,
+    trace_headers jsonb DEFAULT '{}'::jsonb NOT NULL,
     CONSTRAINT transfers_amount_positive CHECK (((amount_minor > 0) AND (amount_minor <= '1000000000000000'::bigint))),
     CONSTRAINT transfers_currency_code CHECK ((currency ~ '^[A-Z]{3}$'::text)),
     CONSTRAINT transfers_iban_format CHECK ((destination_iban ~ '^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$'::text)),
@@ -28,7 +29,8 @@ CREATE TABLE bank.transfers (
     CONSTRAINT transfers_reason_length CHECK (((reason IS NULL) OR (length(reason) <= 500))),
     CONSTRAINT transfers_reference_known CHECK (((bank_reference IS NOT NULL) OR ((state = 'failed'::text) AND (outcome_source = 'bank'::text)))),
     CONSTRAINT transfers_source_known CHECK (((outcome_source IS NULL) OR (outcome_source = ANY (ARRAY['callback'::text, 'reconciliation'::text, 'bank'::text])))),
-    CONSTRAINT transfers_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'succeeded'::text, 'failed'::text])))
+    CONSTRAINT transfers_state_known CHECK ((state = ANY (ARRAY['pending'::text, 'succeeded'::text, 'failed'::text]))),
+    CONSTRAINT transfers_trace_headers_small CHECK (((jsonb_typeof(trace_headers) = 'object'::text) AND (length((trace_headers)::text) <= 1024)))
 );
 
 -- Name: announce(bank.transfers, text, text); Type: FUNCTION; Schema: bank; Owner: -
@@ -48,7 +50,8 @@ BEGIN
     VALUES (
         p_message_id, p_exchange, v_type, v_type,
         -- the correlation id travels in the headers document (core.outbox.CORRELATION_ID_KEY)
-        jsonb_build_object('x-hiwallet-correlation-id', p_transfer.saga_id),
+        -- and, with tracing on, the context of the command the transfer was asked for
+        p_transfer.trace_headers || jsonb_build_object('x-hiwallet-correlation-id', p_transfer.saga_id),
         CASE v_type
             WHEN 'BankTransferSucceeded' THEN jsonb_build_object(
                 'command_id', p_transfer.command_id, 'saga_id', p_transfer.saga_id,
@@ -186,9 +189,9 @@ BEGIN
     RETURN true;
 END $$;
 
--- Name: record_transfer(text, text, bigint, text, text, text, text, text, text); Type: FUNCTION; Schema: bank; Owner: -
+-- Name: record_transfer(text, text, bigint, text, text, text, text, text, text, jsonb); Type: FUNCTION; Schema: bank; Owner: -
 
-CREATE FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text) RETURNS text
+CREATE FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb DEFAULT '{}'::jsonb) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
     AS $$
@@ -198,9 +201,10 @@ DECLARE
 BEGIN
     IF p_bank_reference IS NULL THEN
         INSERT INTO bank.transfers (command_id, saga_id, amount_minor, currency, destination_iban, state,
-                                    reason, outcome_at, outcome_source)
+                                    reason, outcome_at, outcome_source, trace_headers)
         VALUES (p_command_id, p_saga_id, p_amount_minor, p_currency, p_destination_iban, 'failed',
-                left(coalesce(p_refusal, 'refused by the bank'), 500), now(), 'bank')
+                left(coalesce(p_refusal, 'refused by the bank'), 500), now(), 'bank',
+                coalesce(p_trace_headers, '{}'))
         ON CONFLICT ON CONSTRAINT transfers_pkey DO NOTHING
         RETURNING * INTO v_transfer;
         IF v_transfer.command_id IS NULL THEN
@@ -215,9 +219,9 @@ BEGIN
     -- applied by neither (READ COMMITTED). The lock is held to the commit.
     PERFORM bank.lock_reference(p_bank_reference);
     INSERT INTO bank.transfers (command_id, saga_id, amount_minor, currency, destination_iban, state,
-                                bank_reference)
+                                bank_reference, trace_headers)
     VALUES (p_command_id, p_saga_id, p_amount_minor, p_currency, p_destination_iban, 'pending',
-            p_bank_reference)
+            p_bank_reference, coalesce(p_trace_headers, '{}'))
     ON CONFLICT ON CONSTRAINT transfers_pkey DO NOTHING
     RETURNING * INTO v_transfer;
     IF v_transfer.command_id IS NULL THEN
@@ -453,10 +457,10 @@ GRANT ALL ON FUNCTION bank.reconcile_transfer(p_bank_reference text, p_succeeded
 REVOKE ALL ON FUNCTION bank.record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION bank.record_statement(p_day date, p_currency text, p_amount_minor bigint, p_lines integer, p_message_id text, p_exchange text, p_routing_key text, p_message_type text, p_headers jsonb, p_body jsonb) TO hiwallet_bank_app;
 
--- Name: FUNCTION record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
+-- Name: FUNCTION record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb); Type: ACL; Schema: bank; Owner: -
 
-REVOKE ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text) FROM PUBLIC;
-GRANT ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text) TO hiwallet_bank_app;
+REVOKE ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb) TO hiwallet_bank_app;
 
 -- Name: FUNCTION republish_outcome(p_command_id text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 

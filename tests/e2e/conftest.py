@@ -5,6 +5,7 @@ virtual host (its topology deleted between tests). See tests/e2e/harness.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import pgtemplate
-from tests.e2e import harness
+from tests.e2e import collector, harness
 from tests.e2e.harness import Process
 from tests.e2e.system import System
 from tests.e2e.withdrawals import WithdrawalSystem, withdrawal_system
@@ -72,16 +73,25 @@ async def withdrawals_module(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[WithdrawalSystem]:
     """The withdrawal saga's system, shared by a module's tests (tests/e2e/withdrawals.py); a
-    module that sets ``PROXIED = True`` gets a proxy in front of RabbitMQ for each process."""
-    async with withdrawal_system(
-        vhost,
-        (wallet_template, withdrawal_template, bank_template),
-        customer_idp,
-        staff_idp,
-        tmp_path_factory.mktemp("withdrawals"),
-        proxied=getattr(request.module, "PROXIED", False),
-    ) as running:
-        yield running
+    module that sets ``PROXIED = True`` gets a proxy in front of RabbitMQ for each process, one
+    that sets ``TRACED = True`` an OTLP collector its processes export their spans to
+    (``request.module.collector``, tests/e2e/collector.py)."""
+    with contextlib.ExitStack() as stack:
+        extra_env: dict[str, str] = {}
+        if getattr(request.module, "TRACED", False):
+            traces = stack.enter_context(collector.collecting())
+            request.module.collector = traces
+            extra_env = {"HIWALLET_OTEL_ENDPOINT": traces.url, **collector.SCHEDULE_DELAY_ENV}
+        async with withdrawal_system(
+            vhost,
+            (wallet_template, withdrawal_template, bank_template),
+            customer_idp,
+            staff_idp,
+            tmp_path_factory.mktemp("withdrawals"),
+            proxied=getattr(request.module, "PROXIED", False),
+            extra_env=extra_env,
+        ) as running:
+            yield running
     # Every process the module ran: no secret, token or IBAN (but masked) in what it logged.
     assert running.leaks() == [], running.leaks()
 

@@ -8,6 +8,7 @@ verified. The faults (processes killed, RabbitMQ away) are in test_withdrawal_fa
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import httpx
@@ -16,6 +17,7 @@ import orjson
 from hiwallet.core.actors import operator_actor
 from hiwallet.withdrawals.domain import masked_iban
 from tests.e2e import harness
+from tests.e2e.collector import Collector, Span
 from tests.e2e.withdrawals import (
     FEE_MINOR,
     WithdrawalSystem,
@@ -25,8 +27,13 @@ from tests.e2e.withdrawals import (
     settle_command,
     total,
 )
+from tests.waiting import until
 
 TL = 100
+# The module's processes export their spans to a collector (tests/e2e/conftest.py): every test
+# here runs with tracing on; test_a_withdrawal_is_one_trace reads them.
+TRACED = True
+collector: Collector | None = None  # set by the module's fixture
 # Above HIWALLET_WITHDRAWAL_REVIEW_ABOVE_MINOR (10,000.00 TRY by default): waits for staff.
 REVIEWED = 15_000 * TL
 # Who a review's decision is recorded as: the operating-system user running the command.
@@ -404,4 +411,56 @@ async def test_a_forged_bank_callback_is_refused_and_nothing_is_stored(withdrawa
         customer.wallet_id,
         1_000 * TL - 100 * TL - FEE_MINOR,
         ["withdrawal", "settlement_withdrawal"],
+    )
+
+
+async def test_a_withdrawal_is_one_trace(withdrawals: WithdrawalSystem) -> None:
+    """From the customer's request through the saga's messages, the bank's transfer and its
+    callback, to the settlement: every span in one trace, each one's parent in it (core.tracing,
+    migrations/bank/0005)."""
+    system, traces = withdrawals, collector
+    assert traces is not None
+    customer = await system.customer(funds=1_000 * TL)
+    trace_id, root_id = os.urandom(16).hex(), os.urandom(8).hex()
+    response = await system.request(
+        customer, 100 * TL, system.iban(), traceparent=f"00-{trace_id}-{root_id}-01"
+    )
+    assert response.status_code == 202, response.text
+    saga_id = response.json()["id"]
+    await system.reaches(saga_id, "completed")
+
+    def of_trace() -> list[Span]:
+        return [s for s in traces.spans() if s.trace_id == trace_id]
+
+    def keys(spans: list[Span], service: str, kind: int) -> set[object]:
+        return {
+            s.attributes.get("messaging.rabbitmq.destination.routing_key")
+            for s in spans
+            if s.service == service and s.kind == kind
+        }
+
+    def whole() -> bool:
+        spans = of_trace()
+        ids = {s.span_id for s in spans} | {root_id}
+        # the settlement handled back at the orchestrator: the last consumer span of the saga
+        return "WithdrawalSettled" in keys(spans, "withdrawal-orchestrator", 5) and all(
+            s.parent_id in ids for s in spans
+        )
+
+    await until(whole, 30, "the withdrawal's spans exported, each one's parent among them")
+    spans = of_trace()
+    server = [s for s in spans if s.service == "withdrawal-orchestrator" and s.kind == 2]
+    assert [(s.name, s.parent_id) for s in server] == [("POST /v1/withdrawals", root_id)]
+    # Each step of the saga, consumed where it belongs, in this one trace.
+    assert {"DebitForWithdrawal", "SettleWithdrawal"} <= keys(spans, "wallet-consumer", 5)
+    assert {"StartBankTransfer"} <= keys(spans, "bank-adapter", 5)
+    assert {"WithdrawalDebited", "BankTransferSucceeded", "WithdrawalSettled"} <= keys(
+        spans, "withdrawal-orchestrator", 5
+    )
+    # The bank's call (bank-adapter's httpx client, in a batch: core.tracing.continuing) and the
+    # orchestrator's statements.
+    assert any(s.service == "bank-adapter" and s.kind == 3 and s.name == "POST" for s in spans)
+    assert any(
+        s.service == "withdrawal-orchestrator" and s.kind == 3 and "db.query.text" in s.attributes
+        for s in spans
     )

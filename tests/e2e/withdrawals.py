@@ -167,6 +167,8 @@ class WithdrawalSystem:
     # What no process may log: filled as the tests make IBANs and customers.
     secrets: set[str] = field(default_factory=set)
     readonly: asyncpg.Pool | None = None
+    # More environment for every process (a traced module's: the collector's endpoint).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     # -- life ----------------------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class WithdrawalSystem:
 
     def _env(self, role: str, settings: dict[str, Any]) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(self.extra_env)
         amqp_port = self.proxies[role].port if role in self.proxies else harness.AMQP_PORT
         env["HIWALLET_AMQP_URL"] = harness.amqp_url(self.vhost, amqp_port)
         port = self.ports[role]
@@ -378,8 +381,10 @@ class WithdrawalSystem:
         wallet: str | None = None,
         key: str | None = None,
         currency: str = "TRY",
+        traceparent: str | None = None,
     ) -> httpx.Response:
-        """``POST /v1/withdrawals`` as the customer's app sends it (the IBAN as typed: print form)."""
+        """``POST /v1/withdrawals`` as the customer's app sends it (the IBAN as typed: print form);
+        ``traceparent``: the caller's trace context (W3C), for a traced module's test."""
         body = {
             "wallet": wallet or who.wallet_id,
             "amount_minor": amount,
@@ -387,6 +392,8 @@ class WithdrawalSystem:
             "destination_iban": printed(iban),
         }
         headers = {**who.auth, "Idempotency-Key": key or str(uuid.uuid4())}
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
         async with httpx.AsyncClient(base_url=self.orchestrator.url, timeout=30) as http:
             return await http.post("/v1/withdrawals", json=body, headers=headers)
 
@@ -603,6 +610,7 @@ async def withdrawal_system(
     log_dir: Path,
     *,
     proxied: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[WithdrawalSystem]:
     """A module's system: fresh clones of the wallet, withdrawal and bank templates, wallet-api
     in a thread, the five processes started (all dropped and stopped at the end)."""
@@ -619,6 +627,7 @@ async def withdrawal_system(
             log_dir=log_dir,
             api=api,
             proxied=proxied,
+            extra_env=dict(extra_env or {}),
         )
         stack.push_async_callback(system.close)
         await system.open()

@@ -8,7 +8,10 @@ import uuid
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from tests.core.test_tracing import spans as spans  # the fixture
 from tests.edge.conftest import (
     STUB_PROBLEM,
     People,
@@ -178,3 +181,33 @@ def _assert_unavailable(answer: httpx.Response) -> None:
     assert answer.json()["type"] == PROBLEM + "upstream-unavailable"
     assert int(answer.headers["retry-after"]) >= 1
     assert "RateLimit" in answer.headers
+
+
+async def test_a_traced_request_is_one_trace_through_the_front_to_its_upstream(
+    stub: Stub, people: People, redis_server: RedisServer, spans: InMemorySpanExporter
+) -> None:
+    """With tracing on (core.tracing), the front continues the caller's traceparent (here the
+    test's own httpx call, traced too) and sends its own CLIENT span's with the forwarded request."""
+    settings = edge_settings(people.idp, redis_server.url, **upstreams("personal", stub.url))
+    token = people.customer_token()
+    async with running_front("personal", **settings) as front, httpx.AsyncClient(base_url=front.url) as http:
+        answer = await http.post("/v1/transfers", content=b"{}", headers=bearer(token))
+        assert answer.status_code == 200, answer.text
+    finished = spans.get_finished_spans()
+    [server] = [s for s in finished if s.kind == SpanKind.SERVER and s.name == "POST /v1/transfers"]
+    trace = [s for s in finished if s.context.trace_id == server.context.trace_id]
+    [caller] = [s for s in trace if s.parent is None]
+    [forward] = [
+        s
+        for s in trace
+        if s.kind == SpanKind.CLIENT
+        and s.attributes
+        and s.attributes.get("server.port") == int(stub.url.rsplit(":", 1)[1])
+    ]
+    assert caller.kind == SpanKind.CLIENT  # the test's call
+    assert server.parent is not None and server.parent.span_id == caller.context.span_id
+    assert forward.parent is not None and forward.parent.span_id == server.context.span_id
+    [call] = stub.seen
+    assert call["headers"]["traceparent"].startswith(
+        f"00-{server.context.trace_id:032x}-{forward.context.span_id:016x}-"
+    )

@@ -33,6 +33,7 @@ from hiwallet.bank.client import Accepted, BankClient, BankUnavailable, Refused
 from hiwallet.bank.metrics import AdapterMetrics
 from hiwallet.bank.store import BankStore, Recorded, Transfer
 from hiwallet.contracts.withdrawals import StartBankTransfer
+from hiwallet.core import tracing
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 
 log = structlog.get_logger(__name__)
@@ -71,7 +72,7 @@ class TransferHandler:
         # Every call ends (each bounded by the client's timeout and attempts) before a failure is
         # raised: none is left running behind a batch that rolls back. The first failure in the
         # batch's order is the batch's (BankUnavailable: transient, the consumer pauses).
-        asked = await asyncio.gather(*(self.bank.start_transfer(c) for c in new), return_exceptions=True)
+        asked = await asyncio.gather(*(self._ask(c) for c in new), return_exceptions=True)
         answers: dict[str, Accepted | Refused] = {}
         for asked_of, got in zip(new, asked, strict=True):
             if isinstance(got, BaseException):
@@ -85,8 +86,13 @@ class TransferHandler:
             seen = None if answer is not None else known[command.command_id]
             if answer is None and seen is None:  # the batch's second copy: the first recorded it
                 seen = await self.store.transfer(conn, command.command_id)
-            done.append(await self._handle(conn, command, seen, answer))
+            with tracing.continuing(command.saga_id):  # its lines and spans in its saga's trace
+                done.append(await self._handle(conn, command, seen, answer))
         return done
+
+    async def _ask(self, command: StartBankTransfer) -> Accepted | Refused:
+        with tracing.continuing(command.saga_id):  # the bank's call in the saga's trace
+            return await self.bank.start_transfer(command)
 
     async def _handle(
         self,

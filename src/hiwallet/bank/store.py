@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import orjson
 
+from hiwallet.core import tracing
 from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
@@ -148,6 +150,9 @@ class BankStore:
                 refusal,
                 self._message_id(),
                 self.exchange,
+                # The outcome may be announced long after, from a callback: it continues this
+                # command's trace (migrations/bank/0005).
+                orjson.dumps(tracing.outgoing_context(self.exchange, "transfer outcome", saga_id)).decode(),
             )
         )
         after_commit(self.on_committed, once=True)  # the caller's transaction (core's consumer)

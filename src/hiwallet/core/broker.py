@@ -34,6 +34,7 @@ from aiormq.abc import ChannelFrame, DeliveredMessage
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
+from hiwallet.core import tracing
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.timeouts import within
 
@@ -194,6 +195,12 @@ def _properties_headers(message: OutgoingMessage) -> dict[str, Any]:
         request_id = REQUEST_ID.get()
         if isinstance(request_id, str):
             headers[REQUEST_ID_HEADER] = request_id
+    tracer = tracing.STATE.tracer
+    if tracer is not None and tracing.TRACEPARENT_HEADER not in headers:
+        # Published from inside a trace (not relayed: an outbox row carries its writer's).
+        tracing.inject_producer(
+            tracer, headers, message.exchange, message.routing_key, message.correlation_id
+        )
     return headers
 
 

@@ -68,7 +68,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from hiwallet.core import db
+from hiwallet.core import db, tracing
 from hiwallet.core.broker import BROKER_FAILURES, REQUEST_ID_HEADER, Broker, BrokerError, OutgoingMessage
 from hiwallet.core.logging import REQUEST_ID
 from hiwallet.core.queries import checked_identifier, load_queries
@@ -747,7 +747,12 @@ class Consumer:
                 else:
                     outcomes.append("duplicate")
             if fresh:
-                answers = list(await self._batch_handler(conn, fresh))
+                tracer = tracing.STATE.tracer
+                if tracer is None:
+                    answers = list(await self._batch_handler(conn, fresh))
+                else:
+                    with tracing.batch_consumer_spans(tracer, fresh):
+                        answers = list(await self._batch_handler(conn, fresh))
                 if len(answers) != len(fresh):
                     raise RuntimeError(f"the batch handler answered {len(answers)} outcomes for {len(fresh)}")
                 await conn.execute(
@@ -784,6 +789,19 @@ class Consumer:
 
     async def _handle(
         self, queue: str, message: aio_pika.abc.AbstractIncomingMessage, *, counted: bool = False
+    ) -> None:
+        tracer = tracing.STATE.tracer
+        if tracer is None:
+            await self._handle_one(queue, message, counted=counted)
+            return
+        # Tracing on: the handling is a CONSUMER span, its parent the producer's (core.tracing).
+        with tracing.consumer_span(
+            tracer, message.headers, queue, message.routing_key or "", message.message_id or ""
+        ):
+            await self._handle_one(queue, message, counted=counted)
+
+    async def _handle_one(
+        self, queue: str, message: aio_pika.abc.AbstractIncomingMessage, *, counted: bool
     ) -> None:
         if message.redelivered and not counted:
             self.metrics.redeliveries.labels(queue).inc()

@@ -14,7 +14,8 @@ function, never their locals; the message of a database error (which can quote t
 a row) is replaced by its SQLSTATE.
 
 The request id (``X-Request-Id``) is a structlog contextvar set by the HTTP edge for the time
-of a request (:data:`REQUEST_ID`): every line logged meanwhile carries it.
+of a request (:data:`REQUEST_ID`): every line logged meanwhile carries it. With tracing on
+(core.tracing), a line logged while a span is current carries its ``trace_id`` and ``span_id``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from typing import Any, BinaryIO
 
 import orjson
 import structlog
+
+from hiwallet.core import tracing
 
 # The prefix makes it one of structlog's contextvars: merge_contextvars copies it into every
 # line logged while it is set. Set and reset directly (no keyword dict per request).
@@ -189,6 +192,16 @@ def _add_exception(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mut
     return event_dict
 
 
+def _add_trace(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    # Tracing off: one test. On: the current span's ids beside the request id.
+    if tracing.STATE.tracer is not None:
+        ids = tracing.current_ids()
+        if ids is not None:
+            event_dict.setdefault("trace_id", ids[0])
+            event_dict.setdefault("span_id", ids[1])
+    return event_dict
+
+
 def _add_fields(_: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     # The first keys of every line, in this order, for a reader's eye.
     fields = {
@@ -233,6 +246,7 @@ class _StdlibHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             event: dict[str, Any] = {"logger": record.name, "event": record.getMessage()}
+            _add_trace(None, "", event)
             if record.exc_info and record.exc_info[1] is not None:
                 event["exc_info"] = record.exc_info[1]
             line = _add_exception(None, "", _add_fields(None, record.levelname.lower(), event))
@@ -242,9 +256,12 @@ class _StdlibHandler(logging.Handler):
 
 
 def _configure_structlog(threshold: int) -> None:
+    # The trace's ids only while tracing is on: off, the chain is what it was without tracing.
+    traced = [_add_trace] if tracing.STATE.tracer is not None else []
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *traced,
             _add_logger_name,
             _add_exception,
             _add_fields,
@@ -274,6 +291,7 @@ def configure_logging(service: str, *, level: str | None = None, log_file: Path 
     _STATE["level"] = threshold
     _SINK.open(log_file or settings.log_file)
 
+    tracing.configure_tracing(service, settings.otel_endpoint)
     _configure_structlog(threshold)
 
     root = logging.getLogger()
@@ -307,22 +325,20 @@ def access_logger(service: str, *, enabled: bool = True) -> AccessLog | None:
     def log(method: str, route: str, status: int, duration_s: float, request_id: str) -> None:
         if _STATE["level"] > logging.INFO:
             return
-        _SINK.write(
-            orjson.dumps(
-                {
-                    "timestamp": datetime.now(UTC),
-                    "level": "info",
-                    "service": service,
-                    "event": ACCESS_EVENT,
-                    "method": method,
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(duration_s * 1000, 3),
-                    "request_id": request_id,
-                },
-                option=orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE,
-            )
-        )
+        line = {
+            "timestamp": datetime.now(UTC),
+            "level": "info",
+            "service": service,
+            "event": ACCESS_EVENT,
+            "method": method,
+            "route": route,
+            "status": status,
+            "duration_ms": round(duration_s * 1000, 3),
+            "request_id": request_id,
+        }
+        if tracing.STATE.tracer is not None:
+            _add_trace(None, "", line)
+        _SINK.write(orjson.dumps(line, option=orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE))
 
     return log
 
@@ -332,3 +348,5 @@ def access_logger(service: str, *, enabled: bool = True) -> AccessLog | None:
 # show every frame's local variables).
 if not structlog.is_configured():
     _configure_structlog(logging.INFO)
+# Tracing switched on or off later (tests install a provider): the chain follows.
+tracing.on_change(lambda: _configure_structlog(_STATE["level"]))

@@ -30,6 +30,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from hiwallet.core import tracing
 from hiwallet.core.broker import (
     REQUEST_ID_HEADER,
     Broker,
@@ -185,6 +186,12 @@ def outbox_row(message: OutgoingMessage) -> tuple[str, str, str, str, str, str]:
     request_id = REQUEST_ID.get()
     if REQUEST_ID_HEADER not in headers and isinstance(request_id, str):
         headers[REQUEST_ID_HEADER] = request_id
+    tracer = tracing.STATE.tracer
+    if tracer is not None:
+        # The writer's trace context, stored with the row: the relay publishes it as it is.
+        tracing.inject_producer(
+            tracer, headers, message.exchange, message.routing_key, message.correlation_id
+        )
     if message.correlation_id is not None:
         headers[CORRELATION_ID_KEY] = message.correlation_id
     return (

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     access_log: bool = True
     log_level: str = "info"
     log_file: Path | None = None
+    # Traces (core/tracing.py): an OTLP/HTTP collector's base URL (http://host:4318); unset, no
+    # tracing at all (no provider, no span, nothing patched).
+    otel_endpoint: str | None = None
 
     # A deployment: every process refuses to start on a development value (refuse_insecure_start).
     production: bool = False

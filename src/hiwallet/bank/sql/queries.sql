@@ -10,7 +10,8 @@ SELECT command_id, saga_id, amount_minor, currency, destination_iban, state, ban
 
 -- name: record_transfer
 -- The bank accepted the transfer ($6, its reference) or refused the request ($6 NULL, $7 why).
-SELECT bank.record_transfer($1, $2, $3, $4, $5, $6, $7, $8, $9)
+-- $10: the trace context its outcome's announcement carries (core.tracing; '{}' when off).
+SELECT bank.record_transfer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
 
 -- name: republish_outcome
 SELECT bank.republish_outcome($1, $2, $3)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import structlog
@@ -35,6 +36,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Counter
 
+from hiwallet.core import tracing
 from hiwallet.core.edge.wire import HttpPool, UpstreamError
 from hiwallet.core.http import PROBLEM_CONTENT_TYPE, ProblemError, ServiceUnavailable
 from hiwallet.core.logging import REQUEST_ID
@@ -140,6 +142,18 @@ class Upstream:
             headers={"Retry-After": retry_after or str(self.retry_after_s)},
         )
 
+    async def _traced(
+        self, tracer: Any, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The call as a CLIENT span, its trace context sent with it (core.tracing)."""
+        url = urlsplit(self.base_url)
+        with tracing.client_span(
+            tracer, method, url.hostname, url.port, lambda name, value: headers.append((name, value))
+        ) as span:
+            status, raw_headers, content = await self.pool.request(method, target, headers, body)
+            span.set_attribute("http.response.status_code", status)
+            return status, raw_headers, content
+
     async def call(
         self,
         request: Request,
@@ -163,8 +177,12 @@ class Upstream:
         if request.client is not None:
             headers.append(("x-forwarded-for", request.client.host))
         target = f"{path}?{urlencode(params)}" if params else path
+        tracer = tracing.STATE.tracer
         try:
-            status, raw_headers, content = await self.pool.request(method, target, headers, body)
+            if tracer is None:
+                status, raw_headers, content = await self.pool.request(method, target, headers, body)
+            else:
+                status, raw_headers, content = await self._traced(tracer, method, target, headers, body)
         except TimeoutError as exc:
             log.warning("upstream timed out", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("timeout") from exc

@@ -13,7 +13,9 @@ a few µs a request). In order:
 - every 5xx answer is logged at error level: route template, status, error type, and the
   SQLSTATE and constraint found on the error or its causes;
 - each request is counted and timed by route template, method and status, and, unless
-  switched off, has one access line (method, route template, status, duration, request id).
+  switched off, has one access line (method, route template, status, duration, request id);
+- with tracing on (core.tracing), each request is a SERVER span, continuing the caller's
+  ``traceparent``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hiwallet.core import tracing
 from hiwallet.core.db import is_transient
 from hiwallet.core.http.metrics import Metrics
 from hiwallet.core.http.problems import (
@@ -108,6 +111,9 @@ class Edge:
             request_id = request_id_header.decode()
         token = REQUEST_ID.set(request_id)
         status = 0  # until the answer starts
+        # Tracing off (the default): one test; on, the request's SERVER span (core.tracing).
+        tracer = tracing.STATE.tracer
+        traced = tracing.start_server_span(tracer, scope) if tracer is not None else None
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -160,6 +166,8 @@ class Edge:
                 self._log_failure(scope, status)
             REQUEST_ID.reset(token)
             self._measure(scope, status, started, request_id)
+            if traced is not None:
+                tracing.end_server_span(traced, route_label(scope), status)
 
     def _log_failure(self, scope: Scope, status: int) -> None:
         error = scope.get(ERROR_KEY)
