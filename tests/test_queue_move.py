@@ -10,12 +10,18 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import aiormq
 import aiormq.exceptions
 import pytest
 from aiormq import spec
+from pydantic import SecretStr
+from rich.console import Console
+from typer.testing import CliRunner
 
+from hiwallet import broker_cli
+from hiwallet.cli import app
 from hiwallet.contracts.deployables import deployment_topology
 from hiwallet.core.broker import QueueSpec, Topology
 from hiwallet.core.queue_move import QueueMoveRefused, holding_queue, move_to_declared
@@ -265,3 +271,19 @@ async def test_a_queue_with_a_consumer_is_refused_and_left_whole(url: str) -> No
         await connection.close()
     assert await _queue_counts(url, victim) == (len(sent[victim]), 0)
     assert await _queue_counts(url, holding_queue(victim)) is None
+
+
+async def test_the_operator_command_moves_them(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = await _old_deployment(url)
+    monkeypatch.setattr(broker_cli, "get_settings", lambda: SimpleNamespace(amqp_url=SecretStr(url)))
+    monkeypatch.setattr(broker_cli, "console", Console(emoji=False, soft_wrap=True, width=400))
+
+    dry = await asyncio.to_thread(CliRunner().invoke, app, ["broker", "to-quorum", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert f"dry run: {len(sent)} queues to move" in dry.output
+    assert await _queue_counts(url, TOPOLOGY.queues[0].name) == (PER_QUEUE, 0)
+
+    done = await asyncio.to_thread(CliRunner().invoke, app, ["broker", "to-quorum", "--batch", "7"])
+    assert done.exit_code == 0, done.output
+    assert f"every queue as declared; {2 * PER_QUEUE * len(sent)} messages moved" in done.output
+    await _assert_as_declared_with(url, sent)

@@ -10,16 +10,17 @@ differs (a classic queue differs at least in ``x-queue-type``).
 For one queue ``Q`` (holding queue ``Q.moving``, a plain quorum queue):
 
 1. ``Q`` differs: declare the holding queue, move ``Q``'s messages into it, bind it like ``Q``
-   (the topology's bindings), unbind ``Q``, move what arrived meanwhile, delete ``Q`` (only if
-   empty and unused).
+   (the topology's bindings), unbind ``Q``, move what arrived meanwhile, delete ``Q`` once it is
+   empty and unused (a queue with consumers is refused: stop them and run again).
 2. Declare ``Q`` as the topology says (unbound), move the holding queue's messages back, bind
    ``Q``, unbind the holding queue, move what arrived meanwhile, delete the holding queue.
 
 A message is moved by basic.get, published to the default exchange (mandatory, confirmed) with
-its properties unchanged, and acknowledged on the source only once confirmed: bounded batches,
-in order, so a partition's order survives. A crash leaves each message in one queue or, if it
-fell between the confirm and the ack, in both (consumers deduplicate by message id). Every step
-is idempotent, so running it again finishes the job: the queues' states say where it stopped.
+its properties (less a quorum queue's x-delivery-count), and acknowledged on the source only
+once confirmed: bounded batches, in order, so a partition's order survives. A crash leaves
+each message in one queue or, if it fell between the confirm and the ack, in both (consumers
+deduplicate by message id). Every step is idempotent, so running it again finishes the job:
+the queues' states say where it stopped.
 """
 
 from __future__ import annotations
