@@ -269,8 +269,15 @@ async def test_a_queue_with_a_consumer_is_refused_and_left_whole(url: str) -> No
             await move_to_declared(url, Topology(TOPOLOGY.exchanges, TOPOLOGY.queues[:1]), batch=BATCH)
     finally:
         await connection.close()
-    assert await _queue_counts(url, victim) == (len(sent[victim]), 0)
+    # the consumer's unacknowledged message back in the queue: every one there, nothing held
+    await until(
+        lambda: _counted(url, victim, (len(sent[victim]), 0)), what=f"{victim} whole, without consumer"
+    )
     assert await _queue_counts(url, holding_queue(victim)) is None
+
+
+async def _counted(url: str, queue: str, expected: tuple[int, int]) -> bool:
+    return await _queue_counts(url, queue) == expected
 
 
 async def test_the_operator_command_moves_them(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
