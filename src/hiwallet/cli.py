@@ -120,6 +120,7 @@ def up() -> None:
 
 
 def _register_subcommands() -> None:
+    from hiwallet.broker_cli import broker_app
     from hiwallet.deadletters_cli import dead_letters_app
     from hiwallet.identity.cli import identity_app
     from hiwallet.ledger.cli import ledger_app
@@ -136,6 +137,7 @@ def _register_subcommands() -> None:
     app.add_typer(business_app, name="business")
     app.add_typer(invoices_app, name="invoices")
     app.add_typer(dead_letters_app, name="dead-letters")
+    app.add_typer(broker_app, name="broker")
     app.add_typer(reconcile_app, name="reconcile")
     # One `topups` sub-app, each service adding its commands (neither imports the other):
     # topup-webhook's reconcile, wallet-consumer's unattributed and attribute.

@@ -67,6 +67,11 @@ def topology_of(settings: BankSettings) -> Topology:
     )
 
 
+def declared_topology() -> Topology:
+    """What the process declares with the environment's settings (the deployment registry)."""
+    return topology_of(get_bank_settings())
+
+
 def statement_client(settings: BankSettings) -> httpx.AsyncClient:
     """The bank's API for its statements: its key, a timeout on everything."""
     return httpx.AsyncClient(

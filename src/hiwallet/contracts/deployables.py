@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hiwallet.core.broker import Topology
 from hiwallet.core.logging import configure_logging
 
-__all__ = ["DEPLOYABLES", "Deployable", "deployable"]
+__all__ = ["DEPLOYABLES", "Deployable", "deployable", "deployment_topology"]
 
 Access = Literal["public", "internal", "ip-restricted", "no-ingress", "outside"]
 
@@ -44,6 +45,9 @@ class Deployable:
     port_field: str = "port"
     database: str | None = None  # a key of hiwallet.contracts.databases.DATABASES
     consumes: tuple[str, ...] = ()  # the queues it consumes (each partition's family once)
+    # "module:function" -> the broker topology it declares at start (from its settings), read
+    # by `hiwallet broker to-quorum` and the topology's test; None: it declares none.
+    topology: str | None = None
     tier: int = 1
     # The fakes of the outside institutions answer /health only: nothing to be ready for.
     ready_path: str = "/ready"
@@ -58,6 +62,13 @@ class Deployable:
         module, _, function = target.partition(":")
         resolved: Callable[..., Any] = getattr(importlib.import_module(module), function)
         return resolved
+
+    def topology_in_force(self) -> Topology:
+        """The exchanges and queues the process declares at start (empty if none)."""
+        if self.topology is None:
+            return Topology((), ())
+        topology: Topology = self._resolve(self.topology)()
+        return topology
 
     def port_in_force(self) -> int:
         """The port the process listens on: its settings' (the environment may move it)."""
@@ -110,6 +121,7 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "hiwallet.wallet_consumer.app:run_wallet_consumer",
         "hiwallet.wallet_consumer.settings:get_wallet_consumer_settings",
         database="wallet", consumes=("hiwallet.topups.p*", "hiwallet.withdrawals.wallet"),
+        topology="hiwallet.wallet_consumer.app:declared_topology",
     ),
     # The merchants' webhooks: reads the events wallet-api and wallet-consumer write, calls the
     # merchants' endpoints (outside), no ingress.
@@ -125,7 +137,7 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "verifies the card provider's and the bank's webhooks, keeps them, relays the top-ups",
         "hiwallet.topup_webhook.app:run_topup_webhook",
         "hiwallet.topup_webhook.settings:get_topup_webhook_settings",
-        database="topup",
+        database="topup", topology="hiwallet.topup_webhook.app:declared_topology",
     ),
     # The withdrawal saga. The orchestrator asks wallet-api while it serves (tier 2: it drains
     # while wallet-api still answers); bank-webhook takes the bank's callbacks (1: bank-fake, 2,
@@ -136,12 +148,14 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "hiwallet.withdrawals.app:run_withdrawal_orchestrator",
         "hiwallet.withdrawals.settings:get_withdrawal_settings",
         database="withdrawal", consumes=("hiwallet.withdrawals.orchestrator",), tier=2,
+        topology="hiwallet.contracts.withdrawals:withdrawals_topology",
     ),
     _D(
         "bank-adapter", 9102, "no-ingress",
         "calls the bank for the saga's transfers, publishes the results, reconciles with the bank",
         "hiwallet.bank.adapter:run_bank_adapter", "hiwallet.bank.settings:get_bank_settings",
         port_field="adapter_port", database="bank", consumes=("hiwallet.withdrawals.bank",),
+        topology="hiwallet.bank.adapter:declared_topology",
     ),
     _D(
         "bank-webhook", 8021, "ip-restricted",
@@ -156,6 +170,7 @@ DEPLOYABLES: tuple[Deployable, ...] = (
         "registration, verification, tiers",
         "hiwallet.onboarding.app:run_onboarding", "hiwallet.onboarding.settings:get_onboarding_settings",
         database="onboarding", consumes=("hiwallet.onboarding.wires",), tier=2,
+        topology="hiwallet.onboarding.wires:declared_topology",
     ),
     # The front doors (docs/front-apis.md): no database, no broker; they call the internal
     # services while they serve, so they stop first of ours (3), while those still answer.
@@ -225,6 +240,26 @@ DEPLOYABLES: tuple[Deployable, ...] = (
 )  # fmt: skip
 
 _BY_NAME = {d.name: d for d in DEPLOYABLES}
+
+
+def deployment_topology() -> Topology:
+    """Everything the deployment's processes declare, each queue once (several processes
+    declare the same queue: the saga's, the events'). Raises ValueError if two declare one
+    queue or exchange differently (RabbitMQ would refuse the second at its start)."""
+    exchanges: dict[str, Any] = {}
+    queues: dict[str, Any] = {}
+    for d in DEPLOYABLES:
+        topology = d.topology_in_force()
+        for kind, seen, specs in (
+            ("exchange", exchanges, topology.exchanges),
+            ("queue", queues, topology.queues),
+        ):
+            for spec in specs:
+                if seen.setdefault(spec.name, spec) != spec:
+                    raise ValueError(
+                        f"{d.name} declares the {kind} {spec.name} otherwise than another process"
+                    )
+    return Topology(tuple(exchanges.values()), tuple(queues.values()))
 
 
 def deployable(name: str) -> Deployable:

@@ -77,6 +77,7 @@ __all__ = [
     "BankWires",
     "WireHandler",
     "WiresSettings",
+    "declared_topology",
     "wires_consumer",
     "wires_topology",
 ]
@@ -276,6 +277,13 @@ def wires_topology(settings: WiresSettings) -> Topology:
         dead_letter_key=settings.events_dead_letter_key,
         dead_letter_queue=settings.events_dead_letter_queue,
     )
+
+
+def declared_topology() -> Topology:
+    """What onboarding declares with the environment's settings (the deployment registry):
+    nothing when the wires consumer is off."""
+    wires = WiresSettings()
+    return wires_topology(wires) if wires.wires_enabled else Topology((), ())
 
 
 def wires_consumer(

@@ -53,6 +53,12 @@ RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
 SETTLEMENT_LOCK_KEY = 0x6877_7473  # "hwts"
 
 
+def declared_topology() -> Topology:
+    """What the relay declares: the top-ups' topology, and the events' (the settlements go to
+    hiwallet.events; publishing is mandatory, so its queues are declared too)."""
+    return topups_topology() + events_topology()
+
+
 def database_spec(settings: TopupWebhookSettings) -> DatabaseSpec:
     """The topup database (``settings.database``: a clone, in tests) as its application role,
     whatever the database's name (core.db.create_pool refuses the owner or a superuser)."""
@@ -167,7 +173,7 @@ def service_spec(
         setup,
         database=database_spec(settings),
         # the settlements go to hiwallet.events (mandatory publishing: its queues declared too)
-        messaging=Messaging(topology or topups_topology() + events_topology()),
+        messaging=Messaging(topology or declared_topology()),
     )
 
 

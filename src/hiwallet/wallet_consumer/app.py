@@ -89,6 +89,11 @@ def topology_of(settings: WalletConsumerSettings) -> Topology:
     return topups + withdrawal_topology_of(settings) + events_topology_of(settings)
 
 
+def declared_topology() -> Topology:
+    """What the process declares with the environment's settings (the deployment registry)."""
+    return topology_of(get_wallet_consumer_settings())
+
+
 def events_topology_of(settings: WalletConsumerSettings) -> Topology:
     return events_topology(
         exchange=settings.events_exchange,
