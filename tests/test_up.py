@@ -24,6 +24,8 @@ import httpx
 import pytest
 
 from hiwallet.core import db
+from hiwallet.identity.realm import RealmConfigError, load_realm
+from hiwallet.identity.settings import REALMS_DIR
 from hiwallet.staff_admin.login import StaffClient, next_code, staff_token
 from hiwallet.up import (
     DEMO_EMAIL,
@@ -32,6 +34,7 @@ from hiwallet.up import (
     Deployable,
     RestartPolicy,
     Supervisor,
+    web_sign_in_env,
 )
 from tests import promql
 from tests.e2e import harness
@@ -296,3 +299,52 @@ def test_the_default_restart_policy() -> None:
     assert [policy.delay_s(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 8.0, None]
     patient = RestartPolicy(max_restarts=8)
     assert [patient.delay_s(n) for n in range(6, 10)] == [10.0, 10.0, 10.0, None]
+
+
+def test_the_web_apps_sign_in_follows_where_they_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the web apps on other ports (or a public URL given), identity's realms (the files,
+    with up's environment) name each app's callback there, the files' own kept; onboarding's and
+    staff-admin's links follow; what the environment sets already is left alone."""
+    ports = {"personal-web-bff": 18002, "business-web-bff": 18004, "backoffice-bff": 18005}
+    given = {"HIWALLET_BACKOFFICE_BFF_PUBLIC_URL": "https://panel.example/"}
+    env = web_sign_in_env(given, ports, REALMS_DIR)
+    assert env["HIWALLET_PERSONAL_WEB_BFF_PUBLIC_URL"] == "http://127.0.0.1:18002"
+    assert "HIWALLET_BACKOFFICE_BFF_PUBLIC_URL" not in env
+    assert env["HIWALLET_ONBOARDING_LOGIN_REDIRECT_URI"] == "http://127.0.0.1:18002/auth/callback"
+    assert env["HIWALLET_STAFF_ADMIN_INVITATION_REDIRECT_URI"] == "https://panel.example/auth/callback"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    customer, staff = load_realm("hiwallet", REALMS_DIR), load_realm("hiwallet-staff", REALMS_DIR)
+    assert customer.clients["personal-web-bff"].redirect_uris == {
+        "http://127.0.0.1:8002/auth/callback",
+        "http://127.0.0.1:18002/auth/callback",
+    }
+    assert customer.clients["business-web-bff"].redirect_uris == {
+        "http://127.0.0.1:8004/auth/callback",
+        "http://127.0.0.1:18004/auth/callback",
+    }
+    assert staff.clients["backoffice-bff"].redirect_uris == {
+        "http://127.0.0.1:8005/auth/callback",
+        "https://panel.example/auth/callback",
+    }
+    # the other clients are the files'
+    assert customer.clients["personal-mobile-api"].redirect_uris == {
+        "hiwallet://auth/callback",
+        "http://127.0.0.1:8001/auth/callback",
+    }
+    # set already: kept (up adds nothing for it)
+    mine = {"HIWALLET_IDENTITY_REDIRECT_URIS_PERSONAL_WEB_BFF": '["https://web.example/auth/callback"]'}
+    assert "HIWALLET_IDENTITY_REDIRECT_URIS_PERSONAL_WEB_BFF" not in web_sign_in_env(mine, ports, REALMS_DIR)
+    monkeypatch.setenv("HIWALLET_IDENTITY_REDIRECT_URIS_PERSONAL_WEB_BFF", mine.popitem()[1])
+    assert load_realm("hiwallet", REALMS_DIR).clients["personal-web-bff"].redirect_uris == {
+        "https://web.example/auth/callback"
+    }
+
+
+@pytest.mark.parametrize("value", ["not json", '"one"', "[1]", '[""]', '[" http://x "]', "{}"])
+def test_a_redirect_uris_override_that_is_no_list_of_uris_refuses_the_start(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("HIWALLET_IDENTITY_REDIRECT_URIS_BACKOFFICE_BFF", value)
+    with pytest.raises(RealmConfigError, match="HIWALLET_IDENTITY_REDIRECT_URIS_BACKOFFICE_BFF"):
+        load_realm("hiwallet-staff", REALMS_DIR)

@@ -36,6 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -559,6 +560,51 @@ def _staff_usage(staff: dict[str, str] | None, staff_admin_url: str, wallet_url:
 """)
 
 
+@dataclass(frozen=True)
+class WebSignIn:
+    """A web app whose sign-in returns to it: its deployable (and identity client, the same
+    name), its realm, and the settings naming the same callback elsewhere."""
+
+    name: str
+    realm: str
+    # Other processes' settings holding the callback (onboarding's login link, staff-admin's
+    # invitation link): they follow it too.
+    also: tuple[str, ...] = ()
+
+    @property
+    def env_prefix(self) -> str:
+        return "HIWALLET_" + self.name.upper().replace("-", "_") + "_"
+
+
+WEB_SIGN_INS = (
+    WebSignIn("personal-web-bff", "hiwallet", ("HIWALLET_ONBOARDING_LOGIN_REDIRECT_URI",)),
+    WebSignIn("business-web-bff", "hiwallet"),
+    WebSignIn("backoffice-bff", "hiwallet-staff", ("HIWALLET_STAFF_ADMIN_INVITATION_REDIRECT_URI",)),
+)
+
+
+def web_sign_in_env(environ: Mapping[str, str], ports: Mapping[str, int], realms_dir: Path) -> dict[str, str]:
+    """What ``up`` adds to its children's environment so that each web app's sign-in returns to
+    where it runs: its public URL (``HIWALLET_<APP>_PUBLIC_URL``, or its port on 127.0.0.1),
+    its callback among its identity client's redirect URIs (identity's
+    ``HIWALLET_IDENTITY_REDIRECT_URIS_<CLIENT>``, the realm file's own kept: ``hiwallet staff
+    token`` and a default-port client still use them), and the settings of the other processes
+    that send a browser there. What the environment names already is left as it is."""
+    from hiwallet.identity.realm import load_realm, redirect_uris_env
+
+    added: dict[str, str] = {}
+    realms = {r: load_realm(r, realms_dir) for r in {w.realm for w in WEB_SIGN_INS}}
+    for web in WEB_SIGN_INS:
+        public = environ.get(web.env_prefix + "PUBLIC_URL") or f"http://127.0.0.1:{ports[web.name]}"
+        callback = public.rstrip("/") + "/auth/callback"
+        added[web.env_prefix + "PUBLIC_URL"] = public
+        client = realms[web.realm].clients[web.name]
+        uris = sorted(client.redirect_uris | {callback})
+        added.update(redirect_uris_env(web.name, uris))
+        added.update(dict.fromkeys(web.also, callback))
+    return {k: v for k, v in added.items() if k not in environ}
+
+
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.bank.settings import get_bank_settings
@@ -589,6 +635,11 @@ def up() -> None:
         raise InsecureSettings(
             "HIWALLET_PRODUCTION=true: hiwallet up (the local stand, demo users) refuses to run"
         )
+    # The web apps' sign-in follows where they run (a web app on another port can sign in).
+    from hiwallet.identity.settings import get_identity_settings
+
+    ports = {d.name: d.port for d in deployables()}
+    os.environ.update(web_sign_in_env(os.environ, ports, get_identity_settings().realms_dir))
     console.print("[bold]migrating[/bold]")
     databases = _databases()
 

@@ -7,6 +7,7 @@ reconciliation findings resolved with a note, and a customer raised to the Contr
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -122,6 +123,9 @@ async def test_a_campaign_created_from_the_campaigns_page_with_wallet_apis_valid
     manager = panel.employee("Ceren", *CAMPAIGNS)
     await panel.sign_in(page, manager, "/campaigns")
     await page.get_by_role("heading", name="New campaign").wait_for()
+    form_key = page.locator('form[action="/campaigns"] input[name="key"]')
+    key = await form_key.get_attribute("value")
+    assert key
 
     # Wallet-api validates: an empty name and a budget that is no amount, refused together
     await page.get_by_label("Budget (TRY)").fill("lots")
@@ -133,6 +137,7 @@ async def test_a_campaign_created_from_the_campaigns_page_with_wallet_apis_valid
     assert await page.get_by_label("Budget (TRY)").input_value() == "lots"  # kept to correct
     assert await page.get_by_label("Last day (Istanbul time)").input_value() == "2099-12-31"
     assert await page.get_by_text("Give a day in the future.").count() == 0
+    assert await form_key.get_attribute("value") == key  # a refusal is not stored: the key kept
     await check_page(page, "backoffice campaign refused")
 
     # a day gone by: wallet-api's own check, on its field
@@ -156,6 +161,34 @@ async def test_a_campaign_created_from_the_campaigns_page_with_wallet_apis_valid
         ("Yaz", 150_000, f"staff:{manager.subject}")
     ]
     assert made[0]["ends_at"].startswith(ends) and made[0]["ends_at"].endswith("20:59:59Z")
+    assert await form_key.get_attribute("value") not in (None, key)  # a new form, a new key
+
+    # the same form submitted twice (a resubmission, then a double click): one campaign each
+    http, csrf = await _signed_in_http(page, context, panel)
+    async with http:
+
+        async def submit(name: str, form: str) -> httpx.Response:
+            data = {"csrf": csrf, "key": form, "name": name, "budget": "10", "ends": ends}
+            return await http.post("/campaigns", data=data)
+
+        def form_of(text: str) -> str:
+            return text.split('name="key" value="', 1)[1].split('"', 1)[0]
+
+        form = form_of((await http.get("/campaigns")).text)
+        for _ in range(2):
+            answer = await submit("Kış", form)
+            assert answer.status_code == 303 and answer.headers["location"] == "/campaigns?done=1"
+        form = form_of((await http.get("/campaigns")).text)
+        answers = await asyncio.gather(submit("Bahar", form), submit("Bahar", form))
+        # the second either replays the first or, while it runs, is told so on the form
+        assert sorted(a.status_code for a in answers)[0] == 303, [a.text for a in answers]
+        for a in answers:
+            assert a.status_code in (303, 409), a.text
+        # the same key with another form's content: refused, and the form drawn with a new key
+        reused = await submit("Yaz 2", form)
+        assert reused.status_code == 422 and form_of(reused.text) != form
+    made = (await panel.api.http.get("/v1/staff/campaigns", headers=manager.auth)).json()["campaigns"]
+    assert sorted(c["name"] for c in made) == ["Bahar", "Kış", "Yaz"]
 
     # campaigns.view alone: the list, no form; a forged POST is the 403 page
     viewer = panel.employee("Deniz", "campaigns.view")
@@ -164,7 +197,7 @@ async def test_a_campaign_created_from_the_campaigns_page_with_wallet_apis_valid
     try:
         their_page = await other.new_page()
         await panel.sign_in(their_page, viewer, "/campaigns")
-        await their_page.get_by_text("Yaz").wait_for()
+        await their_page.get_by_text("Bahar").wait_for()  # the newest (a page holds two)
         assert await their_page.get_by_role("heading", name="New campaign").count() == 0
         http, csrf = await _signed_in_http(their_page, other, panel)
         async with http:
@@ -202,7 +235,7 @@ async def test_the_lists_are_paged_with_next_and_previous(
         made = await panel.api.http.post(
             "/v1/staff/campaigns",
             json={"name": f"C{n}", "budget_minor": 1_000, "ends_at": ends},
-            headers=boss.auth,
+            headers={**boss.auth, "Idempotency-Key": f"c-{n}"},
         )
         assert made.status_code == 201, made.text
     others = [panel.employee(f"E{n}", VIEW) for n in range(3)]

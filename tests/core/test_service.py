@@ -6,6 +6,7 @@ pool). The orchestrator runs on it against real RabbitMQ and PostgreSQL (tests/w
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -13,15 +14,20 @@ import structlog
 from fastapi import FastAPI
 
 from hiwallet.core import db
+from hiwallet.core.broker import Topology
 from hiwallet.core.http import ReadyCheck, create_app
+from hiwallet.core.messaging import Messaging
+from hiwallet.core.outbox import Relay
 from hiwallet.core.service import (
     Background,
     BackgroundDown,
     DatabaseSpec,
+    OutboxSpec,
     Runtime,
     ServiceSpec,
     service_lifespan,
 )
+from hiwallet.core.settings import get_settings
 from tests.waiting import until
 
 
@@ -142,6 +148,35 @@ async def test_relays_or_consumers_without_messaging_are_refused_at_start() -> N
     with pytest.raises(RuntimeError, match="declares no messaging"):
         async with app.router.lifespan_context(app):
             pass
+
+
+async def test_an_outbox_relay_is_built_from_its_declaration_and_registered() -> None:
+    """Runtime.outbox_relay: the service's outbox and relay settings, its dedicated connections
+    and broker, registered to publish once the topology is declared; none without messaging."""
+
+    async def connect() -> Any:
+        raise AssertionError("built, not run")
+
+    class RelaySettings:
+        relay_batch = 7
+        relay_poll_s = 0.5
+
+    broker, counted = object(), lambda n: None
+    outbox = OutboxSpec("svc.outbox", "svc_outbox", 0x7465_7374)
+    rt = Runtime(FastAPI(), get_settings(), None, broker, {}, connect, Messaging(Topology((), ())))
+    relay = rt.outbox_relay(outbox, RelaySettings(), on_published=counted, min_pass_interval_s=0.02)
+    assert isinstance(relay, Relay) and rt.relays == [("relay", relay)]
+    assert (relay.table, relay.channel, relay.lock_key) == ("svc.outbox", "svc_outbox", 0x7465_7374)
+    assert (relay.batch_size, relay.poll_interval_s, relay.min_pass_interval_s) == (7, 0.5, 0.02)
+    assert relay._broker is broker and relay._connect is connect and relay._on_published is counted
+    plain = Runtime(FastAPI(), get_settings(), None, broker, {}, connect, Messaging(Topology((), ())))
+    assert plain.outbox_relay(outbox, RelaySettings(), name="events").min_pass_interval_s == 0
+    assert plain.relays[0][0] == "events"
+
+    without = Runtime(FastAPI(), get_settings(), None, None, {}, connect)
+    with pytest.raises(RuntimeError, match="declares no messaging"):
+        without.outbox_relay(outbox, RelaySettings())
+    assert without.relays == []
 
 
 async def _unready(client: httpx.AsyncClient) -> httpx.Response | None:

@@ -70,7 +70,7 @@ async def test_every_staff_money_endpoint_against_the_real_staff_admin(
     campaign = await api.http.post(
         "/v1/staff/campaigns",
         json={"name": "Bahar", "budget_minor": 1_000 * TL, "ends_at": days(10)},
-        headers=owner.auth,
+        headers={**owner.auth, "Idempotency-Key": str(uuid.uuid4())},
     )
     assert campaign.status_code == 201, campaign.text
     grants = f"/v1/staff/campaigns/{campaign.json()['id']}/grants"

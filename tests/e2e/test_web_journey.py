@@ -27,7 +27,6 @@ from playwright.async_api import Browser, Page, expect
 
 from hiwallet.core.pages import format_money
 from hiwallet.fakes.stripe import TEST_CARD_SUCCEEDS
-from hiwallet.identity.settings import REALMS_DIR
 from tests.browser.conftest import ACTION_TIMEOUT_MS, browser, check_page  # noqa: F401
 from tests.e2e import harness
 from tests.e2e.onboarding import AYSE, MEHMET, new_email, new_phone
@@ -60,17 +59,6 @@ def texts(locale: str) -> Callable[[str], str]:
         return str(found.string)
 
     return translated
-
-
-def realms_with_web_client_at(directory: Path, bff_url: str) -> Path:
-    """The production realm files, the web app's redirect URI at this system's port (the file's
-    is the default port's, 8002)."""
-    for path in REALMS_DIR.glob("*.json"):
-        text = path.read_text()
-        if path.name == "hiwallet.json":
-            text = text.replace("http://127.0.0.1:8002/auth/callback", f"{bff_url}/auth/callback")
-        (directory / path.name).write_text(text)
-    return directory
 
 
 class Up:
@@ -153,10 +141,10 @@ async def databases() -> AsyncIterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def up(databases: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    # The web app on a free port: up gives identity its redirect URI there (the realm files
+    # name the default port's).
     env, ports = system_env(databases)
     directory = tmp_path_factory.mktemp("journey")
-    realms = realms_with_web_client_at(directory, env["HIWALLET_PERSONAL_WEB_BFF_PUBLIC_URL"])
-    env["HIWALLET_IDENTITY_REALMS_DIR"] = str(realms)
     # Killed at the end, not stopped in order: test_up tests the stopping.
     with running_up(env, directory / "up.log", graceful=False) as (proc, out):
         wait_running(proc, out)

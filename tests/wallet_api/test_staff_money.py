@@ -244,10 +244,8 @@ async def test_staff_promo_is_platform_funded_and_capped_per_employee_and_day(
 async def test_concurrent_grants_never_overspend_a_campaign(api: WalletApi, staff: Staff) -> None:
     customers = [await api.customer() for _ in range(3)]
     _, manager = staff.employee("campaigns.manage", "campaigns.view")
-    created = await api.http.post(
-        "/v1/staff/campaigns",
-        json={"name": "Yılbaşı", "budget_minor": 10 * TL, "ends_at": days(10)},
-        headers=manager,
+    created = await api.post(
+        "/v1/staff/campaigns", {"name": "Yılbaşı", "budget_minor": 10 * TL, "ends_at": days(10)}, manager
     )
     assert created.status_code == 201, created.text
     campaign = created.json()
@@ -280,6 +278,50 @@ async def test_concurrent_grants_never_overspend_a_campaign(api: WalletApi, staf
         with pytest.raises(Exception, match="campaigns_never_overspent"):
             await conn.execute("UPDATE wallet.campaigns SET remaining_minor = -1")
     await api.verify()
+
+
+async def test_a_campaign_is_created_once_under_its_idempotency_key(api: WalletApi, staff: Staff) -> None:
+    actor, manager = staff.employee("campaigns.manage", "campaigns.view")
+    body = {"name": "Bahar", "budget_minor": 5 * TL, "ends_at": days(10)}
+    # no key: refused, nothing made
+    assert_problem(
+        await api.post("/v1/staff/campaigns", body, manager, key=None), "idempotency-key-missing", 400
+    )
+
+    async def count() -> int:
+        async with api.owner_connection() as conn:
+            return int(await conn.fetchval("SELECT count(*) FROM wallet.campaigns"))
+
+    assert await count() == 0
+    # a double click: the same request twice at once under one key makes one campaign; the
+    # second either waits for the first and replays it, or is told the first still runs
+    answers = await asyncio.gather(
+        *(api.post("/v1/staff/campaigns", body, manager, key="c-1") for _ in range(2))
+    )
+    made = [r for r in answers if r.status_code == 201]
+    for r in answers:
+        if r.status_code != 201:
+            assert_problem(r, "idempotency-in-progress", 409)
+    assert made and len({r.json()["id"] for r in made}) == 1
+    first = made[0].json()
+    assert (first["name"], first["budget_minor"], first["created_by"]) == ("Bahar", 5 * TL, actor)
+    assert await count() == 1
+    # asked again later: the first campaign, marked as a replay
+    again = await api.post("/v1/staff/campaigns", body, manager, key="c-1")
+    assert again.status_code == 201, again.text
+    assert again.json() == first and again.headers["Idempotent-Replayed"] == "true"
+    # another body under the key: 422, nothing made
+    other = await api.post("/v1/staff/campaigns", {**body, "budget_minor": 6 * TL}, manager, key="c-1")
+    assert_problem(other, "idempotency-key-reused", 422)
+    # the key is the employee's: another employee's same key is their own campaign
+    _, colleague = staff.employee("campaigns.manage")
+    theirs = await api.post("/v1/staff/campaigns", body, colleague, key="c-1")
+    assert theirs.status_code == 201 and theirs.json()["id"] != first["id"]
+    # a refusal is not stored: the key serves the corrected request
+    past = await api.post("/v1/staff/campaigns", {**body, "ends_at": days(-1)}, manager, key="c-2")
+    assert assert_problem(past, "invalid-request", 422)["field"] == "ends_at"
+    assert (await api.post("/v1/staff/campaigns", body, manager, key="c-2")).status_code == 201
+    assert await count() == 3
 
 
 # ---------------------------------------------------------------------------------------------

@@ -549,7 +549,7 @@ async def audit(request: Request) -> Response:
 
 async def _campaigns_page(
     request: Request, who: Staff, status: int = 200, errors: dict[str, bool] | None = None,
-    refused: str | None = None, entered: dict[str, str] | None = None,
+    refused: str | None = None, entered: dict[str, str] | None = None, key: str | None = None,
 ) -> Response:  # fmt: skip
     pager = Pager.of(request) if request.method == "GET" else Pager(None, ())
     params: dict[str, str | int] = {"limit": _page_size(request), **pager.params()}
@@ -571,6 +571,8 @@ async def _campaigns_page(
         entered=entered or {},
         done=done,
         tomorrow=(datetime.now(_TIME_ZONE).date() + timedelta(days=1)).isoformat(),
+        # One Idempotency-Key per form: a double click or a resubmission makes one campaign.
+        key=key or secrets.token_urlsafe(24),
     )
 
 
@@ -590,18 +592,30 @@ async def create_campaign(request: Request) -> Response:
     validates; a refusal draws the form again with what was entered and each field's error."""
     who, fields = await _posted(request, P.CAMPAIGNS_MANAGE.value)
     entered = {k: fields.get(k, "").strip()[:140] for k in ("name", "budget", "ends")}
+    key = (fields.get("key") or secrets.token_urlsafe(24))[:64]
     body = {
         "name": entered["name"],
         "budget_minor": _minor(entered["budget"]),
         "ends_at": _end_of_day(entered["ends"]),
     }
     try:
-        await _up(request).call(WALLET, "POST", "/v1/staff/campaigns", who.session.access_token, json=body)
+        await _up(request).call(
+            WALLET,
+            "POST",
+            "/v1/staff/campaigns",
+            who.session.access_token,
+            json=body,
+            headers={"Idempotency-Key": key},
+        )
     except ActionRefused as refusal:
         errors = {_CAMPAIGN_FIELDS[f]: True for f in refusal.fields if f in _CAMPAIGN_FIELDS}
         refused = None if errors else (refusal.detail or refusal.title)
         status = 422 if errors else refusal.said
-        return await _campaigns_page(request, who, status, errors, refused, entered)
+        # A refusal is not stored under the key, so the corrected form keeps it (sent again while
+        # the first still runs, it then replays that one); a key already used for another
+        # campaign (a form from the back button, changed) gets a new one.
+        again = None if refusal.kind == "idempotency-key-reused" else key
+        return await _campaigns_page(request, who, status, errors, refused, entered, again)
     return RedirectResponse("/campaigns?done=1", status_code=303)
 
 

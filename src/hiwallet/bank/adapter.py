@@ -37,8 +37,8 @@ from hiwallet.core.http import serve, settle_heap_once_started
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
-from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import Runtime, ServiceSpec, build_app
+from hiwallet.core.outbox import OutboxMetrics, RelayHint, purge_sent
+from hiwallet.core.service import OutboxSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
 
 log = structlog.get_logger(__name__)
@@ -51,6 +51,8 @@ RELAY_LOCK_KEY = 0x6877_6272  # "hwbr"
 RECONCILE_LOCK_KEY = 0x6877_6263  # "hwbc"
 RETENTION_LOCK_KEY = 0x6877_6264  # "hwbd"
 STATEMENT_LOCK_KEY = 0x6877_6273  # "hwbs"
+# The outbox this service's relay publishes (core.service.Runtime.outbox_relay).
+OUTBOX = OutboxSpec(OUTBOX_TABLE, OUTBOX_CHANNEL, RELAY_LOCK_KEY)
 
 
 def topology_of(settings: BankSettings) -> Topology:
@@ -192,17 +194,9 @@ def service_spec(
             ),
         )
         connect = rt.connect()
-        relay = Relay(
-            connect=connect,
-            broker=rt.bus,
-            table=OUTBOX_TABLE,
-            channel=OUTBOX_CHANNEL,
-            lock_key=RELAY_LOCK_KEY,
-            batch_size=settings.relay_batch,
-            poll_interval_s=settings.relay_poll_s,
-            on_published=outbox_metrics.on_published,
+        app.state.relay = hint.relay = rt.outbox_relay(
+            OUTBOX, settings, on_published=outbox_metrics.on_published
         )
-        app.state.relay = hint.relay = rt.relay("relay", relay)
 
         async def refresh_gauges() -> None:
             for state, count in (await store.transfers_by_state()).items():

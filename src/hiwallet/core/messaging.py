@@ -10,14 +10,16 @@ relay (bank-webhook) imports none of it: a service declares ``messaging=Messagin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import asyncpg
 import structlog
 
 from hiwallet.core.broker import Broker, BrokerError, BrokerUnavailable, Topology
 from hiwallet.core.http.app import ReadyCheck
-from hiwallet.core.service import Background
+from hiwallet.core.outbox import Relay
+from hiwallet.core.service import Background, OutboxSpec
 from hiwallet.core.settings import Settings
 
 __all__ = ["DECLARE_RETRY_MAX_S", "Messaging", "declare_when_reachable"]
@@ -75,6 +77,29 @@ class Messaging:
 
         checks["broker"] = broker_ready
         tasks.start("broker", declare_then_work, forever=False)
+
+    def relay(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        bus: Broker,
+        outbox: OutboxSpec,
+        *,
+        batch_size: int,
+        poll_interval_s: float,
+        min_pass_interval_s: float,
+        on_published: Callable[[int], None] | None,
+    ) -> Relay:
+        return Relay(
+            connect=connect,
+            broker=bus,
+            table=outbox.table,
+            channel=outbox.channel,
+            lock_key=outbox.lock_key,
+            batch_size=batch_size,
+            poll_interval_s=poll_interval_s,
+            min_pass_interval_s=min_pass_interval_s,
+            on_published=on_published,
+        )
 
     async def close(self, bus: Broker) -> None:
         await bus.close()

@@ -59,7 +59,10 @@ __all__ = [
     "ConsumerPart",
     "DatabaseSpec",
     "Messaging",
+    "OutboxSpec",
     "Part",
+    "RelayPart",
+    "RelaySettings",
     "Runtime",
     "ServiceSpec",
     "build_app",
@@ -97,12 +100,52 @@ class ConsumerPart(Part, Protocol):
     async def stop(self) -> None: ...
 
 
+class RelayPart(Part, Protocol):
+    """An outbox's relay (core.outbox.Relay): a writer's hint wakes it (core.relay_hint)."""
+
+    def wake(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class OutboxSpec:
+    """An outbox a service's relay publishes: its table, the channel a commit's NOTIFY (or a
+    hint) wakes the relay on, and the advisory lock that lets one instance's relay lead."""
+
+    table: str
+    channel: str
+    lock_key: int
+
+
+class RelaySettings(Protocol):
+    """A service's relay settings: rows a pass takes, and how often it looks without a wake."""
+
+    @property
+    def relay_batch(self) -> int: ...
+
+    @property
+    def relay_poll_s(self) -> float: ...
+
+
 class Messaging(Protocol):
     """The broker side of a service (core.messaging.Messaging: the platform's one broker-start
     policy). Apart from this module so that a service with no broker imports no broker code."""
 
     def connect(self, settings: Settings, client_name: str) -> Any:
         """The service's connection to the broker, not yet opened (``Runtime.bus``)."""
+        ...
+
+    def relay(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        bus: Any,
+        outbox: OutboxSpec,
+        *,
+        batch_size: int,
+        poll_interval_s: float,
+        min_pass_interval_s: float,
+        on_published: Callable[[int], None] | None,
+    ) -> RelayPart:
+        """The relay of ``outbox`` to ``bus`` (core.outbox.Relay), on ``connect``'s connections."""
         ...
 
     def start(
@@ -236,6 +279,7 @@ class Runtime:
     broker: Any  # core.broker.Broker, when the service declares its messaging
     checks: dict[str, ReadyCheck]
     _connect: Callable[[], Awaitable[asyncpg.Connection]] | None
+    messaging: Messaging | None = None
     consumers: list[tuple[str, ConsumerPart]] = field(default_factory=list)
     relays: list[tuple[str, Part]] = field(default_factory=list)
     jobs: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
@@ -269,6 +313,31 @@ class Runtime:
         """Publishes once the topology is declared."""
         self.relays.append((name, relay))
         return relay
+
+    def outbox_relay(
+        self,
+        outbox: OutboxSpec,
+        settings: RelaySettings,
+        *,
+        on_published: Callable[[int], None] | None = None,
+        min_pass_interval_s: float = 0.0,
+        name: str = "relay",
+    ) -> RelayPart:
+        """The relay of the service's ``outbox`` to its broker, built alike for every service (its
+        own dedicated connections, ``settings``' batch and poll, ``on_published`` counting what
+        it sent) and registered as :meth:`relay`: it publishes once the topology is declared."""
+        if self.messaging is None:
+            raise RuntimeError("this service declares no messaging, so it has no relay")
+        relay = self.messaging.relay(
+            self.connect(),
+            self.bus,
+            outbox,
+            batch_size=settings.relay_batch,
+            poll_interval_s=settings.relay_poll_s,
+            min_pass_interval_s=min_pass_interval_s,
+            on_published=on_published,
+        )
+        return self.relay(name, relay)
 
     def job(self, job: PeriodicJob) -> PeriodicJob:
         """A periodic job (one round at a time across instances: its advisory lock)."""
@@ -391,7 +460,7 @@ def service_lifespan(
         broker = (
             spec.messaging.connect(core, spec.name) if spec.messaging is not None and background else None
         )
-        runtime = Runtime(app, core, pool, broker, checks, connect)
+        runtime = Runtime(app, core, pool, broker, checks, connect, spec.messaging)
         tasks = Background()
         try:
             await spec.setup(runtime)

@@ -3,7 +3,10 @@
 Only the fields HiWallet needs are read; unknown fields are ignored so that a real export can be
 trimmed into this shape (and back) without translation. Client secrets in the files are fixed
 local-development values; ``HIWALLET_IDENTITY_SECRET_<CLIENT_ID>`` (upper case, ``-`` as ``_``)
-overrides one, and production uses a real Keycloak's secrets instead.
+overrides one, and production uses a real Keycloak's secrets instead. Likewise
+``HIWALLET_IDENTITY_REDIRECT_URIS_<CLIENT_ID>``, a JSON array of strings, replaces a client's
+``redirectUris``: the files name the web apps at their default ports, and ``hiwallet up`` with a
+web app elsewhere names where it is (hiwallet.up.web_sign_in_env).
 """
 
 from __future__ import annotations
@@ -79,6 +82,31 @@ def _secret_env_name(client_id: str) -> str:
     return "HIWALLET_IDENTITY_SECRET_" + client_id.upper().replace("-", "_")
 
 
+def _redirect_uris_env_name(client_id: str) -> str:
+    return "HIWALLET_IDENTITY_REDIRECT_URIS_" + client_id.upper().replace("-", "_")
+
+
+def redirect_uris_env(client_id: str, uris: list[str]) -> dict[str, str]:
+    """The environment that gives ``client_id`` these redirect URIs (instead of its file's)."""
+    return {_redirect_uris_env_name(client_id): json.dumps(uris)}
+
+
+def _redirect_uris(client_id: str, raw: Mapping[str, Any]) -> frozenset[str]:
+    """The file's ``redirectUris``, or the environment's list in their place. A list that is
+    not one refuses the start: a guessed redirect URI is a way to steal codes."""
+    name = _redirect_uris_env_name(client_id)
+    given = os.environ.get(name)
+    if given is None:
+        return frozenset(str(u) for u in raw.get("redirectUris", []))
+    try:
+        uris = json.loads(given)
+    except ValueError:
+        raise RealmConfigError(f"{name} is not a JSON array of URIs") from None
+    if not isinstance(uris, list) or not all(isinstance(u, str) and u.strip() == u and u for u in uris):
+        raise RealmConfigError(f"{name} is not a JSON array of URIs")
+    return frozenset(uris)
+
+
 def _client(raw: Mapping[str, Any]) -> ClientConfig:
     client_id = raw.get("clientId")
     if not isinstance(client_id, str) or not client_id:
@@ -98,7 +126,7 @@ def _client(raw: Mapping[str, Any]) -> ClientConfig:
         client_id=client_id,
         public=public,
         secret=None if public else str(secret),
-        redirect_uris=frozenset(str(u) for u in raw.get("redirectUris", [])),
+        redirect_uris=_redirect_uris(client_id, raw),
         standard_flow=bool(raw.get("standardFlowEnabled", True)),
         direct_grants=bool(raw.get("directAccessGrantsEnabled", False)),
         service_account=bool(raw.get("serviceAccountsEnabled", False)),

@@ -29,8 +29,8 @@ from hiwallet.core.http import (
 from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
-from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.outbox import OutboxMetrics, RelayHint
+from hiwallet.core.service import DatabaseSpec, OutboxSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.core.webhooks import Verifier
 from hiwallet.topup_webhook.metrics import TopupMetrics
@@ -51,6 +51,8 @@ RELAY_LOCK_KEY = 0x6877_7472  # "hwtr"
 RECONCILE_LOCK_KEY = 0x6877_7463  # "hwtc"
 RETENTION_LOCK_KEY = 0x6877_7464  # "hwtd"
 SETTLEMENT_LOCK_KEY = 0x6877_7473  # "hwts"
+# The outbox this service's relay publishes (core.service.Runtime.outbox_relay).
+OUTBOX = OutboxSpec(OUTBOX_TABLE, OUTBOX_CHANNEL, RELAY_LOCK_KEY)
 
 
 def declared_topology() -> Topology:
@@ -155,18 +157,12 @@ def service_spec(
         rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
         if rt.broker is None:  # background=False: the tests run the relay and the jobs by hand
             return
-        relay = Relay(
-            connect=connect,
-            broker=rt.bus,
-            table=OUTBOX_TABLE,
-            channel=OUTBOX_CHANNEL,
-            lock_key=RELAY_LOCK_KEY,
-            batch_size=settings.relay_batch,
-            poll_interval_s=settings.relay_poll_s,
-            min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
+        app.state.relay = hint.relay = rt.outbox_relay(
+            OUTBOX,
+            settings,
             on_published=outbox_metrics.on_published,
+            min_pass_interval_s=max(0, settings.relay_min_pass_interval_ms) / 1000,
         )
-        app.state.relay = hint.relay = rt.relay("relay", relay)
 
     return ServiceSpec(
         SERVICE,

@@ -232,15 +232,38 @@ class StaffMoney:
     # -- campaigns (campaigns.view, campaigns.manage) -------------------------------------------
 
     async def create_campaign(
-        self, member: StaffMember, *, name: str, currency: str, budget: int, ends_at: datetime
-    ) -> JSON:
-        check_currency(self.settings, currency)
-        if ends_at <= datetime.now(UTC):
-            raise errors.InvalidRequest("ends_at must be in the future", field="ends_at")
-        row = await self.pool.fetchrow(
-            S["campaign_insert"], new_id(), name, currency, budget, ends_at, member.actor
+        self,
+        member: StaffMember,
+        key: str | None,
+        *,
+        name: str,
+        currency: str,
+        budget: int,
+        ends_at: datetime,
+    ) -> Answer:
+        """A campaign (201); the same request under its key again answers that campaign, so a
+        double submission makes one."""
+        key = check_idempotency_key(key)
+        payload = {"name": name, "currency": currency, "budget": budget, "ends_at": ends_at.isoformat()}
+
+        async def work(conn: asyncpg.Connection) -> Answer:
+            check_currency(self.settings, currency)
+            if ends_at <= datetime.now(UTC):
+                raise errors.InvalidRequest("ends_at must be in the future", field="ends_at")
+            row = await conn.fetchrow(
+                S["campaign_insert"], new_id(), name, currency, budget, ends_at, member.actor
+            )
+            return Answer(201, campaign_view(row))
+
+        # The central bucket: a campaign is no wallet's (the idempotency record lives there).
+        return await idempotent(
+            self.pool,
+            ledger.CENTRAL_BUCKET,
+            staff_caller(member),
+            key,
+            request_hash("campaign", payload),
+            work,
         )
-        return campaign_view(row)
 
     async def campaign(self, campaign_id: str) -> JSON:
         record_id(campaign_id, "campaign")

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import AwareDatetime, BaseModel, Field
 
 from hiwallet.contracts.currency import Currency
@@ -169,13 +169,27 @@ async def staff_promo(body: StaffPromoIn, request: Request, member: PromoStaff, 
     return _out(answer)
 
 
-@staff_money_router.post("/campaigns", response_model=CampaignOut, status_code=201)
-async def create_campaign(body: CampaignIn, member: CampaignsManage, svc: ServiceDep) -> JSONResponse:
-    """A campaign with a budget that grants under it never overspend."""
-    view = await svc.staff.create_campaign(
-        member, name=body.name, currency=body.currency, budget=body.budget_minor, ends_at=body.ends_at
+@staff_money_router.post(
+    "/campaigns",
+    response_model=CampaignOut,
+    status_code=201,
+    responses={201: {"headers": _REPLAYED}},
+    **_MONEY,
+)
+async def create_campaign(
+    body: CampaignIn, request: Request, member: CampaignsManage, svc: ServiceDep
+) -> Response:
+    """A campaign with a budget that grants under it never overspend. Under the key once: a
+    double submission answers the first campaign."""
+    answer = await svc.staff.create_campaign(
+        member,
+        _key(request),
+        name=body.name,
+        currency=body.currency,
+        budget=body.budget_minor,
+        ends_at=body.ends_at,
     )
-    return JSONResponse(view, status_code=201)
+    return _out(answer)
 
 
 @staff_money_router.get("/campaigns", response_model=CampaignsOut)

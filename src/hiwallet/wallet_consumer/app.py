@@ -36,8 +36,8 @@ from hiwallet.core.http import ReadyCheck, create_app, serve, settle_heap_once_s
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
-from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, service_lifespan
+from hiwallet.core.outbox import OutboxMetrics, RelayHint, purge_sent
+from hiwallet.core.service import DatabaseSpec, OutboxSpec, Runtime, ServiceSpec, service_lifespan
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.ledger import Fees, Ledger, LedgerStore, init_connection
 from hiwallet.reconciliation import (
@@ -73,6 +73,8 @@ SERVICE = "wallet-consumer"
 # one round of its purge at a time, across every instance.
 RELAY_LOCK_KEY = 0x6877_7772  # "hwwr"
 OUTBOX_PURGE_LOCK_KEY = 0x6877_7770  # "hwwp"
+# The outbox this service's relay publishes (core.service.Runtime.outbox_relay).
+OUTBOX = OutboxSpec(OUTBOX_TABLE, OUTBOX_CHANNEL, RELAY_LOCK_KEY)
 
 
 def topology_of(settings: WalletConsumerSettings) -> Topology:
@@ -257,17 +259,9 @@ def service_spec(
             ),
         )
         connect = rt.connect()
-        relay = Relay(
-            connect=connect,
-            broker=rt.bus,
-            table=OUTBOX_TABLE,
-            channel=OUTBOX_CHANNEL,
-            lock_key=RELAY_LOCK_KEY,
-            batch_size=settings.relay_batch,
-            poll_interval_s=settings.relay_poll_s,
-            on_published=outbox_metrics.on_published,
+        app.state.relay = hint.relay = rt.outbox_relay(
+            OUTBOX, settings, on_published=outbox_metrics.on_published
         )
-        app.state.relay = hint.relay = rt.relay("relay", relay)
         rt.job(purge_job(pool, settings, connect))
         # The ledger's jobs (jobs.py): promo expiry and the sweep, each one instance a round.
         ledger_jobs = LedgerJobs(ledger, settings, LedgerJobMetrics(registry))

@@ -32,8 +32,8 @@ from hiwallet.core.http import (
 from hiwallet.core.jobs import PeriodicJob, in_batches
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.messaging import Messaging
-from hiwallet.core.outbox import OutboxMetrics, Relay, RelayHint, purge_sent
-from hiwallet.core.service import DatabaseSpec, Runtime, ServiceSpec, build_app
+from hiwallet.core.outbox import OutboxMetrics, RelayHint, purge_sent
+from hiwallet.core.service import DatabaseSpec, OutboxSpec, Runtime, ServiceSpec, build_app
 from hiwallet.core.settings import Settings, refuse_insecure_start
 from hiwallet.withdrawals.domain import State
 from hiwallet.withdrawals.metrics import WithdrawalMetrics
@@ -52,6 +52,8 @@ CONSUMER_NAME = "withdrawal-orchestrator"
 RELAY_LOCK_KEY = 0x6877_6F72  # "hwor"
 STUCK_SCAN_LOCK_KEY = 0x6877_7773  # "hwws"
 RETENTION_LOCK_KEY = 0x6877_7764  # "hwwd"
+# The outbox this service's relay publishes (core.service.Runtime.outbox_relay).
+OUTBOX = OutboxSpec(OUTBOX_TABLE, OUTBOX_CHANNEL, RELAY_LOCK_KEY)
 
 
 def database_spec(settings: WithdrawalSettings) -> DatabaseSpec:
@@ -156,17 +158,9 @@ def service_spec(
         rt.every("gauges", settings.metrics_interval_s, refresh_gauges)
         if rt.broker is None:  # background=False: the tests drive the saga by hand
             return
-        relay = Relay(
-            connect=connect,
-            broker=rt.bus,
-            table=OUTBOX_TABLE,
-            channel=OUTBOX_CHANNEL,
-            lock_key=RELAY_LOCK_KEY,
-            batch_size=settings.relay_batch,
-            poll_interval_s=settings.relay_poll_s,
-            on_published=outbox_metrics.on_published,
+        app.state.relay = hint.relay = rt.outbox_relay(
+            OUTBOX, settings, on_published=outbox_metrics.on_published
         )
-        app.state.relay = hint.relay = rt.relay("relay", relay)
         app.state.consumer = rt.consumer(
             "consumer",
             Consumer(
