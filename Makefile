@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser promtool postgres up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff schema
+.PHONY: install browser promtool postgres up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff bench-growth schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -88,6 +88,8 @@ schema: install
 # `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
 # `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
 # `make bench-bff` only the personal web app's home page (BFF_BENCH_ARGS, e.g. "--duration 20").
+# `make bench-growth` the ledger on a database with years of books vs a fresh one (GROWTH_BENCH_ARGS,
+# e.g. "--lines 10_000_000 --wallets 1_000_000"); it loads (and keeps) the database first.
 bench: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/topup_bench.py $(TOPUP_BENCH_ARGS)
@@ -129,3 +131,6 @@ bench-webhooks: install
 # (BFF_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
 bench-bff: install
 	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)
+
+bench-growth: install
+	$(BIN)/python bench/growth_bench.py $(GROWTH_BENCH_ARGS)
