@@ -11,8 +11,10 @@ customers as bench/wallet_api_bench.py does and signs each in through the BFF as
 BFF). Then it alternates ``rounds`` times: GET /v1/accounts straight from wallet-api with each
 customer's token, then GET / from the BFF with each customer's cookie, each for ``duration``
 seconds at ``concurrency``. It reports pages/s, p50 and p99 of both, their ratio, and the BFF's
-peak RSS. A home page is three of wallet-api's answers (the accounts, then the wallet and its
-promo batches) and a template: the ratio says what a page costs in wallet-api calls.
+peak RSS, and the CPU milliseconds per answer each process spent (the BFF, wallet-api, the
+wallet database's PostgreSQL backends). A home page is two of wallet-api's answers (the
+accounts, then each wallet's overview) and a template: the ratio says what a page costs in
+wallet-api calls.
 Results: bench/results/bff-<time>.json.
 """
 
