@@ -11,8 +11,10 @@ customers as bench/wallet_api_bench.py does and signs each in through the BFF as
 BFF). Then it alternates ``rounds`` times: GET /v1/accounts straight from wallet-api with each
 customer's token, then GET / from the BFF with each customer's cookie, each for ``duration``
 seconds at ``concurrency``. It reports pages/s, p50 and p99 of both, their ratio, and the BFF's
-peak RSS. A home page is three of wallet-api's answers (the accounts, then the wallet and its
-promo batches) and a template: the ratio says what a page costs in wallet-api calls.
+peak RSS, and the CPU milliseconds per answer each process spent (the BFF, wallet-api, the
+wallet database's PostgreSQL backends). A home page is two of wallet-api's answers (the
+accounts, then each wallet's overview) and a template: the ratio says what a page costs in
+wallet-api calls.
 Results: bench/results/bff-<time>.json.
 """
 
@@ -37,6 +39,7 @@ import uvloop
 import benchlog
 import httpload
 import wallet_api_bench as wb
+from cpu import pids_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.identity.settings import REALMS_DIR
@@ -142,11 +145,64 @@ async def _sign_in(bff: str, idp: str, name: str) -> str:
         return "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (wallet-api's workers, say), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo.extend(children.get(out[-1], []))
+    return out
+
+
+class Cpu:
+    """CPU seconds the BFF, wallet-api (each with its children) and the wallet database's
+    PostgreSQL backends spent between :meth:`start` and :meth:`stop`: the machine is shared, so a
+    page's cost is read as CPU per page rather than from latencies alone."""
+
+    def __init__(self, pool: Any, database: str, bff_pid: int, api_pid: int) -> None:
+        self.pool, self.database = pool, database
+        self.pids = {"bff": bff_pid, "wallet_api": api_pid}
+        self.before: dict[str, float] = {}
+        self.backends: dict[int, float] = {}
+
+    async def _backends(self) -> list[int]:
+        rows = await self.pool.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database)
+        return [r["pid"] for r in rows]
+
+    async def start(self) -> None:
+        self.backends = {pid: pids_cpu_s([pid]) for pid in await self._backends()}
+        self.before = {k: pids_cpu_s(_tree(pid)) for k, pid in self.pids.items()}
+
+    async def stop(self) -> dict[str, float]:
+        spent = {k: pids_cpu_s(_tree(pid)) - self.before[k] for k, pid in self.pids.items()}
+        # Those of the start, and the whole of those opened since (a pool that reconnects under
+        # load pays for it: a backend's start and its TLS handshake are counted too); one that
+        # ended meanwhile counts nothing, its last CPU cannot be read. The bench's own backend
+        # (this query, the funding) is among them: a few microseconds a page.
+        spent["postgres"] = sum(
+            pids_cpu_s([pid]) - self.backends.get(pid, 0.0) for pid in await self._backends()
+        )
+        return spent
+
+
 async def _load(
-    url: str, requests: list[tuple[str, dict[str, str]]], concurrency: int, duration_s: float, pid: int
+    url: str,
+    requests: list[tuple[str, dict[str, str]]],
+    concurrency: int,
+    duration_s: float,
+    pid: int,
+    cpu: Cpu,
 ) -> dict[str, Any]:
     """GET each (path, headers) of ``requests`` round robin from ``concurrency`` keep-alive
-    connections for ``duration_s``; 200s counted, their latencies kept."""
+    connections for ``duration_s``; 200s counted, their latencies kept, and the CPU milliseconds
+    each process spent per answer."""
     latencies: list[float] = []
     errors: dict[str, int] = {}
     peak = wb.rss_mb(pid)
@@ -177,9 +233,11 @@ async def _load(
             peak = max(peak, wb.rss_mb(pid))
             await asyncio.sleep(0.5)
 
+    await cpu.start()
     started = time.monotonic()
     await asyncio.gather(sample(), *(worker(i) for i in range(concurrency)))
     elapsed_s = time.monotonic() - started
+    spent = await cpu.stop()
     latencies.sort()
 
     def pct(p: float) -> float:
@@ -191,6 +249,9 @@ async def _load(
         "p99_ms": pct(0.99),
         "errors": errors,
         "rss_mb": round(peak, 1),
+        "cpu_ms_per_answer": {
+            k: round(1000 * v / len(latencies), 2) if latencies else None for k, v in spent.items()
+        },
     }
 
 
@@ -220,12 +281,15 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
             page_requests = [("/", {"Cookie": c, "Accept-Language": "tr"}) for c in cookies]
             for path, headers in page_requests:  # warm: each session's first page
                 (await client.get(f"{bff}{path}", headers=headers)).raise_for_status()
+            cpu = Cpu(pool, wallet_db, procs[2].pid, procs[1].pid)
             direct, pages = [], []
             for r in range(rounds):
                 with benchlog.phase(f"wallet-api GET /v1/accounts, round {r + 1}", duration_s):
-                    direct.append(await _load(api, direct_requests, concurrency, duration_s, procs[1].pid))
+                    direct.append(
+                        await _load(api, direct_requests, concurrency, duration_s, procs[1].pid, cpu)
+                    )
                 with benchlog.phase(f"personal-web-bff GET /, round {r + 1}", duration_s):
-                    pages.append(await _load(bff, page_requests, concurrency, duration_s, procs[2].pid))
+                    pages.append(await _load(bff, page_requests, concurrency, duration_s, procs[2].pid, cpu))
         return _summary(concurrency, direct, pages)
     finally:
         await pool.close()
@@ -238,6 +302,13 @@ def _mean(runs: list[dict[str, Any]], key: str) -> float:
     return round(sum(r[key] for r in runs) / len(runs), 2)
 
 
+def _cpu(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU ms per answer of each process, the rounds' mean, and their total."""
+    names = runs[0]["cpu_ms_per_answer"].keys()
+    out = {k: round(sum(r["cpu_ms_per_answer"][k] or 0.0 for r in runs) / len(runs), 2) for k in names}
+    return {**out, "total": round(sum(out.values()), 2)}
+
+
 def _summary(concurrency: int, direct: list[dict[str, Any]], pages: list[dict[str, Any]]) -> dict[str, Any]:
     d, p = _mean(direct, "per_s"), _mean(pages, "per_s")
     return {
@@ -246,12 +317,14 @@ def _summary(concurrency: int, direct: list[dict[str, Any]], pages: list[dict[st
             "per_s": d,
             "p50_ms": _mean(direct, "p50_ms"),
             "p99_ms": _mean(direct, "p99_ms"),
+            "cpu_ms_per_answer": _cpu(direct),
         },
         "home_page": {
             "per_s": p,
             "p50_ms": _mean(pages, "p50_ms"),
             "p99_ms": _mean(pages, "p99_ms"),
             "bff_rss_mb": max(r["rss_mb"] for r in pages),
+            "cpu_ms_per_page": _cpu(pages),
         },
         "ratio_pages_to_accounts": round(p / d, 3) if d else None,
         "errors": {"direct": [r["errors"] for r in direct], "pages": [r["errors"] for r in pages]},

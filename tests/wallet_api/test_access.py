@@ -24,6 +24,7 @@ async def test_a_stranger_gets_404_for_reading_and_moving(api: WalletApi) -> Non
             f"/v1/wallets/{alice.wallet_id}",
             f"/v1/wallets/{alice.wallet_id}/statement",
             f"/v1/wallets/{alice.wallet_id}/promos",
+            f"/v1/wallets/{alice.wallet_id}/overview",
             f"/v1/transfers/{t['id']}",
             f"/v1/accounts/{shop.account_id}",
         ):
@@ -72,6 +73,7 @@ async def test_staff_tokens_are_refused_on_every_customer_endpoint(api: WalletAp
             api.http.get(f"/v1/wallets/{alice.wallet_id}", headers=auth),
             api.http.get(f"/v1/wallets/{alice.wallet_id}/statement", headers=auth),
             api.http.get(f"/v1/wallets/{alice.wallet_id}/promos", headers=auth),
+            api.http.get(f"/v1/wallets/{alice.wallet_id}/overview", headers=auth),
             api.http.post("/v1/accounts/personal", json={"subject": "x"}, headers=auth),
             api.http.put(f"/v1/accounts/{alice.account_id}/tier", json={"tier": "contracted"}, headers=auth),
             api.post(

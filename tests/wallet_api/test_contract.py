@@ -183,7 +183,7 @@ def test_the_api_matches_its_document(contract_api: tuple[WalletApi, Customer, C
             except Exception as exc:
                 failures[f"{operation.label} ({mode.value})"] = str(exc)[:3000]
             ran += 1
-    assert ran == 54  # 27 operations (staff ones aside), positive and negative
+    assert ran == 56  # 28 operations (staff ones aside), positive and negative
     assert not failures, "\n\n".join(f"{k}:\n{v}" for k, v in failures.items())
     # The run reached the use cases, not only the refusals.
     for reached in (
@@ -292,6 +292,7 @@ def test_the_document_lists_every_endpoint_and_the_security_scheme(
         ("/v1/wallets/{wallet_id}/statement", "get"),
         ("/v1/wallets/{wallet_id}/promos", "get"),
         ("/v1/wallets/{wallet_id}/balances", "get"),
+        ("/v1/wallets/{wallet_id}/overview", "get"),
         ("/v1/transfers", "post"),
         ("/v1/transfers/{transfer_id}", "get"),
         ("/v1/transfers/{transfer_id}/refund", "post"),

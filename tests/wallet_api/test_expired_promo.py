@@ -27,6 +27,10 @@ async def test_expired_promo_is_neither_shown_nor_spent_before_the_job_runs(api:
     # and the batches listed are the live one only
     listed = (await api.http.get(f"/v1/wallets/{payer.wallet_id}/promos", headers=payer.auth)).json()
     assert [(b["amount"], b["remaining"]) for b in listed["batches"]] == [(5 * TL, 5 * TL)]
+    # and the home page's overview says the same (the web app shows its figures)
+    seen = (await api.http.get(f"/v1/wallets/{payer.wallet_id}/overview", headers=payer.auth)).json()
+    assert (seen["promo"], seen["available"]) == (5 * TL, 15 * TL)
+    assert seen["batches"] == listed["batches"]
 
     # 15 TL and its 2 % fee is more than available: refused, though the promo account holds 51 TL
     assert_problem(await api.transfer(payer, shop.number, 15 * TL), "insufficient-funds", 422)

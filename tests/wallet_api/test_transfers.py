@@ -329,3 +329,29 @@ async def test_the_balance_at_the_end_of_each_day_for_a_chart(api: WalletApi) ->
         "validation-error",
         422,
     )
+
+
+async def test_the_overview_is_the_wallet_its_live_promos_and_its_days_in_one_answer(api: WalletApi) -> None:
+    """What the home page asks once per wallet: exactly the three reads' answers, with their
+    authorization (a member only) and their bounds."""
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    assert (await api.transfer(alice, bob.number, 30 * TL)).status_code == 201
+    r = await api.http.get(f"/v1/wallets/{alice.wallet_id}/overview?days=3", headers=alice.auth)
+    assert r.status_code == 200, r.text
+    overview = r.json()
+    wallet = (await api.http.get(f"/v1/wallets/{alice.wallet_id}", headers=alice.auth)).json()
+    promos = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/promos", headers=alice.auth)).json()
+    days = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances?days=3", headers=alice.auth)).json()
+    assert overview == {**wallet, "batches": promos["batches"], "days": days["days"]}
+    assert overview["cash"] == 70 * TL and [d["balance"] for d in overview["days"]] == [0, 0, 70 * TL]
+    default = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/overview", headers=alice.auth)).json()
+    assert len(default["days"]) == 30 and default["days"][-1]["balance"] == 70 * TL
+    assert_problem(
+        await api.http.get(f"/v1/wallets/{alice.wallet_id}/overview", headers=bob.auth), "not-found", 404
+    )
+    assert_problem(
+        await api.http.get(f"/v1/wallets/{alice.wallet_id}/overview?days=367", headers=alice.auth),
+        "validation-error",
+        422,
+    )

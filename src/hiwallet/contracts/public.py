@@ -59,6 +59,7 @@ __all__ = [
     "WalletId",
     "WalletNumber",
     "WalletOut",
+    "WalletOverviewOut",
     "WalletRefOut",
     "WithdrawalIn",
     "WithdrawalOut",
@@ -263,6 +264,14 @@ class PromoBatchOut(BaseModel):
 class PromoBatchesOut(BaseModel):
     wallet_id: str
     batches: list[PromoBatchOut]
+
+
+class WalletOverviewOut(WalletOut):
+    """A wallet's balances, live promo batches and daily cash in one answer: what a home page
+    shows of it (the three reads of GET /v1/wallets/{id}, /promos and /balances, once)."""
+
+    batches: list[PromoBatchOut]
+    days: list[BalanceDayOut]
 
 
 class PostedTransfer(BaseModel):

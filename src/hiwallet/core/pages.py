@@ -14,6 +14,7 @@ locale a request is answered in, and amounts and times written for that locale.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,11 +25,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import jinja2
-from babel import negotiate_locale
+from babel import Locale, negotiate_locale
 from babel.dates import format_date, format_datetime
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
-from babel.numbers import format_decimal, get_currency_precision, get_currency_symbol
+from babel.numbers import NumberPattern, get_currency_precision, get_currency_symbol, parse_pattern
 from babel.support import Translations
 from markupsafe import Markup
 from starlette.requests import Request
@@ -44,13 +45,21 @@ TIME_ZONE = ZoneInfo("Europe/Istanbul")
 _SYMBOLS = {"TRY": "₺"}
 
 
+@functools.lru_cache(maxsize=256)
+def _money_format(currency: str, locale: str) -> tuple[int, NumberPattern, Locale, str]:
+    """What format_money needs of a currency in a locale, worked out once: babel parses the
+    locale and the pattern again on every call, most of a page's formatting time."""
+    digits = get_currency_precision(currency)
+    pattern = parse_pattern("#,##0" + ("." + "0" * digits if digits else ""))
+    symbol = _SYMBOLS.get(currency) or get_currency_symbol(currency, locale)
+    return digits, pattern, Locale.parse(locale), symbol
+
+
 def format_money(amount_minor: int, currency: str, locale: str) -> str:
     """``123456, "TRY", "tr"`` -> ``1.234,56 ₺``; ``"en"`` -> ``₺1,234.56``."""
-    digits = get_currency_precision(currency)
+    digits, pattern, parsed, symbol = _money_format(currency, locale)
     amount = Decimal(amount_minor).scaleb(-digits)
-    pattern = "#,##0" + ("." + "0" * digits if digits else "")
-    number = format_decimal(abs(amount), format=pattern, locale=locale)
-    symbol = _SYMBOLS.get(currency) or get_currency_symbol(currency, locale)
+    number = pattern.apply(abs(amount), parsed)  # format_decimal(abs(amount), pattern, locale)
     sign = "−" if amount < 0 else ""  # U+2212, the minus sign
     return f"{sign}{number} {symbol}" if locale == "tr" else f"{sign}{symbol}{number}"
 
@@ -82,6 +91,9 @@ class Pages:
         for locale in LOCALES:
             env = jinja2.Environment(
                 loader=jinja2.FileSystemLoader(self.templates),
+                # Compiled once: a deployment's templates change with a new release only, and
+                # checking each file's time on every render costs a page system calls.
+                auto_reload=False,
                 autoescape=True,
                 undefined=jinja2.StrictUndefined,
                 extensions=["jinja2.ext.i18n"],

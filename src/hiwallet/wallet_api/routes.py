@@ -28,6 +28,7 @@ from hiwallet.contracts.public import (
     RefundIn,
     TransferIn,
     WalletOut,
+    WalletOverviewOut,
     WalletRefOut,
 )
 from hiwallet.core.auth import CallerNotAllowed, bearer_token
@@ -370,6 +371,19 @@ async def balance_history(
     return await svc.balance_history(who, wallet_id, days=days)
 
 
+@router.get("/wallets/{wallet_id}/overview", response_model=WalletOverviewOut, tags=["wallets"])
+async def wallet_overview(
+    wallet_id: WalletIdPath,
+    who: CallerDep,
+    svc: ServiceDep,
+    days: Annotated[int, Query(ge=1, le=MAX_BALANCE_DAYS), BeforeValidator(_decimal)] = 30,
+) -> Any:
+    """The wallet's balances (as GET /v1/wallets/{wallet_id}), its live promo batches (as
+    /promos) and its cash at the end of each of its last ``days`` UTC days (as /balances), in one
+    answer: a home page's per wallet, one call where three were."""
+    return await svc.overview(who, wallet_id, days=days)
+
+
 @router.get("/wallets/{wallet_id}/promos", response_model=PromoBatchesOut, tags=["promos"])
 async def promo_batches(wallet_id: WalletIdPath, who: CallerDep, svc: ServiceDep) -> Any:
     """The wallet's live promo batches (not yet expired), earliest expiry first."""
@@ -508,6 +522,7 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] =
         "GetStatement": ("/v1/wallets/{wallet_id}/statement", "get", _WALLET_OF),
         "GetPromos": ("/v1/wallets/{wallet_id}/promos", "get", _WALLET_OF),
         "GetBalances": ("/v1/wallets/{wallet_id}/balances", "get", _WALLET_OF),
+        "GetOverview": ("/v1/wallets/{wallet_id}/overview", "get", _WALLET_OF),
     },
     ("/v1/transfers", "post", "201"): {
         "GetTransfer": (_TRANSFER, "get", {"transfer_id": "$response.body#/id"}),

@@ -69,6 +69,7 @@ class WalletService:
         self.statement = accounts.statement
         self.promos = accounts.promos
         self.balance_history = accounts.balance_history
+        self.overview = accounts.overview
         # money
         self.transfer = transfers.transfer
         self.transfer_of = transfers.transfer_of
