@@ -63,6 +63,7 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 from tests import pgtemplate
 from tests.e2e import harness
 from tests.e2e.up_system import FRONTS, Output, fresh_databases, ready, running_up, system_env, wait_running
+from tests.faultproxy import FaultProxy
 
 __all__ = ["Campaign", "Config", "main", "run"]
 
@@ -96,6 +97,18 @@ TARGETS = (
 # Operations and their weights in the mix.
 MIX = {"p2p": 30, "payment": 20, "refund": 6, "withdrawal": 12, "card_topup": 16, "bank_topup": 16}
 TERMINAL = ("completed", "failed", "rejected", "cancelled")
+PROXIED = ("amqp", "saga-databases")
+# What the fakes are told for a while (callbacks_for_s): the outside world misbehaving. Top-up
+# notifications (both fakes' /_control/faults) repeated or delayed; the bank's transfer callbacks
+# repeated, delayed or lost (bank-adapter's reconciliation asks the bank), or the transfers refused
+# (the withdrawal fails and is refunded).
+CALLBACK_FAULTS: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {
+    "repeat": ({"duplicate": 3, "once": False}, {"duplicate_callback": 3}),
+    "delay": ({"delay_s": 2.0, "once": False}, {"callback_delay_s": 2.0}),
+    "reorder": ({"reorder": True, "once": False}, None),
+    "lose": (None, {"lose_callback": True}),
+    "reject": (None, {"outcome": "reject", "failure_reason": "account_closed"}),
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,12 @@ class Config:
     stop_for_s: float = 3.0
     # PostgreSQL and RabbitMQ are shared by the suite's other tests: only the long run restarts them.
     infrastructure: bool = True
+    # The fakes' callbacks repeated, delayed, lost, and transfers refused by the bank.
+    callbacks: bool = True
+    callbacks_for_s: float = 10.0
+    # Connections cut through a proxy (tests/faultproxy.py): every process's to RabbitMQ, and the
+    # withdrawal saga's databases' (withdrawal-orchestrator's and bank-adapter's) to PostgreSQL.
+    cuts: bool = True
 
 
 @dataclass
@@ -170,7 +189,14 @@ def schedule(rng: random.Random, config: Config) -> list[Fault]:
     if config.infrastructure and config.duration_s >= 120:
         faults.append(Fault(config.duration_s * rng.uniform(0.3, 0.45), "postgres", "postgresql"))
         faults.append(Fault(config.duration_s * rng.uniform(0.55, 0.7), "rabbitmq", "rabbitmq"))
-        faults.sort(key=lambda f: f.at_s)
+    if config.callbacks:
+        # After the servers' draws, so that adding these changes nothing of the rest.
+        for target in CALLBACK_FAULTS:
+            faults.append(Fault(config.duration_s * rng.uniform(0.1, 0.85), "callbacks", target))
+    if config.cuts:
+        for target in PROXIED:
+            faults.append(Fault(config.duration_s * rng.uniform(0.1, 0.85), "cut", target))
+    faults.sort(key=lambda f: f.at_s)
     return faults
 
 
@@ -179,8 +205,16 @@ class Campaign:
         self.config = config
         self.databases = databases
         self.env, self.ports = system_env(databases)
+        self.proxies = {
+            "amqp": FaultProxy(harness.AMQP_HOST, harness.AMQP_PORT),
+            "saga-databases": FaultProxy("127.0.0.1", 5432),
+        }
         # A ten-minute run keeps its tokens: identity's lifetime raised for the campaign.
         self.env["HIWALLET_IDENTITY_ACCESS_TOKEN_LIFETIME_S"] = "3600"
+        # A lost bank callback is found by bank-adapter's reconciliation (asking the bank about
+        # transfers pending too long): in seconds here, so that the run settles.
+        self.env["HIWALLET_BANK_RECONCILE_INTERVAL_S"] = "2"
+        self.env["HIWALLET_BANK_RECONCILE_STALE_AFTER_S"] = "5"
         self.log = log
         self.out: Output | None = None
         self.customers: list[Customer] = []
@@ -422,6 +456,33 @@ class Campaign:
                 f"{fault.target} ready after SIGCONT",
                 interval_s=0.1,
             )
+        elif fault.kind == "callbacks":
+            topups, transfers = CALLBACK_FAULTS[fault.target]
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S) as http:
+                for fake in ("stripe", "bank"):
+                    if topups is not None:
+                        (await http.post(self.url(fake, "/_control/faults"), json=topups)).raise_for_status()
+                if transfers is not None:
+                    (
+                        await http.post(self.url("bank", "/_control/transfers"), json=transfers)
+                    ).raise_for_status()
+                try:
+                    await asyncio.sleep(self.config.callbacks_for_s)  # the fault itself: for a while
+                finally:
+                    for fake in ("stripe", "bank"):
+                        await http.delete(self.url(fake, "/_control/faults"))
+                    await http.delete(self.url("bank", "/_control/transfers"))
+            return
+        elif fault.kind == "cut":
+            proxy = self.proxies[fault.target]
+            async with proxy.down():  # open connections cut, new ones refused for a moment
+                await asyncio.sleep(self.config.stop_for_s)  # the fault itself
+            await harness.until(
+                lambda: self.all_ready(),
+                RECOVER_TIMEOUT_S,
+                f"all ready after the cut of {fault.target}",
+                interval_s=0.2,
+            )
         elif fault.kind == "postgres":
             await command("pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart")
             await harness.until(
@@ -656,6 +717,7 @@ class Campaign:
             },
             resent=sum(1 for op in self.ops if op.resent),
             faults=dict(Counter(f.kind for f in self.faults)),
+            faults_by_target=dict(sorted(Counter(f"{f.kind} {f.target}" for f in self.faults).items())),
             recovery_s={
                 k: {"n": len(v), "max": round(max(v), 2), "mean": round(sum(v) / len(v), 2)}
                 for k, v in sorted(recover.items())
@@ -707,6 +769,23 @@ class Campaign:
             f"[chaos] seed {self.config.seed}: {len(faults)} faults over {self.config.duration_s:.0f} s",
             flush=True,
         )
+        if self.config.cuts:
+            for proxy in self.proxies.values():
+                await proxy.start()
+            self.env["HIWALLET_AMQP_URL"] = harness.amqp_url(
+                self.databases["vhost"], self.proxies["amqp"].port
+            )
+            through = f"postgresql://127.0.0.1:{self.proxies['saga-databases'].port}"
+            self.env["HIWALLET_DATABASE_SERVERS"] = json.dumps(
+                {self.databases[key]: through for key in ("withdrawal", "bank")}
+            )
+        try:
+            return await self._run(faults)
+        finally:
+            for proxy in self.proxies.values():
+                await proxy.close()
+
+    async def _run(self, faults: list[Fault]) -> dict[str, Any]:
         with running_up(self.env, self.log, graceful=False) as (proc, out):
             self.out = out
             setup_began = time.monotonic()
@@ -776,6 +855,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--fault-every", type=float, default=6.0)
     parser.add_argument("--no-infrastructure", action="store_true", help="no PostgreSQL or RabbitMQ restart")
+    parser.add_argument("--no-callbacks", action="store_true", help="the fakes' callbacks left alone")
+    parser.add_argument(
+        "--no-cuts", action="store_true", help="no proxy between the processes and the servers"
+    )
     parser.add_argument("--report", type=Path, default=Path("chaos-report.json"))
     args = parser.parse_args(argv)
     config = Config(
@@ -785,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         fault_every_s=args.fault_every,
         infrastructure=not args.no_infrastructure,
+        callbacks=not args.no_callbacks,
+        cuts=not args.no_cuts,
     )
     log = Path(tempfile.mkdtemp(prefix="hiwallet-chaos-")) / "up.log"
     print(f"[chaos] seed {config.seed} (replay: --seed {config.seed}); up's log: {log}", flush=True)
