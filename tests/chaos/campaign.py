@@ -17,10 +17,12 @@ each with a real password-grant token, move money through the front doors:
 The scheduler (``random.Random(seed)``; the same seed gives the same schedule of faults and the
 same sequence of operations per worker) ``kill -9``s each kind of HiWallet process in turn (up
 restarts it), SIGSTOPs one and SIGCONTs it a moment later, and in the long run restarts
-PostgreSQL and RabbitMQ. The fakes are the outside world and are not faulted.
+PostgreSQL and RabbitMQ, cuts the connections to them through proxies (tests/faultproxy.py) and
+has the fakes repeat, delay, reorder and lose their callbacks and refuse transfers. The fakes are
+the outside world: never killed.
 
 At the end, once the faults stop and the system settles (outboxes sent, queues drained, sagas
-terminal, top-ups credited: observed, not slept on), :func:`check` asserts:
+terminal, top-ups credited: observed, not slept on), ``Campaign.check`` asserts:
 
 - every request answered 2xx is done exactly once; one with no answer (or 5xx) is sent again
   with its Idempotency-Key and settles as done once or refused with nothing written;
@@ -78,7 +80,9 @@ ONBOARDING = ("onboarding", "dev-onboarding-secret")
 OPENING_MINOR = 5_000_00  # each customer's first card top-up
 HTTP_TIMEOUT_S = 10.0
 SETTLE_TIMEOUT_S = 240.0
-RECOVER_TIMEOUT_S = 90.0
+# A process not ready again within this is a finding (a slow recovery is reported, not failed:
+# on this shared two-core machine one took over 90 s under load).
+RECOVER_TIMEOUT_S = 300.0
 # The kinds of HiWallet process the scheduler kills (the fakes are the outside world).
 TARGETS = (
     "identity",
