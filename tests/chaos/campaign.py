@@ -47,12 +47,14 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -69,6 +71,7 @@ from tests.faultproxy import FaultProxy
 
 __all__ = ["Campaign", "Config", "main", "run"]
 
+T = TypeVar("T")
 DEFAULT_SEED = 25
 PASSWORD = "chaos password 1"
 IBAN = "TR33 0006 1005 1978 6457 8413 26"
@@ -172,6 +175,28 @@ class Fault:
     recovered_s: float | None = None
 
 
+class ProxyLoop:
+    """The proxies' own event loop, in a thread: every AMQP byte of the system passes through
+    them, and they should not wait behind the workload's requests in the campaign's loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="chaos-proxies", daemon=True)
+        self.thread.start()
+
+    async def call(self, work: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+async def down_for(proxy: FaultProxy, seconds: float) -> None:
+    async with proxy.down():  # open connections cut, new ones refused for a moment
+        await asyncio.sleep(seconds)  # the fault itself
+
+
 def schedule(rng: random.Random, config: Config) -> list[Fault]:
     """The faults and when (seconds into the workload): each kind of process killed in turn (a
     shuffled round, then another), every fourth fault a SIGSTOP instead, PostgreSQL and RabbitMQ
@@ -213,6 +238,7 @@ class Campaign:
             "amqp": FaultProxy(harness.AMQP_HOST, harness.AMQP_PORT),
             "saga-databases": FaultProxy("127.0.0.1", 5432),
         }
+        self.proxy_loop = ProxyLoop()
         # A ten-minute run keeps its tokens: identity's lifetime raised for the campaign.
         self.env["HIWALLET_IDENTITY_ACCESS_TOKEN_LIFETIME_S"] = "3600"
         # A lost bank callback is found by bank-adapter's reconciliation (asking the bank about
@@ -478,9 +504,7 @@ class Campaign:
                     await http.delete(self.url("bank", "/_control/transfers"))
             return
         elif fault.kind == "cut":
-            proxy = self.proxies[fault.target]
-            async with proxy.down():  # open connections cut, new ones refused for a moment
-                await asyncio.sleep(self.config.stop_for_s)  # the fault itself
+            await self.proxy_loop.call(down_for(self.proxies[fault.target], self.config.stop_for_s))
             await harness.until(
                 lambda: self.all_ready(),
                 RECOVER_TIMEOUT_S,
@@ -775,7 +799,7 @@ class Campaign:
         )
         if self.config.cuts:
             for proxy in self.proxies.values():
-                await proxy.start()
+                await self.proxy_loop.call(proxy.start())
             self.env["HIWALLET_AMQP_URL"] = harness.amqp_url(
                 self.databases["vhost"], self.proxies["amqp"].port
             )
@@ -786,8 +810,10 @@ class Campaign:
         try:
             return await self._run(faults)
         finally:
-            for proxy in self.proxies.values():
-                await proxy.close()
+            if self.config.cuts:
+                for proxy in self.proxies.values():
+                    await self.proxy_loop.call(proxy.close())
+            self.proxy_loop.stop()
 
     async def _run(self, faults: list[Fault]) -> dict[str, Any]:
         with running_up(self.env, self.log, graceful=False) as (proc, out):
