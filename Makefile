@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser promtool postgres up test lint bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff bench-growth schema
+.PHONY: install browser promtool postgres up test lint chaos bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff bench-growth schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -53,6 +53,13 @@ postgres:
 	  || echo "PostgreSQL: could not raise max_connections; the whole systems' tests may run out"; \
 	  for i in $$(seq 1 300); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done; \
 	fi
+
+# The fault campaign's long run (tests/chaos/campaign.py, docs/chaos.md): ten minutes of the bank
+# workload under `hiwallet up` while every kind of process is killed in turn, one stopped, PostgreSQL
+# and RabbitMQ restarted (it restarts the machine's shared servers: not while tests run). CHAOS_ARGS,
+# e.g. "--seed 7 --duration 120". The report is printed and written to chaos-report.json.
+chaos: install
+	$(BIN)/python -m tests.chaos.campaign $(CHAOS_ARGS)
 
 # Debian's chromium, which the browser tests drive with Playwright (tests/browser): installed when
 # missing (as root, as the broker plugin is; apt's lists are refreshed only if the first try fails).
