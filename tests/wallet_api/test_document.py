@@ -79,10 +79,10 @@ async def test_a_malformed_id_in_any_path_is_the_404_of_a_missing_one(api: Walle
         (m, p, params) for m, p, params in routes_of(app_of(api)) if params and not p.startswith("/v1/staff/")
     ]
     literal = {p for _, p, params in routes_of(app_of(api)) if not params}
-    # Today: tier, account, limits, wallets, wallet, statement, promos, transfer, refund, programme;
-    # a webhook endpoint (get, change, delete, rotate), a delivery (get, replay); a business's
-    # daily summary.
-    assert len(with_ids) == 18, with_ids
+    # Today: tier, account, limits, wallets, wallet, statement, promos, balances, overview,
+    # transfer, refund, programme; a webhook endpoint (get, change, delete, rotate), a delivery
+    # (get, replay); a business's daily summary.
+    assert len(with_ids) == 19, with_ids
     document = (await api.http.get("/openapi.json")).json()
     before = await api.counts()
     for method, template, params in with_ids:
