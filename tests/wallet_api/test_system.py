@@ -13,6 +13,7 @@ import httpx
 
 from hiwallet.up import DEMO_EMAIL, DEMO_FUNDS_MINOR, DEMO_PASSWORD, seed
 from tests.servers import free_port, until_serving
+from tests.waiting import until
 from tests.wallet_api.conftest import WalletApi
 
 
@@ -103,11 +104,21 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
                 async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as fresh:
                     assert (await fresh.get("/v1/accounts")).status_code == 401
                     assert (await fresh.post("/v1/transfers", json={})).status_code == 401
-            metrics = (await http.get("/metrics")).text
-            for method, route in (("GET", "/v1/accounts"), ("POST", "/v1/transfers")):
-                labels = f'method="{method}",route="{route}",service="wallet-api",status="401"'
-                counted = f"http_requests_total{{{labels}}}"
-                assert f"{counted} 12.0" in metrics, metrics
+            labels = 'service="wallet-api",status="401"'
+            expected = [
+                f'http_requests_total{{method="{method}",route="{route}",{labels}}} 12.0'
+                for method, route in (("GET", "/v1/accounts"), ("POST", "/v1/transfers"))
+            ]
+
+            # A request is counted after its answer has been sent (core.http.edge measures in its
+            # `finally`), and /metrics reads each worker's counter file before its histogram file:
+            # the last answers' counts may land a moment after the client has them. Waited for.
+            async def all_counted() -> str | None:
+                text = (await http.get("/metrics")).text
+                return text if all(line in text for line in expected) else None
+
+            metrics = await until(all_counted, 10, "both workers' counts in /metrics")
+            assert all(line in metrics for line in expected), metrics
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "wallet-api"
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) in (0, -signal.SIGTERM)
