@@ -5,7 +5,8 @@ both): register (the code from the mail catcher), verify (the phone by an SMS fr
 identity against nvi-fake's registry, the two documents), a wire from the person's own bank
 account (bank-fake; onboarding's `wires` consumer makes them Verified: the sender's TCKN is
 theirs), a card top-up on stripe-fake's hosted page, a transfer to the demo customer, a
-withdrawal to their own IBAN (bank-fake decides at once), and the movements page showing each
+payment to the demo business (its fee shown once charged), a withdrawal to their own IBAN
+(bank-fake decides at once), and the movements page showing each
 of them with its amount, the balance adding up. Every page a person sees is checked with
 axe-core and photographed (tests/browser/conftest.py `check_page`).
 
@@ -41,7 +42,7 @@ CATALOGUE = (
 # Each language's person: nvi-fake's citizens (a TCKN is bound to one customer per system).
 PEOPLE = {"en": ("en-GB", AYSE), "tr": ("tr-TR", MEHMET)}
 # The amounts of the journey (minor units).
-WIRE, CARD, SENT, WITHDRAWN = 500 * TL, 250 * TL, 12_050, 100 * TL
+WIRE, CARD, SENT, PAID, WITHDRAWN = 500 * TL, 250 * TL, 12_050, 40 * TL, 100 * TL
 # The page waits for what other processes do (a wire, a webhook, the saga) on a shared machine.
 SLOW_MS = 60_000
 
@@ -73,9 +74,9 @@ class Up:
     def web(self) -> str:
         return self.url("personal-web-bff")
 
-    def demo_number(self) -> str:
-        """The demo customer's wallet number, as up's banner prints it."""
-        found = re.search(r"demo customer.*?\n\s+wallet \S+\s+number (\S+)", self.out.path.read_text())
+    def demo_number(self, who: str = "customer") -> str:
+        """The demo customer's (or business's) wallet number, as up's banner prints it."""
+        found = re.search(rf"demo {who}.*?\n\s+wallet \S+\s+number (\S+)", self.out.path.read_text())
         assert found, self.out.path.read_text()
         return found.group(1)
 
@@ -273,6 +274,20 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
     await expect(page.get_by_test_id("available")).to_have_text(money(WIRE + CARD - SENT))
     await check_page(page, f"journey {language} sent")
 
+    # -- a payment to the demo business: a business's payment adds a fee, shown once charged
+    await page.goto(f"{web}/")
+    await page.get_by_role("link", name=_("Send money")).first.click()
+    await page.get_by_label(_("Wallet number"), exact=True).fill(up.demo_number("business"))
+    await page.get_by_label(_("Amount"), exact=True).fill(str(PAID // TL))
+    await page.get_by_role("button", name=_("Continue"), exact=True).click()
+    await expect(page.get_by_role("heading", name=_("Check and confirm"))).to_be_visible()
+    await page.get_by_role("button", name=_("Confirm and send")).click()
+    await expect(page.get_by_role("heading", name=_("Sent"), exact=True)).to_be_visible()
+    paid_fee = int(re.sub(r"[^0-9]", "", await page.get_by_test_id("fee").inner_text()))
+    assert paid_fee > 0
+    await expect(page.get_by_test_id("available")).to_have_text(money(WIRE + CARD - SENT - PAID - paid_fee))
+    await check_page(page, f"journey {language} paid")
+
     # -- a withdrawal to the person's own IBAN, followed to the bank
     await page.goto(f"{web}/")
     await page.get_by_role("link", name=_("Withdraw")).first.click()
@@ -299,7 +314,8 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
         (_("Top-up"), WIRE),
         (_("Top-up"), CARD),
         (_("Transfer"), -SENT),
-        (_("Withdrawal"), -(WITHDRAWN + fee)),  # the amount and its fee, one line
+        (_("Payment"), -(PAID + paid_fee)),  # the amount and its fee, one line
+        (_("Withdrawal"), -(WITHDRAWN + fee)),
     ]
     lines = page.locator(".movement")
     await expect(lines).to_have_count(len(expected))
@@ -309,7 +325,7 @@ async def steps(page: Page, up: Up, who: dict[str, str], language: str) -> None:
         await expect(line.locator(".what")).to_have_text(kind)
         await expect(line.locator(".amount")).to_have_text(money(amount))
         await expect(line.locator(".muted")).to_contain_text(f"{_('Balance')} {money(balance)}")
-    assert balance == WIRE + CARD - SENT - WITHDRAWN - fee
+    assert balance == WIRE + CARD - SENT - PAID - paid_fee - WITHDRAWN - fee
     transfer = lines.nth(2)
     await expect(transfer.locator(".party")).to_have_text(_("To %(party)s") % {"party": demo})
     await expect(transfer.locator(".ref")).to_have_text(f"journey {language}")
