@@ -139,6 +139,11 @@ GRANT SELECT ON wallet.daily_summary TO :"app_role";
 --     Of wallet-api's records, the summary reads which accounts are businesses' and their
 --     wallets (the columns above: bucket, id, kind; bucket, id, account_id, currency).
 GRANT EXECUTE ON FUNCTION ledger.line_hash TO :"wallet_consumer_role";
+--     The bank's statements (migrations/wallet/0021): kept once by wallet-consumer's settlement
+--     of the bank's day, never changed; read by the round (wallet-consumer's job, wallet-api's
+--     on demand), which also reads which wires each statement settled.
+GRANT SELECT, INSERT ON wallet.bank_statements, wallet.bank_statement_lines TO :"wallet_consumer_role";
+GRANT SELECT ON wallet.bank_statements, wallet.bank_statement_lines, wallet.settled_topups TO :"app_role";
 
 -- 4. The ledger is written only by its functions, which check what they write: a service
 --    may call those it needs and nothing else that writes. SECURITY DEFINER: they run as the

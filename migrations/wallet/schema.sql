@@ -1284,6 +1284,34 @@ CREATE TABLE wallet.accounts (
     CONSTRAINT accounts_tier_known CHECK ((((kind = 'personal'::text) AND (tier = ANY (ARRAY['unknown'::text, 'unverified'::text, 'verified'::text, 'contracted'::text]))) OR ((kind = 'business'::text) AND (tier IS NULL))))
 );
 
+-- Name: bank_statement_lines; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.bank_statement_lines (
+    day date NOT NULL,
+    currency text NOT NULL,
+    "position" integer NOT NULL,
+    bank_reference text NOT NULL,
+    customer_reference text,
+    amount_minor bigint NOT NULL,
+    booked_on date NOT NULL,
+    saga_id text,
+    CONSTRAINT bank_statement_lines_amount_not_zero CHECK ((amount_minor <> 0)),
+    CONSTRAINT bank_statement_lines_reference_length CHECK (((length(bank_reference) >= 1) AND (length(bank_reference) <= 200)))
+);
+
+-- Name: bank_statements; Type: TABLE; Schema: wallet; Owner: -
+
+CREATE TABLE wallet.bank_statements (
+    day date NOT NULL,
+    currency text NOT NULL,
+    opening_minor bigint NOT NULL,
+    closing_minor bigint NOT NULL,
+    lines integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT bank_statements_currency_format CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT bank_statements_lines_not_negative CHECK ((lines >= 0))
+);
+
 -- Name: campaign_grants; Type: TABLE; Schema: wallet; Owner: -
 
 CREATE TABLE wallet.campaign_grants (
@@ -1719,6 +1747,16 @@ ALTER TABLE ONLY wallet.account_contracts
 ALTER TABLE ONLY wallet.accounts
     ADD CONSTRAINT accounts_pkey PRIMARY KEY (bucket, id);
 
+-- Name: bank_statement_lines bank_statement_lines_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.bank_statement_lines
+    ADD CONSTRAINT bank_statement_lines_pkey PRIMARY KEY (day, currency, "position");
+
+-- Name: bank_statements bank_statements_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.bank_statements
+    ADD CONSTRAINT bank_statements_pkey PRIMARY KEY (day, currency);
+
 -- Name: campaign_grants campaign_grants_pkey; Type: CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.campaign_grants
@@ -2030,6 +2068,11 @@ ALTER TABLE ONLY ledger.promo_spends
 ALTER TABLE ONLY wallet.account_contracts
     ADD CONSTRAINT account_contracts_account_fkey FOREIGN KEY (bucket, account_id) REFERENCES wallet.accounts(bucket, id);
 
+-- Name: bank_statement_lines bank_statement_lines_statement_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
+
+ALTER TABLE ONLY wallet.bank_statement_lines
+    ADD CONSTRAINT bank_statement_lines_statement_fkey FOREIGN KEY (day, currency) REFERENCES wallet.bank_statements(day, currency);
+
 -- Name: campaign_grants campaign_grants_campaign_id_fkey; Type: FK CONSTRAINT; Schema: wallet; Owner: -
 
 ALTER TABLE ONLY wallet.campaign_grants
@@ -2298,6 +2341,18 @@ GRANT SELECT(tier) ON TABLE wallet.accounts TO hiwallet_wallet_consumer_app;
 
 GRANT UPDATE(updated_at) ON TABLE wallet.accounts TO hiwallet_wallet_app;
 
+-- Name: TABLE bank_statement_lines; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.bank_statement_lines TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.bank_statement_lines TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE wallet.bank_statement_lines TO hiwallet_wallet_app;
+
+-- Name: TABLE bank_statements; Type: ACL; Schema: wallet; Owner: -
+
+GRANT SELECT ON TABLE wallet.bank_statements TO hiwallet_wallet_readonly;
+GRANT SELECT,INSERT ON TABLE wallet.bank_statements TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE wallet.bank_statements TO hiwallet_wallet_app;
+
 -- Name: TABLE campaign_grants; Type: ACL; Schema: wallet; Owner: -
 
 GRANT SELECT ON TABLE wallet.campaign_grants TO hiwallet_wallet_readonly;
@@ -2484,6 +2539,7 @@ GRANT UPDATE(resolved_at) ON TABLE wallet.reconciliation_findings TO hiwallet_wa
 
 GRANT SELECT ON TABLE wallet.settled_topups TO hiwallet_wallet_readonly;
 GRANT SELECT,INSERT ON TABLE wallet.settled_topups TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE wallet.settled_topups TO hiwallet_wallet_app;
 
 -- Name: TABLE staff_daily_usage; Type: ACL; Schema: wallet; Owner: -
 

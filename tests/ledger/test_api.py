@@ -76,10 +76,12 @@ DECLARED = {
     "balance_mismatches",
     "unsettled_topups",
     "late_invoices",
+    "nostro_movements",
     "day_figures",
     "BalanceMismatch",
     "UnsettledTopup",
     "LateInvoice",
+    "NostroMovement",
     "DayFigures",
 }
 

@@ -9,7 +9,10 @@ one statement, or nothing when it was recorded before. Its lines are the day's c
 details name a wire (the bank's reference ``wire_…``): the customers' bank top-ups, now money in
 our account, so wallet-consumer moves them from the bank's clearing to nostro. The other
 movements of the day belong to other flows (a card provider's payout: its own settlement; a
-transfer out: the withdrawal saga) and are not lines here.
+transfer out: the withdrawal saga) and are not settlement lines; but the message carries the
+whole statement too (``statement``: every credit and debit, signed, with the day's opening and
+closing balance, each transfer out with the saga it belongs to, from ``bank.transfers``), which
+wallet-consumer keeps for reconciliation's nostro check.
 
 A day is read once it is over (today's statement still grows); a bank that does not answer,
 or a statement that does not parse, is logged and the day tried again next round.
@@ -28,16 +31,23 @@ import mt940
 import structlog
 
 from hiwallet.bank.store import BankStore, Q
-from hiwallet.contracts.settlements import MAX_LINES, SettlementLine, settlement_reported
+from hiwallet.contracts.settlements import (
+    MAX_LINES,
+    BankStatement,
+    BankStatementLine,
+    SettlementLine,
+    settlement_reported,
+)
 from hiwallet.core.ids import derived_id
 from hiwallet.core.outbox import outbox_row
 
-__all__ = ["StatementImporter", "StatementUnreadable", "wire_lines"]
+__all__ = ["StatementImporter", "StatementUnreadable", "statement_of", "wire_lines"]
 
 log = structlog.get_logger(__name__)
 
 PROVIDER = "bank"
 WIRE_PREFIX = "wire_"
+EREF = "/EREF/"  # the customer's reference in :86: (bank-fake writes it so; docs/fakes.md)
 
 
 class StatementUnreadable(Exception):
@@ -59,7 +69,7 @@ def wire_lines(text: str) -> tuple[str, list[SettlementLine]]:
             if amount <= 0 or not details or not details[0].startswith(WIRE_PREFIX):
                 continue
             wire_id = details[0]
-            minor = int((amount * 100).to_integral_exact())
+            minor = _minor(amount)
             lines.append(
                 SettlementLine(
                     line_id=wire_id,
@@ -75,6 +85,47 @@ def wire_lines(text: str) -> tuple[str, list[SettlementLine]]:
     except Exception as exc:  # the parser's errors are many and untyped: all mean "unreadable"
         raise StatementUnreadable(f"the statement does not parse: {type(exc).__name__}") from exc
     return currency, lines
+
+
+def _minor(amount: Decimal) -> int:
+    return int((amount * 100).to_integral_exact())
+
+
+def statement_of(text: str, day: date) -> BankStatement:
+    """The whole statement: every movement signed (+ credit, − debit), the opening and closing
+    balance. Refused (:class:`StatementUnreadable`) when a balance is missing or the movements
+    do not lead from the opening to the closing balance: a statement that does not add up is
+    not one to reconcile against."""
+    try:
+        parsed = mt940.models.Transactions()
+        parsed.parse(text)
+        opening = parsed.data["final_opening_balance"].amount
+        closing = parsed.data["final_closing_balance"].amount
+        lines = []
+        for transaction in parsed:
+            data: dict[str, Any] = transaction.data
+            tokens = str(data.get("transaction_details") or "").split()
+            eref = next((t[len(EREF) :] for t in tokens[1:] if t.startswith(EREF)), "")
+            lines.append(
+                BankStatementLine(
+                    bank_reference=tokens[0],
+                    customer_reference=eref or None,
+                    amount_minor=_minor(data["amount"].amount),  # mt-940 signs a debit −
+                    booked_on=data["date"],
+                )
+            )
+        statement = BankStatement(
+            day=day,
+            currency=str(closing.currency),
+            opening_minor=_minor(opening.amount),
+            closing_minor=_minor(closing.amount),
+            lines=lines,
+        )
+    except Exception as exc:  # the parser's and the model's errors: all mean "unreadable"
+        raise StatementUnreadable(f"the statement does not parse: {type(exc).__name__}") from exc
+    if statement.opening_minor + sum(line.amount_minor for line in lines) != statement.closing_minor:
+        raise StatementUnreadable("the movements do not lead from the opening to the closing balance")
+    return statement
 
 
 class StatementImporter:
@@ -123,6 +174,26 @@ class StatementImporter:
         currency, lines = wire_lines(response.text)
         if len(lines) > MAX_LINES or len(currency) != 3:
             raise StatementUnreadable(f"{len(lines)} wire lines, currency {currency!r}")
+        statement = statement_of(response.text, day)
+        if len(statement.lines) > MAX_LINES:
+            raise StatementUnreadable(f"{len(statement.lines)} movements")
+        # Each transfer out named with its saga (our record of the transfer, by the bank's
+        # reference): what reconciliation matches it to in the ledger.
+        sagas = {
+            r["bank_reference"]: r["saga_id"]
+            for r in await self.store.pool.fetch(
+                Q["sagas_of_references"],
+                [line.bank_reference for line in statement.lines if line.amount_minor < 0],
+            )
+        }
+        statement = statement.model_copy(
+            update={
+                "lines": [
+                    line.model_copy(update={"saga_id": sagas.get(line.bank_reference)})
+                    for line in statement.lines
+                ]
+            }
+        )
         amount = sum(line.gross_minor for line in lines)
         message = settlement_reported(
             provider=PROVIDER,
@@ -133,6 +204,7 @@ class StatementImporter:
             paid_at=datetime.combine(day, day_time.max, tzinfo=UTC),
             lines=lines,
             exchange=self.exchange,
+            statement=statement,
         )
         # The day and its announcement in one statement (autocommit): or nothing, recorded before.
         recorded = bool(

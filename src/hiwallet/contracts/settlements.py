@@ -10,11 +10,17 @@ top-up's id as topup-webhook derived it (``payment_id``). A line the importer co
 a payment carries neither: wallet-consumer records it as a finding, it posts nothing. The
 message id is derived from (provider, payout id): however often the payout is read, one
 message, and a consumer deduplicates by it.
+
+The bank's day (provider ``bank``, payout ``statement-YYYYMMDD``) carries the whole statement
+besides its wire lines (``statement``): every movement of our account that day, credits and
+debits, signed as the bank sees them (+ in, − out), with the day's opening and closing balance.
+wallet-consumer keeps it in the same transaction as the wires' settlement, and reconciliation
+matches it against the nostro (docs/operations.md, "The nostro against the bank's statement").
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Literal
 
 import orjson
@@ -26,6 +32,8 @@ from hiwallet.core.ids import derived_id
 
 __all__ = [
     "MAX_LINES",
+    "BankStatement",
+    "BankStatementLine",
     "SettlementLine",
     "SettlementReported",
     "settlement_id",
@@ -50,6 +58,32 @@ class SettlementLine(BaseModel):
     net_minor: _AMOUNT
 
 
+class BankStatementLine(BaseModel):
+    """One movement of our account on the bank's statement. No counterparty (a person's name
+    and IBAN stay at the bank and in bank-adapter's copy of the statement)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    bank_reference: _ID  # wire_…, trf_…, crd_…, dbt_…: the bank's own
+    # the reference the other side gave it (a payout's id, an invoice's number, our transfer's
+    # Idempotency-Key), as the statement writes it (SWIFT characters)
+    customer_reference: Annotated[StrictStr, Field(min_length=1, max_length=140)] | None = None
+    amount_minor: _AMOUNT  # + credited, − debited
+    booked_on: date
+    # a transfer out: the withdrawal saga whose transfer it is (bank-adapter's bank.transfers)
+    saga_id: _ID | None = None
+
+
+class BankStatement(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    day: date
+    currency: Annotated[StrictStr, Field(pattern=r"^[A-Z]{3}$")]
+    opening_minor: _AMOUNT
+    closing_minor: _AMOUNT
+    lines: Annotated[list[BankStatementLine], Field(max_length=MAX_LINES)]
+
+
 class SettlementReported(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -62,6 +96,8 @@ class SettlementReported(BaseModel):
     amount_minor: Annotated[StrictInt, Field(ge=0, le=10**15)]  # what reached the bank
     paid_at: AwareDatetime
     lines: Annotated[list[SettlementLine], Field(max_length=MAX_LINES)]
+    # the bank's day only: the whole statement (reconciliation's); None for a card provider
+    statement: BankStatement | None = None
 
 
 def settlement_id(provider: str, payout_id: str) -> str:
@@ -79,6 +115,7 @@ def settlement_reported(
     paid_at: datetime,
     lines: list[SettlementLine],
     exchange: str = EVENTS_EXCHANGE,
+    statement: BankStatement | None = None,
 ) -> OutgoingMessage:
     """The ``SettlementReported`` message for the outbox."""
     body = SettlementReported(
@@ -90,6 +127,7 @@ def settlement_reported(
         amount_minor=amount_minor,
         paid_at=paid_at,
         lines=lines,
+        statement=statement,
     )
     return OutgoingMessage(
         message_id=body.settlement_id,

@@ -26,9 +26,11 @@ machinery (:mod:`hiwallet.fakes.delivery`). State is in memory.
 Our account's book (:class:`AccountBook`): every movement the bank knows of on our account - a
 wire received (credit), a transfer that succeeded (debit), a credit from another institution
 (a card provider's payout: ``POST /_control/credits``, the fake's own, as the provider's deposit
-would arrive) - and a daily account statement in SWIFT MT940 for it:
+would arrive), a debit by another institution (a provider collecting its invoice by direct debit:
+``POST /_control/debits``) - and a daily account statement in SWIFT MT940 for it:
 ``GET /v1/statements/{YYYY-MM-DD}`` (``text/plain``; opening and closing balance, one ``:61:``
-line and its ``:86:`` details per movement; the bank's reference after ``//``).
+line and its ``:86:`` details per movement: the bank's reference, ``/EREF/`` and the customer's
+reference when there is one, the details; the bank's reference after ``//`` in ``:61:``).
 """
 
 from __future__ import annotations
@@ -369,8 +371,11 @@ class AccountBook:
                 f"{e['type_code']}{reference}//{_swift(e['id'], 16)}"
             )
             lines.append(_swift(e["counterparty"], 34))
-            # the bank's reference whole (the :61: field holds 16 characters), then the details
-            lines.append(f":86:{_swift(e['id'] + ' ' + e['details'], 6 * 65)}")
+            # the bank's reference whole (the :61: field holds 16 characters), then the
+            # customer's reference whole as /EREF/… (a payout's or an invoice's id is longer
+            # than :61:'s 16), then the details
+            eref = f" /EREF/{e['customer_reference']}" if e["customer_reference"] else ""
+            lines.append(f":86:{_swift(e['id'] + eref + ' ' + e['details'], 6 * 65)}")
         lines.append(_mt940_balance("62F", closing, day, self.currency))
         lines.append(_mt940_balance("64", closing, day, self.currency))
         return "\r\n".join(lines) + "\r\n"
@@ -788,6 +793,23 @@ def create_bank_fake_app(settings: BankFakeSettings | None = None) -> FastAPI:
             customer_reference=body.reference,
             counterparty=body.counterparty,
             details=body.description or body.reference,
+        )
+        return {**entry, "booked_at": entry["booked_at"].isoformat()}
+
+    # The fake's own: a debit of our account by another institution (a provider collecting its
+    # invoice by direct debit, with the invoice's number as the reference), as it would leave.
+    @app.post("/_control/debits", status_code=201)
+    async def debit(request: Request) -> dict[str, Any]:
+        body = _validated(_CreditRequest, await request.body(), settings.max_body_bytes, 400)
+        if body.currency.upper() != fake.book.currency:
+            raise _Problem(400, "invalid_parameter", "Invalid parameter", "currency: not this account's")
+        entry = fake.book.book(
+            -body.amount_minor,
+            bank_reference=random_id("dbt_", 12),
+            customer_reference=body.reference,
+            counterparty=body.counterparty,
+            details=body.description or body.reference,
+            type_code="NDDT",
         )
         return {**entry, "booked_at": entry["booked_at"].isoformat()}
 

@@ -20,7 +20,7 @@ fault injection, the verifier's queries.
 - the model: what goes in and comes out.
 - the books' checks: :func:`verify_ledger` (verify: the whole ledger from its lines) and the reads of
   reconciliation and the daily summary (:func:`balance_mismatches`, :func:`unsettled_topups`,
-  :func:`late_invoices`, :func:`day_figures`), which report and never fix
+  :func:`late_invoices`, :func:`nostro_movements`, :func:`day_figures`), which report and never fix
   (hiwallet.reconciliation keeps what they find).
 - account ids and limits: what a caller needs to name accounts and check input as the ledger
   will.
@@ -78,10 +78,12 @@ from hiwallet.ledger.reconcile import (
     BalanceMismatch,
     DayFigures,
     LateInvoice,
+    NostroMovement,
     UnsettledTopup,
     balance_mismatches,
     day_figures,
     late_invoices,
+    nostro_movements,
     unsettled_topups,
 )
 from hiwallet.ledger.rules import MAX_AMOUNT_MINOR, MAX_KEY, MAX_TEXT, FeePolicy, check_amount, check_text
@@ -129,6 +131,7 @@ __all__ = [
     "LedgerUnavailable",
     "Leg",
     "LineResult",
+    "NostroMovement",
     "NotFound",
     "NotRefundable",
     "NothingToExpire",
@@ -155,6 +158,7 @@ __all__ = [
     "init_connection",
     "late_invoices",
     "new_wallet_id",
+    "nostro_movements",
     "promo_account",
     "random_bucket",
     "system_account",

@@ -15,17 +15,26 @@ from pathlib import Path
 import asyncpg
 
 from hiwallet.core.queries import load_queries
-from hiwallet.ledger.accounts import CENTRAL_BUCKET, bucket_of, cash_account, promo_account
+from hiwallet.ledger.accounts import (
+    CENTRAL_BUCKET,
+    Role,
+    bucket_of,
+    cash_account,
+    promo_account,
+    system_account,
+)
 from hiwallet.ledger.verify import QUERY_TIMEOUT_S, V
 
 __all__ = [
     "BalanceMismatch",
     "DayFigures",
     "LateInvoice",
+    "NostroMovement",
     "UnsettledTopup",
     "balance_mismatches",
     "day_figures",
     "late_invoices",
+    "nostro_movements",
     "unsettled_topups",
 ]
 
@@ -61,6 +70,18 @@ class LateInvoice:
     payouts: int
     gross: int
     due_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NostroMovement:
+    """One line of the nostro (our account at the bank): signed as the ledger books it (an asset:
+    − money came in, + money went out; the bank's statement shows the opposite sign)."""
+
+    transaction_id: str
+    type: str  # the transaction's type (settlement_topup, settlement_withdrawal, provider_invoice …)
+    ref: str
+    amount: int
+    posted_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +177,26 @@ async def late_invoices(
     return [
         LateInvoice(r["provider"], r["currency"], r["period"], r["payouts"], r["gross"], r["due_at"])
         for r in rows
+    ]
+
+
+async def nostro_movements(
+    conn: asyncpg.Connection, currency: str, *, since: datetime, limit: int = 10_000
+) -> list[NostroMovement]:
+    """The nostro's lines of ``currency`` posted at or after ``since``, in posting order (at
+    most ``limit``): what reconciliation matches against the bank's statement."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await _bounded(conn)
+        rows = await conn.fetch(
+            R["nostro_movements"],
+            CENTRAL_BUCKET,
+            system_account(Role.NOSTRO, currency),
+            since,
+            limit,
+            timeout=QUERY_TIMEOUT_S,
+        )
+    return [
+        NostroMovement(r["transaction_id"], r["type"], r["ref"], r["amount"], r["posted_at"]) for r in rows
     ]
 
 

@@ -7,8 +7,8 @@ Between the services and the ledger (pyproject.toml's layers): wallet-consumer r
 findings, run a round on demand and read the summary, and any service with the wallet database
 records a finding of its own with :func:`record_finding` (the settlement import: a payout that
 matches no top-up). The ledger's reads are the ledger's (hiwallet.ledger: verify,
-balance_mismatches, unsettled_topups, day_figures); the records here are wallet.*
-(migrations/wallet/0019)."""
+balance_mismatches, unsettled_topups, late_invoices, nostro_movements, day_figures); the records
+here are wallet.* (migrations/wallet/0019; the bank's statements, 0021)."""
 
 from hiwallet.reconciliation.checks import (
     RECONCILE_LOCK_KEY,
@@ -28,10 +28,15 @@ from hiwallet.reconciliation.errors import (
 )
 from hiwallet.reconciliation.findings import (
     BALANCE_MISMATCH,
+    BANK_AMOUNT_DIFFERS,
+    BANK_LINE_UNMATCHED,
+    BANK_OPENING_DIFFERS,
     INVOICE_LATE,
     KINDS,
     MAX_PAGE,
     MAX_SUBJECT,
+    NOSTRO_KINDS,
+    NOSTRO_NOT_AT_BANK,
     PAYOUT_ALREADY_SETTLED,
     PAYOUT_AMOUNT_DIFFERS,
     PAYOUT_INCONSISTENT_LINE,
@@ -65,12 +70,17 @@ from hiwallet.reconciliation.summary import (
 
 __all__ = [
     "BALANCE_MISMATCH",
+    "BANK_AMOUNT_DIFFERS",
+    "BANK_LINE_UNMATCHED",
+    "BANK_OPENING_DIFFERS",
     "CSV_COLUMNS",
     "INVOICE_LATE",
     "KINDS",
     "MAX_DAYS",
     "MAX_PAGE",
     "MAX_SUBJECT",
+    "NOSTRO_KINDS",
+    "NOSTRO_NOT_AT_BANK",
     "PAYOUT_ALREADY_SETTLED",
     "PAYOUT_AMOUNT_DIFFERS",
     "PAYOUT_INCONSISTENT_LINE",

@@ -13,8 +13,10 @@ Checked:
 - every month in which a provider paid top-ups out in the gross model (its fee not deducted)
   against the invoices entered for that month (``invoice_late``): none, its due days after the
   month's end (settings), is late. An invoice names the month it bills (``period``).
-Not checked yet, for want of data: the nostro against the bank's statement (the MT940 import
-reads only the day's wires; the fakes' accounts do not start from the ledger's nostro).
+- the nostro against the bank's statement (nostro.py): each statement line against the nostro's
+  lines by reference, both ways, their amounts, and each day's opening balance against the day
+  before's closing (``bank_line_unmatched``, ``nostro_not_at_bank``, ``bank_amount_differs``,
+  ``bank_opening_differs``).
 
 A finding the round no longer finds (a balance put right, a top-up since paid out) is resolved
 by the round itself (``system:reconciliation``, "not found again"), unless the check stopped at
@@ -42,6 +44,7 @@ from hiwallet.reconciliation.findings import (
     record_finding,
 )
 from hiwallet.reconciliation.metrics import ReconciliationMetrics
+from hiwallet.reconciliation.nostro import check_nostro
 from hiwallet.reconciliation.settings import ReconciliationSettings
 
 __all__ = [
@@ -123,6 +126,7 @@ class Reconciler:
                 now=now,
                 limit=limit,
             )
+            nostro = await check_nostro(conn, s, now=now, limit=limit)
             found: list[tuple[str, str, dict[str, Any]]] = [
                 (
                     BALANCE_MISMATCH,
@@ -175,7 +179,8 @@ class Reconciler:
                     (INVOICE_LATE, late),
                 )
                 if len(rows) < limit
-            ]
+            ] + nostro.complete
+            found += nostro.found
             report = RoundReport()
             async with conn.transaction():
                 for kind, subject, details in found:

@@ -21,10 +21,15 @@ from hiwallet.reconciliation.errors import FindingAlreadyResolved, FindingNotFou
 
 __all__ = [
     "BALANCE_MISMATCH",
+    "BANK_AMOUNT_DIFFERS",
+    "BANK_LINE_UNMATCHED",
+    "BANK_OPENING_DIFFERS",
     "INVOICE_LATE",
     "KINDS",
     "MAX_PAGE",
     "MAX_SUBJECT",
+    "NOSTRO_KINDS",
+    "NOSTRO_NOT_AT_BANK",
     "PAYOUT_ALREADY_SETTLED",
     "PAYOUT_AMOUNT_DIFFERS",
     "PAYOUT_INCONSISTENT_LINE",
@@ -66,7 +71,14 @@ PAYOUT_KINDS = (
     PAYOUT_INCONSISTENT_LINE,
     PAYOUT_TOTAL_DIFFERS,
 )
-KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, INVOICE_LATE, *PAYOUT_KINDS)
+# The nostro against the bank's statement (the round's, nostro.py): the bank's side is each day's
+# statement as bank-adapter read it, the ledger's the nostro's lines; matched by reference.
+BANK_LINE_UNMATCHED = "bank_line_unmatched"  # a movement on the statement no nostro line answers
+NOSTRO_NOT_AT_BANK = "nostro_not_at_bank"  # a nostro line on no statement after the wait
+BANK_AMOUNT_DIFFERS = "bank_amount_differs"  # matched, but the bank moved another amount
+BANK_OPENING_DIFFERS = "bank_opening_differs"  # a day's opening is not the day before's closing
+NOSTRO_KINDS = (BANK_LINE_UNMATCHED, NOSTRO_NOT_AT_BANK, BANK_AMOUNT_DIFFERS, BANK_OPENING_DIFFERS)
+KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, INVOICE_LATE, *PAYOUT_KINDS, *NOSTRO_KINDS)
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")  # the table's CHECK (reconciliation_findings_kind_format)
 MAX_SUBJECT = 300
 MAX_NOTE = 2000

@@ -34,6 +34,13 @@ class ReconciliationSettings(BaseSettings):
     # {"stripe": 15}. Any other provider: default_invoice_due_days.
     invoice_due_days: dict[str, int] = Field(default_factory=lambda: {"stripe": 15, "bank": 15})
     default_invoice_due_days: int = Field(default=30, ge=0, le=366)
+    # The nostro against the bank's statement: the days of statements a round reads (the last
+    # nostro_lookback_days), and how long either side may wait for the other before it is a
+    # finding (a day's wires are posted when its statement is read, the next day; a card
+    # provider's payout is posted when the provider reports it, which may be before or after
+    # the bank shows it).
+    nostro_lookback_days: int = Field(default=35, ge=1, le=400)
+    nostro_wait_days: int = Field(default=3, ge=0, le=60)
     # The most findings of one kind a round records (the rest waits for the next round, after
     # someone has looked at the first ones): a broken ledger must not flood the table.
     max_findings_per_check: int = 1000

@@ -12,6 +12,9 @@ posted as gross: the same legs). What does not is a finding (``wallet.reconcilia
 subject ``provider:payout:line``), not a posting: the payout's money that reached the bank for
 it stays to be explained (the reconciliation against the bank's statement shows it).
 
+The bank's day carries its whole statement (``statement``): kept in the same transaction
+(``wallet.bank_statements`` and its lines, once per day) for reconciliation's nostro check.
+
 Exactly once per payout, whatever repeats: the same message again is a processed_events repeat;
 the same payout announced under another message id (it cannot be: the id is derived from it)
 would meet the ledger's key (a replay) and settled_topups' primary key (nothing new).
@@ -28,7 +31,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import ValidationError
 
-from hiwallet.contracts.settlements import SettlementLine, SettlementReported
+from hiwallet.contracts.settlements import BankStatement, SettlementLine, SettlementReported
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
 from hiwallet.core.queries import load_queries
 from hiwallet.ledger import BUCKETS, InvalidRequest, Ledger, LedgerError, LedgerUnavailable, NotFound
@@ -114,6 +117,8 @@ class SettlementHandler:
         except ValidationError as exc:
             raise Unprocessable(f"not a SettlementReported: {exc.errors()[0]['msg']}") from exc
         actor = f"settlement-importer:{body.provider}"
+        if body.statement is not None:
+            await self._keep_statement(conn, body.statement)
         findings: list[Finding] = []
         candidates: list[SettlementLine] = []
         for line in body.lines:
@@ -211,6 +216,32 @@ class SettlementHandler:
             "lines": len(settled),
             "findings": len(findings),
         }
+
+    @staticmethod
+    async def _keep_statement(conn: asyncpg.Connection, statement: BankStatement) -> None:
+        """The day's statement and its lines, once (a day recorded before: nothing)."""
+        day = await conn.fetchval(
+            Q["record_bank_statement"],
+            statement.day,
+            statement.currency,
+            statement.opening_minor,
+            statement.closing_minor,
+            len(statement.lines),
+        )
+        if day is None or not statement.lines:
+            return
+        lines = statement.lines
+        await conn.execute(
+            Q["record_bank_statement_lines"],
+            statement.day,
+            statement.currency,
+            list(range(1, len(lines) + 1)),
+            [line.bank_reference for line in lines],
+            [line.customer_reference for line in lines],
+            [line.amount_minor for line in lines],
+            [line.booked_on for line in lines],
+            [line.saga_id for line in lines],
+        )
 
     async def _matching(
         self,

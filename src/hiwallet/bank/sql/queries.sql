@@ -44,3 +44,7 @@ SELECT bank.record_statement($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jso
 -- name: recorded_statements
 -- Which of these days' statements are recorded (the importer reads only the others).
 SELECT day FROM bank.statements WHERE day = ANY ($1::date[])
+
+-- name: sagas_of_references
+-- The withdrawal sagas of these transfers, by the bank's reference (the statement's debits).
+SELECT bank_reference, saga_id FROM bank.transfers WHERE bank_reference = ANY ($1::text[])

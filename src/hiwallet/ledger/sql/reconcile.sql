@@ -140,3 +140,12 @@ SELECT coalesce(w.currency, f.currency) AS currency, coalesce(w.transactions, 0)
        coalesce(w.volume_in, 0) AS volume_in, coalesce(w.volume_out, 0) AS volume_out,
        coalesce(f.fees, 0) AS fees
   FROM wallets w FULL JOIN fees f ON f.currency = w.currency
+
+-- name: nostro_movements
+-- The nostro's lines (central only: one account, one shard) posted since $3, in posting order
+-- (lines_by_time), at most $4: reconciliation's side of the bank's statement.
+SELECT l.transaction_id, l.type::text AS type, l.ref, l.amount, l.posted_at
+  FROM ledger.lines l
+ WHERE l.bucket = $1 AND l.account_id = $2 AND l.posted_at >= $3
+ ORDER BY l.posted_at, l.version
+ LIMIT $4

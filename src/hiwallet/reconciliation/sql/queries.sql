@@ -77,3 +77,25 @@ SELECT day, currency, account_id, transactions, volume_in_minor, volume_out_mino
  WHERE day BETWEEN $1 AND $2
  ORDER BY day, currency, account_id
  LIMIT $3
+
+-- name: bank_statements_since
+-- The bank's statements from day $1 on (migrations/wallet/0021), by currency and day.
+SELECT day, currency, opening_minor, closing_minor
+  FROM wallet.bank_statements
+ WHERE day >= $1
+ ORDER BY currency, day
+
+-- name: bank_statement_lines_since
+-- Their movements, at most $2 (the round stops there and says it did not see everything).
+SELECT day, currency, position, bank_reference, customer_reference, amount_minor, saga_id
+  FROM wallet.bank_statement_lines
+ WHERE day >= $1
+ ORDER BY day, currency, position
+ LIMIT $2
+
+-- name: wires_of_payouts
+-- The wires each of the bank's days settled (wallet-consumer's settlement, migration 0020):
+-- a day's nostro line is their sum; the statement shows each.
+SELECT payout_id, line_id, gross_minor
+  FROM wallet.settled_topups
+ WHERE provider = 'bank' AND payout_id = ANY ($1::text[])

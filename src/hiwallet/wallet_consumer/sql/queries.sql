@@ -109,3 +109,17 @@ INSERT INTO wallet.settled_topups (payment_id, provider, payout_id, line_id, gro
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
     ON CONFLICT ON CONSTRAINT settled_topups_pkey DO NOTHING
 RETURNING payment_id
+
+-- name: record_bank_statement
+-- The bank's statement of a day, once (migrations/wallet/0021): the day when recorded now,
+-- nothing when it was before (its lines then are there too: one transaction wrote both).
+INSERT INTO wallet.bank_statements (day, currency, opening_minor, closing_minor, lines)
+VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT ON CONSTRAINT bank_statements_pkey DO NOTHING
+RETURNING day
+
+-- name: record_bank_statement_lines
+INSERT INTO wallet.bank_statement_lines (day, currency, position, bank_reference, customer_reference,
+                                         amount_minor, booked_on, saga_id)
+SELECT $1::date, $2::text, l.*
+  FROM unnest($3::int[], $4::text[], $5::text[], $6::bigint[], $7::date[], $8::text[]) AS l
