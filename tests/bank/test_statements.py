@@ -2,13 +2,15 @@
 MT940 statement; bank-adapter's statement importer (its code, run here by hand as its job and the
 operator run it) parses it with ``mt-940`` and announces the day once; wallet-consumer moves the
 wires it names from the bank's clearing to nostro, exactly once. A credited wire is settled; one
-that was never credited (no wallet in its reference) is a finding. The ledger verifies."""
+that was never credited (no wallet in its reference) is a finding. The ledger verifies, and the
+reconciliation round finds the uncredited wire on the statement with no nostro movement."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import httpx
@@ -21,6 +23,7 @@ from hiwallet.bank.statements import StatementImporter
 from hiwallet.core.broker import Broker
 from hiwallet.fakes.bank import BankFakeSettings, create_bank_fake_app
 from hiwallet.ledger import Fees, Ledger, LedgerStore, Role
+from hiwallet.reconciliation import BANK_LINE_UNMATCHED, Reconciler, ReconciliationSettings, list_findings
 from hiwallet.topup_webhook.app import create_topup_webhook_app
 from hiwallet.wallet_consumer.app import create_wallet_consumer_app, topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
@@ -156,6 +159,29 @@ async def test_a_days_statement_settles_its_wires_once(
             assert findings[0]["details"]["line"]["provider_payment_id"] == lost.json()["id"]
             report = await ledger.store.verify()
             assert report.ok, report.problems
+
+            # The day's whole statement kept for reconciliation, once; the round on it (the next
+            # day, no wait): the wire credited to no wallet is money at the bank the nostro does
+            # not show, and nothing else is out of line.
+            async with topups.wallet_pool(wallet_db, max_size=2, service="wallet_consumer") as consumer_pool:
+                kept = await consumer_pool.fetch(
+                    "SELECT bank_reference, amount_minor FROM wallet.bank_statement_lines"
+                    " ORDER BY day, position"
+                )
+                assert [(r["bank_reference"], r["amount_minor"]) for r in kept] == [
+                    (credited.json()["id"], 10_000),
+                    (lost.json()["id"], 700),
+                ]
+                recon = Reconciler(
+                    consumer_pool,
+                    ReconciliationSettings(nostro_wait_days=0),
+                    clock=lambda: datetime.now(UTC) + timedelta(days=1),
+                )
+                assert await recon.round() == 1
+                page = await list_findings(consumer_pool, kind=BANK_LINE_UNMATCHED)
+                assert [f.subject for f in page.findings] == [
+                    f"TRY:{datetime.now(UTC).date().isoformat()}:{lost.json()['id']}"
+                ]
     finally:
         await client.aclose()
         stop(bank_server, bank_thread)
