@@ -228,3 +228,19 @@ async def test_a_statement_is_kept_once(pool: asyncpg.Pool) -> None:
     assert await pool.fetchval("SELECT count(*) FROM wallet.bank_statement_lines") == 1
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await pool.execute("DELETE FROM wallet.bank_statement_lines")
+
+
+async def test_more_lines_than_a_round_reads_checks_only_the_balances(
+    ledger: Ledger, pool: asyncpg.Pool, metrics: ReconciliationMetrics
+) -> None:
+    """Matching a part would report the rest as missing: past nostro_max_lines only the
+    opening balances' chain is checked, and nothing is reported missing on either side."""
+    await _month(ledger, pool)
+    many = [_line(f"crd_{n:04d}", TL, customer=f"po_{n}") for n in range(10)]
+    await _keep(pool, _statement(BEFORE, 0, []), _statement(YESTERDAY, 5 * TL, many))
+    small = Reconciler(pool, recon_settings(nostro_wait_days=0, nostro_max_lines=10), metrics)
+    assert await small.round() == 1
+    assert await _found(pool) == [(BANK_OPENING_DIFFERS, f"TRY:{YESTERDAY.isoformat()}")]
+    # read whole: the opening, every line unmatched, the month's four movements not at the bank
+    whole = Reconciler(pool, recon_settings(nostro_wait_days=0), metrics)
+    assert await whole.round() == 1 + 10 + 4

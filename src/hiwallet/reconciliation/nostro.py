@@ -25,7 +25,8 @@ when its provider reports it). And a day's opening balance that is not the closi
 the day before (``bank_opening_differs``, ``<cur>:<day>``; a day not recorded is no comparison).
 
 Only the last ``nostro_lookback_days`` of statements are read, and nostro lines only from the
-first statement kept: before it, the ledger's history has no statement to meet.
+first statement kept: before it, the ledger's history has no statement to meet. More than
+``nostro_max_lines`` on either side: only the opening balances are checked that round.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import asyncpg
+import structlog
 
 from hiwallet.ledger import NostroMovement, nostro_movements
 from hiwallet.reconciliation.findings import (
@@ -49,6 +51,8 @@ from hiwallet.reconciliation.findings import (
 from hiwallet.reconciliation.settings import ReconciliationSettings
 
 __all__ = ["NostroCheck", "check_nostro", "line_reference", "movement_reference"]
+
+log = structlog.get_logger(__name__)
 
 Found = tuple[str, str, dict[str, Any]]  # kind, subject, details
 WIRE_PREFIX = "wire_"  # the bank's reference of an incoming wire (bank.statements.WIRE_PREFIX)
@@ -99,8 +103,8 @@ async def check_nostro(
     statements = await conn.fetch(Q["bank_statements_since"], first_read)
     if not statements:
         return NostroCheck([], list(NOSTRO_KINDS))
-    rows = await conn.fetch(Q["bank_statement_lines_since"], first_read, limit)
-    lines_complete = len(rows) < limit
+    max_lines = settings.nostro_max_lines
+    rows = await conn.fetch(Q["bank_statement_lines_since"], first_read, max_lines)
 
     found: list[Found] = []
     closing = {(s["currency"], s["day"]): s["closing_minor"] for s in statements}
@@ -121,8 +125,16 @@ async def check_nostro(
             )
 
     first_statement = min(s["day"] for s in statements)
-    movements_complete = True
+    if len(rows) >= max_lines:
+        return _lines_not_read(found, "statement lines", max_lines)
+    read: dict[str, list[NostroMovement]] = {}
     for currency in sorted({s["currency"] for s in statements}):
+        read[currency] = await nostro_movements(
+            conn, currency, since=_start(first_statement), limit=max_lines
+        )
+        if len(read[currency]) >= max_lines:
+            return _lines_not_read(found, "nostro lines", max_lines)
+    for currency, movements in read.items():
         bank: dict[str, list[asyncpg.Record]] = defaultdict(list)
         for r in rows:
             if r["currency"] == currency:
@@ -130,8 +142,6 @@ async def check_nostro(
                     r["bank_reference"], r["customer_reference"], r["amount_minor"], r["saga_id"]
                 )
                 bank[ref].append(r)
-        movements = await nostro_movements(conn, currency, since=_start(first_statement), limit=limit)
-        movements_complete = movements_complete and len(movements) < limit
         ledger = await _ledger_side(conn, movements)
         gate = _start(max(first_reported, first_statement))
         for ref in sorted(bank.keys() - ledger.keys()):
@@ -190,13 +200,20 @@ async def check_nostro(
     for f in found:
         by_kind[f[0]].append(f)
     kept = [f for kind in NOSTRO_KINDS for f in by_kind[kind][:limit]]
-    complete = [
-        kind
-        for kind in NOSTRO_KINDS
-        if len(by_kind[kind]) < limit
-        and (kind == BANK_OPENING_DIFFERS or (lines_complete and movements_complete))
-    ]
+    complete = [kind for kind in NOSTRO_KINDS if len(by_kind[kind]) < limit]
     return NostroCheck(kept, complete)
+
+
+def _lines_not_read(opening: list[Found], what: str, max_lines: int) -> NostroCheck:
+    """More lines than a round reads: only the balances' chain is checked this round (the
+    matching of a part would report the rest as missing), and the other kinds' open findings
+    stay open."""
+    log.error(
+        "nostro check: too many lines to match; only the opening balances checked",
+        what=what,
+        max_lines=max_lines,
+    )
+    return NostroCheck(opening, [BANK_OPENING_DIFFERS])
 
 
 async def _ledger_side(

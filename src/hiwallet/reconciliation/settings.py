@@ -41,6 +41,10 @@ class ReconciliationSettings(BaseSettings):
     # the bank shows it).
     nostro_lookback_days: int = Field(default=35, ge=1, le=400)
     nostro_wait_days: int = Field(default=3, ge=0, le=60)
+    # The most statement lines, and nostro lines, a round reads (each wire is a line: about
+    # 35 days of a busy account). Beyond it the round cannot tell what is missing on either
+    # side: it matches nothing that round (logged at error level) rather than report half.
+    nostro_max_lines: int = Field(default=500_000, ge=10, le=5_000_000)
     # The most findings of one kind a round records (the rest waits for the next round, after
     # someone has looked at the first ones): a broken ledger must not flood the table.
     max_findings_per_check: int = 1000
