@@ -138,6 +138,9 @@ async def test_a_statement_line_the_ledger_lacks(
     (finding,) = (await list_findings(pool)).findings
     assert finding.details["amount_minor"] == 7 * TL
     assert finding.details["reference"] == "payout:po_nobody"
+    assert nostro_reconciler.metrics is not None  # the open-findings gauge by its kind
+    gauge = nostro_reconciler.metrics.registry.get_sample_value
+    assert gauge("hiwallet_reconciliation_open_findings", {"kind": BANK_LINE_UNMATCHED}) == 1
 
 
 async def test_a_nostro_movement_the_bank_never_shows(

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hiwallet.contracts.settlements import BankStatement, BankStatementLine
 from hiwallet.ledger import cash_account
-from hiwallet.reconciliation import PAYOUT_UNMATCHED, RECONCILE_LOCK_KEY, record_finding, refresh_summary
+from hiwallet.reconciliation import (
+    BANK_LINE_UNMATCHED,
+    PAYOUT_UNMATCHED,
+    RECONCILE_LOCK_KEY,
+    record_finding,
+    refresh_summary,
+)
+from hiwallet.wallet_consumer.settlements import SettlementHandler
 from tests.wallet_api import test_staff_money as _money
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 from tests.wallet_api.test_staff_money import Staff
@@ -86,6 +94,29 @@ async def test_a_planted_discrepancy_is_found_listed_and_resolved_by_the_employe
         "validation-error",
         422,
     )
+
+
+async def test_a_bank_statement_line_the_nostro_lacks_is_found_by_a_staff_round(
+    api: WalletApi, staff: Staff
+) -> None:
+    """The nostro check in the on-demand round, as wallet-api's role (its grants on the kept
+    statements): a credit five days old (past the default wait of three) that no nostro line
+    answers."""
+    _, auth = staff.employee(FINANCE)
+    day = datetime.now(UTC).date() - timedelta(days=5)
+    line = BankStatementLine(
+        bank_reference="crd_stray", customer_reference="po_stray", amount_minor=7 * TL, booked_on=day
+    )
+    statement = BankStatement(day=day, currency="TRY", opening_minor=0, closing_minor=7 * TL, lines=[line])
+    async with api.owner_connection() as conn:  # as wallet-consumer keeps the bank's day
+        await SettlementHandler._keep_statement(conn, statement)
+    ran = await api.http.post("/v1/staff/reconciliation/runs", headers=auth)
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["found"] == {BANK_LINE_UNMATCHED: 1}
+    listed = await api.http.get(FINDINGS, params={"kind": BANK_LINE_UNMATCHED}, headers=auth)
+    [found] = listed.json()["findings"]
+    assert found["subject"] == f"TRY:{day.isoformat()}:crd_stray"
+    assert (found["details"]["amount_minor"], found["details"]["reference"]) == (7 * TL, "payout:po_stray")
 
 
 async def test_findings_page_by_cursor(api: WalletApi, staff: Staff) -> None:
