@@ -7,7 +7,7 @@ The path with real processes and messages is tests/topup_webhook/test_settlement
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import asyncpg
@@ -15,7 +15,12 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hiwallet.contracts.settlements import SettlementLine, settlement_reported
+from hiwallet.contracts.settlements import (
+    BankStatement,
+    BankStatementLine,
+    SettlementLine,
+    settlement_reported,
+)
 from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.ids import derived_id
 from hiwallet.ledger import Ledger, Role
@@ -185,3 +190,53 @@ async def test_money_is_conserved_and_clearing_moves_by_what_matched(
         "nostro": -(matched_gross - matched_fee),
         "expense": -matched_fee,
     }
+
+
+async def test_the_banks_day_keeps_its_whole_statement_once(
+    pool: asyncpg.Pool, consumer_ledger: Ledger
+) -> None:
+    """The bank's day carries its statement: kept in the handler's transaction (every line,
+    signed, and the balances), once however often the day is handled; a day with no wire to
+    settle keeps it too."""
+    day = date(2026, 11, 3)
+    lines = [
+        BankStatementLine(
+            bank_reference="crd_1", customer_reference="po_1", amount_minor=5_000, booked_on=day
+        ),
+        BankStatementLine(
+            bank_reference="trf_1",
+            customer_reference="c:bank",
+            amount_minor=-2_000,
+            booked_on=day,
+            saga_id="s-1",
+        ),
+    ]
+    out = settlement_reported(
+        provider="bank",
+        payout_id=f"statement-{day:%Y%m%d}",
+        currency="TRY",
+        model="gross",
+        amount_minor=0,
+        paid_at=datetime.now(UTC),
+        lines=[],
+        statement=BankStatement(day=day, currency="TRY", opening_minor=100, closing_minor=3_100, lines=lines),
+    )
+    msg = IncomingMessage(
+        message_id=out.message_id,
+        type=out.type,
+        routing_key=out.routing_key,
+        body=orjson.loads(out.body),
+        headers={},
+        redelivered=False,
+        delivery_count=0,
+    )
+    handler = SettlementHandler(consumer_ledger, SettlementMetrics())
+    for _ in range(2):
+        assert (await handle(pool, handler, msg))["result"] == "nothing-settled"
+    kept = await pool.fetchrow("SELECT opening_minor, closing_minor, lines FROM wallet.bank_statements")
+    assert tuple(kept) == (100, 3_100, 2)
+    rows = await pool.fetch(
+        "SELECT bank_reference, customer_reference, amount_minor, saga_id FROM wallet.bank_statement_lines"
+        " ORDER BY position"
+    )
+    assert [tuple(r) for r in rows] == [("crd_1", "po_1", 5_000, None), ("trf_1", "c:bank", -2_000, "s-1")]
