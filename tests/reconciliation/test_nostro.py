@@ -24,6 +24,7 @@ from hiwallet.reconciliation import (
     Reconciler,
     ReconciliationMetrics,
     list_findings,
+    record_finding,
 )
 from hiwallet.wallet_consumer.settlements import SettlementHandler
 from tests.reconciliation.conftest import TL, recon_settings
@@ -219,9 +220,12 @@ async def test_a_broken_opening_balance_and_its_resolution(
 async def test_no_statement_kept_checks_nothing(
     ledger: Ledger, pool: asyncpg.Pool, nostro_reconciler: Reconciler
 ) -> None:
-    """Before the first statement the ledger's history has none to meet: not a finding."""
+    """Before the first statement the ledger's history has none to meet: not a finding. And
+    with no statement to look at, an open finding is not "not found again": it stays open."""
     await _month(ledger, pool)
+    await record_finding(pool, BANK_LINE_UNMATCHED, "TRY:2026-01-02:crd_old", {})
     assert await nostro_reconciler.round() == 0
+    assert await _found(pool) == [(BANK_LINE_UNMATCHED, "TRY:2026-01-02:crd_old")]
 
 
 async def test_a_statement_is_kept_once(pool: asyncpg.Pool) -> None:

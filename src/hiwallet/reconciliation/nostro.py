@@ -102,7 +102,9 @@ async def check_nostro(
     first_read = first_reported - timedelta(days=settings.nostro_wait_days + 1)
     statements = await conn.fetch(Q["bank_statements_since"], first_read)
     if not statements:
-        return NostroCheck([], list(NOSTRO_KINDS))
+        # Nothing looked at (no statement kept yet, or none for the whole lookback: bank-adapter's
+        # import is down): the open findings stay open, none is "not found again".
+        return NostroCheck([], [])
     max_lines = settings.nostro_max_lines
     rows = await conn.fetch(Q["bank_statement_lines_since"], first_read, max_lines)
 
