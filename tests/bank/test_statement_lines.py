@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import orjson
@@ -120,6 +120,8 @@ async def test_every_movement_is_read_signed_with_its_references_and_saga(bank_d
             broken = text.replace(":62F:C", ":62F:D", 1)
             with pytest.raises(StatementUnreadable):
                 statement_of(broken, today)
+            with pytest.raises(StatementUnreadable):  # the bank answered another day's
+                statement_of(text, today - timedelta(days=1))
 
             # the importer, tomorrow: the day announced with the whole statement, the saga named
             importer = StatementImporter(

@@ -93,14 +93,17 @@ def _minor(amount: Decimal) -> int:
 
 def statement_of(text: str, day: date) -> BankStatement:
     """The whole statement: every movement signed (+ credit, − debit), the opening and closing
-    balance. Refused (:class:`StatementUnreadable`) when a balance is missing or the movements
-    do not lead from the opening to the closing balance: a statement that does not add up is
-    not one to reconcile against."""
+    balance. Refused (:class:`StatementUnreadable`) when a balance is missing, the closing
+    balance is of another day, or the movements do not lead from the opening to the closing
+    balance: a statement that does not add up is not one to reconcile against."""
     try:
         parsed = mt940.models.Transactions()
         parsed.parse(text)
         opening = parsed.data["final_opening_balance"].amount
-        closing = parsed.data["final_closing_balance"].amount
+        closing_balance = parsed.data["final_closing_balance"]
+        closing = closing_balance.amount
+        if closing_balance.date != day:  # another day's statement is not this day's
+            raise ValueError("the closing balance is of another day")
         lines = []
         for transaction in parsed:
             data: dict[str, Any] = transaction.data
