@@ -19,6 +19,7 @@ from hiwallet.reconciliation import (
     BANK_AMOUNT_DIFFERS,
     BANK_LINE_UNMATCHED,
     BANK_OPENING_DIFFERS,
+    BANK_STATEMENT_MISSING,
     NOSTRO_NOT_AT_BANK,
     ROUND_ACTOR,
     Reconciler,
@@ -215,6 +216,24 @@ async def test_a_broken_opening_balance_and_its_resolution(
     assert await _found(pool) == [(BANK_OPENING_DIFFERS, f"TRY:{YESTERDAY.isoformat()}")]
     closed = (await list_findings(pool, status="resolved")).findings
     assert [(f.kind, f.resolved_by) for f in closed] == [(BANK_LINE_UNMATCHED, ROUND_ACTOR)]
+
+
+async def test_a_day_without_its_statement(
+    ledger: Ledger, pool: asyncpg.Pool, metrics: ReconciliationMetrics, nostro_reconciler: Reconciler
+) -> None:
+    """The bank writes a statement every day: a day between two kept ones, with none kept after
+    the wait, is the import not running, found; within the wait it is not missing yet."""
+    month = await _month(ledger, pool)
+    earlier = BEFORE - timedelta(days=1)
+    await _keep(pool, _statement(earlier, 0, []), _statement(YESTERDAY, 0, _bank_lines(month)))
+    patient = Reconciler(pool, recon_settings(nostro_wait_days=3), metrics)
+    assert await patient.round() == 0
+    assert await nostro_reconciler.round() == 1
+    assert await _found(pool) == [(BANK_STATEMENT_MISSING, f"TRY:{BEFORE.isoformat()}")]
+    # the day's statement read at last: the finding closes itself
+    await _keep(pool, _statement(BEFORE, 0, []))
+    assert await nostro_reconciler.round() == 0
+    assert await _found(pool) == []
 
 
 async def test_no_statement_kept_checks_nothing(

@@ -108,8 +108,15 @@ async def test_a_bank_statement_line_the_nostro_lacks_is_found_by_a_staff_round(
         bank_reference="crd_stray", customer_reference="po_stray", amount_minor=7 * TL, booked_on=day
     )
     statement = BankStatement(day=day, currency="TRY", opening_minor=0, closing_minor=7 * TL, lines=[line])
-    async with api.owner_connection() as conn:  # as wallet-consumer keeps the bank's day
-        await SettlementHandler._keep_statement(conn, statement)
+    # and the days after it, quiet (the bank writes a statement every day: a day without one is
+    # a finding of its own)
+    quiet = [
+        BankStatement(day=later, currency="TRY", opening_minor=7 * TL, closing_minor=7 * TL, lines=[])
+        for later in (day + timedelta(days=n) for n in range(1, 5))
+    ]
+    async with api.owner_connection() as conn:  # as wallet-consumer keeps the bank's days
+        for kept in (statement, *quiet):
+            await SettlementHandler._keep_statement(conn, kept)
     ran = await api.http.post("/v1/staff/reconciliation/runs", headers=auth)
     assert ran.status_code == 200, ran.text
     assert ran.json()["found"] == {BANK_LINE_UNMATCHED: 1}

@@ -15,8 +15,9 @@ Checked:
   month's end (settings), is late. An invoice names the month it bills (``period``).
 - the nostro against the bank's statement (nostro.py): each statement line against the nostro's
   lines by reference, both ways, their amounts, and each day's opening balance against the day
-  before's closing (``bank_line_unmatched``, ``nostro_not_at_bank``, ``bank_amount_differs``,
-  ``bank_opening_differs``).
+  before's closing, and each day having a statement at all (``bank_line_unmatched``,
+  ``nostro_not_at_bank``, ``bank_amount_differs``, ``bank_opening_differs``,
+  ``bank_statement_missing``).
 
 A finding the round no longer finds (a balance put right, a top-up since paid out) is resolved
 by the round itself (``system:reconciliation``, "not found again"), unless the check stopped at

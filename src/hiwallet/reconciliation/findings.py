@@ -24,6 +24,7 @@ __all__ = [
     "BANK_AMOUNT_DIFFERS",
     "BANK_LINE_UNMATCHED",
     "BANK_OPENING_DIFFERS",
+    "BANK_STATEMENT_MISSING",
     "INVOICE_LATE",
     "KINDS",
     "MAX_PAGE",
@@ -77,7 +78,14 @@ BANK_LINE_UNMATCHED = "bank_line_unmatched"  # a movement on the statement no no
 NOSTRO_NOT_AT_BANK = "nostro_not_at_bank"  # a nostro line on no statement after the wait
 BANK_AMOUNT_DIFFERS = "bank_amount_differs"  # matched, but the bank moved another amount
 BANK_OPENING_DIFFERS = "bank_opening_differs"  # a day's opening is not the day before's closing
-NOSTRO_KINDS = (BANK_LINE_UNMATCHED, NOSTRO_NOT_AT_BANK, BANK_AMOUNT_DIFFERS, BANK_OPENING_DIFFERS)
+BANK_STATEMENT_MISSING = "bank_statement_missing"  # no statement kept for a day, after the wait
+NOSTRO_KINDS = (
+    BANK_LINE_UNMATCHED,
+    NOSTRO_NOT_AT_BANK,
+    BANK_AMOUNT_DIFFERS,
+    BANK_OPENING_DIFFERS,
+    BANK_STATEMENT_MISSING,
+)
 KINDS = (BALANCE_MISMATCH, TOPUP_UNSETTLED, INVOICE_LATE, *PAYOUT_KINDS, *NOSTRO_KINDS)
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,62}$")  # the table's CHECK (reconciliation_findings_kind_format)
 MAX_SUBJECT = 300

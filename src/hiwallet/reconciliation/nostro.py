@@ -22,7 +22,10 @@ Findings (subjects carry the currency): a statement line no nostro line answers
 (``bank_amount_differs``, ``<cur>:<reference>``): either side is given ``nostro_wait_days``
 before it is missing the other (a day's wires are posted when its statement is read, a payout
 when its provider reports it). And a day's opening balance that is not the closing balance of
-the day before (``bank_opening_differs``, ``<cur>:<day>``; a day not recorded is no comparison).
+the day before (``bank_opening_differs``, ``<cur>:<day>``; a day not recorded is no comparison),
+and a day with no statement kept ``nostro_wait_days`` after it ended (``bank_statement_missing``,
+``<cur>:<day>``): the bank writes one every day, movements or not, so a gap is bank-adapter's import
+not running or the bank not answering, and every check above is blind to that day.
 
 Only the last ``nostro_lookback_days`` of statements are read, and nostro lines only from the
 first statement kept: before it, the ledger's history has no statement to meet. More than
@@ -44,6 +47,7 @@ from hiwallet.reconciliation.findings import (
     BANK_AMOUNT_DIFFERS,
     BANK_LINE_UNMATCHED,
     BANK_OPENING_DIFFERS,
+    BANK_STATEMENT_MISSING,
     NOSTRO_KINDS,
     NOSTRO_NOT_AT_BANK,
     Q,
@@ -127,6 +131,7 @@ async def check_nostro(
             )
 
     first_statement = min(s["day"] for s in statements)
+    found.extend(_missing_days(statements, first=max(first_reported, first_statement), now=now, wait=wait))
     if len(rows) >= max_lines:
         return _lines_not_read(found, "statement lines", max_lines)
     read: dict[str, list[NostroMovement]] = {}
@@ -206,8 +211,24 @@ async def check_nostro(
     return NostroCheck(kept, complete)
 
 
+def _missing_days(
+    statements: list[asyncpg.Record], *, first: date, now: datetime, wait: timedelta
+) -> list[Found]:
+    """The days from ``first`` on, over ``wait`` ago, with no statement kept, per currency."""
+    kept = {(s["currency"], s["day"]) for s in statements}
+    missing: list[Found] = []
+    for currency in sorted({s["currency"] for s in statements}):
+        day = first
+        while _start(day + timedelta(days=1)) + wait <= now:
+            if (currency, day) not in kept:
+                details = {"currency": currency, "day": day.isoformat()}
+                missing.append((BANK_STATEMENT_MISSING, f"{currency}:{day.isoformat()}", details))
+            day += timedelta(days=1)
+    return missing
+
+
 def _lines_not_read(opening: list[Found], what: str, max_lines: int) -> NostroCheck:
-    """More lines than a round reads: only the balances' chain is checked this round (the
+    """More lines than a round reads: only the balances' chain and the days kept are checked this round (the
     matching of a part would report the rest as missing), and the other kinds' open findings
     stay open."""
     log.error(
@@ -215,7 +236,7 @@ def _lines_not_read(opening: list[Found], what: str, max_lines: int) -> NostroCh
         what=what,
         max_lines=max_lines,
     )
-    return NostroCheck(opening, [BANK_OPENING_DIFFERS])
+    return NostroCheck(opening, [BANK_OPENING_DIFFERS, BANK_STATEMENT_MISSING])
 
 
 async def _ledger_side(
