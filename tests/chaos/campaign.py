@@ -65,6 +65,7 @@ from hiwallet.core.broker import Broker
 from hiwallet.core.deadletters import list_dead_letters
 from hiwallet.ledger.store import LedgerStore, init_connection
 from tests import pgtemplate
+from tests.chaos.servers import PrivateServers, ensure, settings_on
 from tests.e2e import harness
 from tests.e2e.up_system import FRONTS, Output, fresh_databases, ready, running_up, system_env, wait_running
 from tests.faultproxy import FaultProxy
@@ -230,13 +231,16 @@ def schedule(rng: random.Random, config: Config) -> list[Fault]:
 
 
 class Campaign:
-    def __init__(self, config: Config, databases: dict[str, str], log: Path) -> None:
+    def __init__(self, config: Config, databases: dict[str, str], log: Path, servers: PrivateServers) -> None:
         self.config = config
         self.databases = databases
-        self.env, self.ports = system_env(databases)
+        # The campaign's own PostgreSQL cluster and RabbitMQ node (tests/chaos/servers.py): the
+        # settings of this process name them (settings_on), and so the children's environment.
+        self.servers = servers
+        self.env, self.ports = system_env(databases, servers.amqp_port)
         self.proxies = {
-            "amqp": FaultProxy(harness.AMQP_HOST, harness.AMQP_PORT),
-            "saga-databases": FaultProxy("127.0.0.1", 5432),
+            "amqp": FaultProxy(harness.AMQP_HOST, servers.amqp_port),
+            "saga-databases": FaultProxy("127.0.0.1", servers.pg_port),
         }
         self.proxy_loop = ProxyLoop()
         # A ten-minute run keeps its tokens: identity's lifetime raised for the campaign.
@@ -512,13 +516,17 @@ class Campaign:
                 interval_s=0.2,
             )
         elif fault.kind == "postgres":
-            await command("pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart")
+            # The campaign's own cluster (never the shared one): every connection cut, the
+            # server down while it stops and starts (pg_ctl restart, fast shutdown).
+            await command(*self.servers.pg_restart())
             await harness.until(
                 lambda: self.all_ready(), RECOVER_TIMEOUT_S, "all ready after PostgreSQL", interval_s=0.2
             )
         elif fault.kind == "rabbitmq":
-            await command("rabbitmqctl", "stop_app")
-            await command("rabbitmqctl", "start_app")
+            # The campaign's own node: the broker application stopped (every connection closed,
+            # the durable queues and their persistent messages kept on disk) and started again.
+            await command(*self.servers.rabbitmqctl("stop_app"))
+            await command(*self.servers.rabbitmqctl("start_app"))
             await harness.until(
                 lambda: self.all_ready(), RECOVER_TIMEOUT_S, "all ready after RabbitMQ", interval_s=0.2
             )
@@ -592,9 +600,7 @@ class Campaign:
 
     async def queues(self) -> dict[str, int]:
         proc = await asyncio.create_subprocess_exec(
-            "rabbitmqctl",
-            "-q",
-            "list_queues",
+            *self.servers.rabbitmqctl("-q", "list_queues"),
             "-p",
             self.databases["vhost"],
             "name",
@@ -719,7 +725,8 @@ class Campaign:
             self.findings.extend(f"verify: {p}" for p in report.problems)
         # Dead letters: listed; each one left is a finding (none is expected).
         letters = []
-        broker = Broker(harness.amqp_url(self.databases["vhost"]), client_name="chaos dead-letters")
+        url = harness.amqp_url(self.databases["vhost"], self.servers.amqp_port)
+        broker = Broker(url, client_name="chaos dead-letters")
         await broker.start()
         try:
             for queue in (TOPUPS_DEAD_LETTER_QUEUE, WITHDRAWALS_DEAD_LETTER_QUEUE):
@@ -873,8 +880,10 @@ async def command(*args: str) -> None:
 
 async def run(config: Config, log: Path) -> dict[str, Any]:
     """One campaign on fresh databases; its figures (``findings`` empty when all held)."""
-    async with fresh_databases() as databases:
-        return await Campaign(config, databases, log).run()
+    servers = await asyncio.to_thread(ensure)
+    with settings_on(servers):
+        async with fresh_databases(servers.node) as databases:
+            return await Campaign(config, databases, log, servers).run()
 
 
 def main(argv: list[str] | None = None) -> int:
