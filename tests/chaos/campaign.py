@@ -3,22 +3,29 @@ while a seeded scheduler kills, stops and restarts its parts; then the books are
 
     .venv/bin/python -m tests.chaos.campaign [--seed 25] [--duration 600] [--report chaos-report.json]
 
-The system: fresh databases and a RabbitMQ virtual host (tests/e2e/up_system.py), every HiWallet
-process a real child of ``hiwallet up``. The workload: verified customers (opened through
-identity's admin API and wallet-api's onboarding endpoints with the onboarding client's token),
-each with a real password-grant token, move money through the front doors:
+The system: fresh databases and a RabbitMQ virtual host (tests/e2e/up_system.py) on the
+campaign's own PostgreSQL cluster and RabbitMQ node (tests/chaos/servers.py: restarting them
+harms no other test), every HiWallet process a real child of ``hiwallet up``. The workload:
+verified customers (opened through identity's admin API and wallet-api's onboarding endpoints
+with the onboarding client's token), each with a real password-grant token, move money through
+the front doors:
 
 - ``p2p`` and ``payment`` (to the demo business): personal-mobile-api ``POST /v1/transfers``;
 - ``refund`` of a payment: business-api, with the demo merchant's client-credentials token;
 - ``withdrawal``: personal-mobile-api ``POST /v1/withdrawals`` (bank-fake decides at once);
 - ``card_topup``: stripe-fake ``POST /v1/topups`` naming the wallet (its webhook to topup-webhook);
-- ``bank_topup``: a wire at bank-fake with the reference ``HiWallet <wallet id>``.
+- ``bank_topup``: a wire at bank-fake with the reference ``HiWallet <wallet id>``;
+- ``promo`` and ``goodwill``: the demo administrator (a staff-realm token, password and TOTP)
+  grants promo under a staff campaign and credits goodwill at wallet-api's staff endpoints;
+- ``review``: the same employee releases or cancels a withdrawal waiting for review (above
+  REVIEW_ABOVE_MINOR) at withdrawal-orchestrator's staff endpoints.
 
 The scheduler (``random.Random(seed)``; the same seed gives the same schedule of faults and the
 same sequence of operations per worker) ``kill -9``s each kind of HiWallet process in turn (up
-restarts it), SIGSTOPs one and SIGCONTs it a moment later, and in the long run restarts
-PostgreSQL and RabbitMQ, cuts the connections to them through proxies (tests/faultproxy.py) and
-has the fakes repeat, delay, reorder and lose their callbacks and refuse transfers. The fakes are
+restarts it), SIGSTOPs one and SIGCONTs it a moment later, restarts the campaign's PostgreSQL
+and RabbitMQ, and in the long run cuts the connections to them through proxies
+(tests/faultproxy.py) and has the fakes repeat, delay, reorder and lose their callbacks (top-up
+notifications and the bank's transfer callbacks) and refuse transfers. The fakes are
 the outside world: never killed.
 
 At the end, once the faults stop and the system settles (outboxes sent, queues drained, sagas
@@ -26,8 +33,9 @@ terminal, top-ups credited: observed, not slept on), ``Campaign.check`` asserts:
 
 - every request answered 2xx is done exactly once; one with no answer (or 5xx) is sent again
   with its Idempotency-Key and settles as done once or refused with nothing written;
-- money is conserved: what came in (the fakes' accepted top-ups) equals the customers' and the
-  business's balances plus the fees plus what went out (bank-fake's paid transfers);
+- money is conserved: what came in (the fakes' accepted top-ups, and the promo and goodwill the
+  platform's expense accounts paid) equals the customers' and the business's balances plus the
+  fees plus what went out (bank-fake's paid transfers);
 - no withdrawal saga is left unfinished; every dead letter is listed with its reason (none is
   expected: each one left is a finding);
 - ``hiwallet ledger verify`` is clean.
