@@ -1037,6 +1037,11 @@ class Campaign:
             self.env["HIWALLET_DATABASE_SERVERS"] = json.dumps(
                 {self.databases[key]: through for key in ("withdrawal", "bank")}
             )
+            # Their owner (up's set-up) as the cluster's superuser, straight to it: the URL
+            # above names no user, and the private cluster has no role named after the login.
+            self.env["HIWALLET_MIGRATE_DATABASE_SERVERS"] = json.dumps(
+                {self.databases[key]: self.servers.owner_url for key in ("withdrawal", "bank")}
+            )
         try:
             return await self._run(faults)
         finally:
