@@ -55,9 +55,10 @@ postgres:
 	fi
 
 # The fault campaign's long run (tests/chaos/campaign.py, docs/chaos.md): ten minutes of the bank
-# workload under `hiwallet up` while every kind of process is killed in turn, one stopped, PostgreSQL
-# and RabbitMQ restarted (it restarts the machine's shared servers: not while tests run). CHAOS_ARGS,
-# e.g. "--seed 7 --duration 120". The report is printed and written to chaos-report.json.
+# workload under `hiwallet up` while every kind of process is killed in turn, one stopped, and the
+# campaign's own PostgreSQL cluster and RabbitMQ node (made by tests/chaos/servers.py, never the
+# shared ones) restarted. CHAOS_ARGS, e.g. "--seed 7 --duration 120". The report is printed and
+# written to chaos-report.json.
 chaos: install
 	$(BIN)/python -m tests.chaos.campaign $(CHAOS_ARGS)
 

@@ -3,22 +3,29 @@ while a seeded scheduler kills, stops and restarts its parts; then the books are
 
     .venv/bin/python -m tests.chaos.campaign [--seed 25] [--duration 600] [--report chaos-report.json]
 
-The system: fresh databases and a RabbitMQ virtual host (tests/e2e/up_system.py), every HiWallet
-process a real child of ``hiwallet up``. The workload: verified customers (opened through
-identity's admin API and wallet-api's onboarding endpoints with the onboarding client's token),
-each with a real password-grant token, move money through the front doors:
+The system: fresh databases and a RabbitMQ virtual host (tests/e2e/up_system.py) on the
+campaign's own PostgreSQL cluster and RabbitMQ node (tests/chaos/servers.py: restarting them
+harms no other test), every HiWallet process a real child of ``hiwallet up``. The workload:
+verified customers (opened through identity's admin API and wallet-api's onboarding endpoints
+with the onboarding client's token), each with a real password-grant token, move money through
+the front doors:
 
 - ``p2p`` and ``payment`` (to the demo business): personal-mobile-api ``POST /v1/transfers``;
 - ``refund`` of a payment: business-api, with the demo merchant's client-credentials token;
 - ``withdrawal``: personal-mobile-api ``POST /v1/withdrawals`` (bank-fake decides at once);
 - ``card_topup``: stripe-fake ``POST /v1/topups`` naming the wallet (its webhook to topup-webhook);
-- ``bank_topup``: a wire at bank-fake with the reference ``HiWallet <wallet id>``.
+- ``bank_topup``: a wire at bank-fake with the reference ``HiWallet <wallet id>``;
+- ``promo`` and ``goodwill``: the demo administrator (a staff-realm token, password and TOTP)
+  grants promo under a staff campaign and credits goodwill at wallet-api's staff endpoints;
+- ``review``: the same employee releases or cancels a withdrawal waiting for review (above
+  REVIEW_ABOVE_MINOR) at withdrawal-orchestrator's staff endpoints.
 
 The scheduler (``random.Random(seed)``; the same seed gives the same schedule of faults and the
 same sequence of operations per worker) ``kill -9``s each kind of HiWallet process in turn (up
-restarts it), SIGSTOPs one and SIGCONTs it a moment later, and in the long run restarts
-PostgreSQL and RabbitMQ, cuts the connections to them through proxies (tests/faultproxy.py) and
-has the fakes repeat, delay, reorder and lose their callbacks and refuse transfers. The fakes are
+restarts it), SIGSTOPs one and SIGCONTs it a moment later, restarts the campaign's PostgreSQL
+and RabbitMQ, and in the long run cuts the connections to them through proxies
+(tests/faultproxy.py) and has the fakes repeat, delay, reorder and lose their callbacks (top-up
+notifications and the bank's transfer callbacks) and refuse transfers. The fakes are
 the outside world: never killed.
 
 At the end, once the faults stop and the system settles (outboxes sent, queues drained, sagas
@@ -26,8 +33,9 @@ terminal, top-ups credited: observed, not slept on), ``Campaign.check`` asserts:
 
 - every request answered 2xx is done exactly once; one with no answer (or 5xx) is sent again
   with its Idempotency-Key and settles as done once or refused with nothing written;
-- money is conserved: what came in (the fakes' accepted top-ups) equals the customers' and the
-  business's balances plus the fees plus what went out (bank-fake's paid transfers);
+- money is conserved: what came in (the fakes' accepted top-ups, and the promo and goodwill the
+  platform's expense accounts paid) equals the customers' and the business's balances plus the
+  fees plus what went out (bank-fake's paid transfers);
 - no withdrawal saga is left unfinished; every dead letter is listed with its reason (none is
   expected: each one left is a finding);
 - ``hiwallet ledger verify`` is clean.
@@ -44,6 +52,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -53,10 +62,12 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pyotp
 
 from hiwallet.contracts.topups import TOPUPS_DEAD_LETTER_QUEUE
 from hiwallet.contracts.withdrawals import WITHDRAWALS_DEAD_LETTER_QUEUE
@@ -64,7 +75,10 @@ from hiwallet.core import db
 from hiwallet.core.broker import Broker
 from hiwallet.core.deadletters import list_dead_letters
 from hiwallet.ledger.store import LedgerStore, init_connection
+from hiwallet.staff_admin.login import StaffClient, staff_token
+from hiwallet.up import DEMO_STAFF_EMAIL, DEMO_STAFF_PASSWORD
 from tests import pgtemplate
+from tests.chaos.servers import PrivateServers, ensure, settings_on
 from tests.e2e import harness
 from tests.e2e.up_system import FRONTS, Output, fresh_databases, ready, running_up, system_env, wait_running
 from tests.faultproxy import FaultProxy
@@ -101,9 +115,36 @@ TARGETS = (
     "onboarding",
     *FRONTS,
 )
-# Operations and their weights in the mix.
-MIX = {"p2p": 30, "payment": 20, "refund": 6, "withdrawal": 12, "card_topup": 16, "bank_topup": 16}
+# Operations and their weights in the mix. ``promo`` (a grant under a staff campaign) and
+# ``goodwill`` (a staff credit) are the platform's money coming in; ``review``: an employee
+# releases (or cancels) a withdrawal waiting for review (those above REVIEW_ABOVE_MINOR).
+MIX = {
+    "p2p": 30,
+    "payment": 20,
+    "refund": 6,
+    "withdrawal": 12,
+    "card_topup": 16,
+    "bank_topup": 16,
+    "promo": 4,
+    "goodwill": 3,
+    "review": 4,
+}
+# Withdrawals above 40.00 TRY wait for staff (the workload's are 0.01 to 50.99): about one in five.
+REVIEW_ABOVE_MINOR = 40_00
+RELEASE_SHARE = 0.75  # the reviewer's odds of releasing (else: cancelled, the debit reversed)
+CAMPAIGN_BUDGET_MINOR = 10_000_000_00
+# A TOTP code is good once (identity refuses a step already used): one login per 30 s step.
+TOTP_STEP_S = 30
 TERMINAL = ("completed", "failed", "rejected", "cancelled")
+# The customers' and businesses' balances (cash and promo), the fees, and the platform's two
+# expenses that pay promo grants and goodwill credits (negative: what the platform gave).
+BALANCES = (
+    "SELECT coalesce(sum(balance) FILTER (WHERE role = 'user_wallet'), 0) AS wallets,"
+    "       coalesce(sum(balance) FILTER (WHERE role = 'revenue'), 0) AS fees,"
+    "       coalesce(sum(balance) FILTER (WHERE role = 'promo_expense'), 0) AS promo_expense,"
+    "       coalesce(sum(balance) FILTER (WHERE role = 'goodwill_expense'), 0) AS goodwill_expense"
+    " FROM ledger.accounts"
+)
 PROXIED = ("amqp", "saga-databases")
 # What the fakes are told for a while (callbacks_for_s): the outside world misbehaving. Top-up
 # notifications (both fakes' /_control/faults) repeated or delayed; the bank's transfer callbacks
@@ -113,7 +154,9 @@ CALLBACK_FAULTS: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] 
     "repeat": ({"duplicate": 3, "once": False}, {"duplicate_callback": 3}),
     "delay": ({"delay_s": 2.0, "once": False}, {"callback_delay_s": 2.0}),
     "reorder": ({"reorder": True, "once": False}, None),
-    "lose": (None, {"lose_callback": True}),
+    # Top-up notifications dropped by the fakes (never sent): topup-webhook's reconciliation,
+    # run every few seconds in the campaign, asks the providers and credits them once.
+    "lose": ({"drop": True, "once": False}, {"lose_callback": True}),
     "reject": (None, {"outcome": "reject", "failure_reason": "account_closed"}),
 }
 
@@ -126,10 +169,12 @@ class Config:
     workers: int = 6
     fault_every_s: float = 6.0
     stop_for_s: float = 3.0
-    # PostgreSQL and RabbitMQ are shared by the suite's other tests: only the long run restarts them.
+    # The campaign's own PostgreSQL cluster and RabbitMQ node (tests/chaos/servers.py) restarted once each.
     infrastructure: bool = True
-    # The fakes' callbacks repeated, delayed, lost, and transfers refused by the bank.
+    # The fakes' callbacks repeated, delayed, lost, and transfers refused by the bank: these of
+    # CALLBACK_FAULTS (all of them by default).
     callbacks: bool = True
+    callback_kinds: tuple[str, ...] = tuple(CALLBACK_FAULTS)
     callbacks_for_s: float = 10.0
     # Connections cut through a proxy (tests/faultproxy.py): every process's to RabbitMQ, and the
     # withdrawal saga's databases' (withdrawal-orchestrator's and bank-adapter's) to PostgreSQL.
@@ -144,7 +189,7 @@ class Op:
     key: str
     url: str
     body: dict[str, Any]
-    headers_for: str  # "customer:<i>", "merchant", "stripe", "bank"
+    headers_for: str  # "customer:<i>", "merchant", "stripe", "bank", "staff"
     status: int | None = None  # None: no answer
     answer: dict[str, Any] = field(default_factory=dict)
     resent: int = 0
@@ -215,12 +260,12 @@ def schedule(rng: random.Random, config: Config) -> list[Fault]:
         else:
             faults.append(Fault(t, "kill", rounds.pop()))
         t += config.fault_every_s * rng.uniform(0.7, 1.3)
-    if config.infrastructure and config.duration_s >= 120:
+    if config.infrastructure:
         faults.append(Fault(config.duration_s * rng.uniform(0.3, 0.45), "postgres", "postgresql"))
         faults.append(Fault(config.duration_s * rng.uniform(0.55, 0.7), "rabbitmq", "rabbitmq"))
     if config.callbacks:
         # After the servers' draws, so that adding these changes nothing of the rest.
-        for target in CALLBACK_FAULTS:
+        for target in config.callback_kinds:
             faults.append(Fault(config.duration_s * rng.uniform(0.1, 0.85), "callbacks", target))
     if config.cuts:
         for target in PROXIED:
@@ -230,13 +275,16 @@ def schedule(rng: random.Random, config: Config) -> list[Fault]:
 
 
 class Campaign:
-    def __init__(self, config: Config, databases: dict[str, str], log: Path) -> None:
+    def __init__(self, config: Config, databases: dict[str, str], log: Path, servers: PrivateServers) -> None:
         self.config = config
         self.databases = databases
-        self.env, self.ports = system_env(databases)
+        # The campaign's own PostgreSQL cluster and RabbitMQ node (tests/chaos/servers.py): the
+        # settings of this process name them (settings_on), and so the children's environment.
+        self.servers = servers
+        self.env, self.ports = system_env(databases, servers.amqp_port)
         self.proxies = {
-            "amqp": FaultProxy(harness.AMQP_HOST, harness.AMQP_PORT),
-            "saga-databases": FaultProxy("127.0.0.1", 5432),
+            "amqp": FaultProxy(harness.AMQP_HOST, servers.amqp_port),
+            "saga-databases": FaultProxy("127.0.0.1", servers.pg_port),
         }
         self.proxy_loop = ProxyLoop()
         # A ten-minute run keeps its tokens: identity's lifetime raised for the campaign.
@@ -245,10 +293,24 @@ class Campaign:
         # transfers pending too long): in seconds here, so that the run settles.
         self.env["HIWALLET_BANK_RECONCILE_INTERVAL_S"] = "2"
         self.env["HIWALLET_BANK_RECONCILE_STALE_AFTER_S"] = "5"
+        # A lost top-up notification is found by topup-webhook's reconciliation (asking the
+        # providers what they took in the window): every few seconds here, over the run's window.
+        self.env["HIWALLET_TOPUP_RECONCILE_INTERVAL_S"] = "5"
+        self.env["HIWALLET_TOPUP_RECONCILE_WINDOW_S"] = str(int(config.duration_s) + 900)
+        # Reviewed withdrawals: a share of the workload's waits for staff.
+        self.env["HIWALLET_WITHDRAWAL_REVIEW_ABOVE_MINOR"] = str(REVIEW_ABOVE_MINOR)
+        # One employee (the demo administrator) credits all the goodwill of the run: its daily
+        # ceiling raised (each credit stays under the second-employee threshold, 500.00).
+        self.env["HIWALLET_WALLET_API_GOODWILL_DAILY_CEILING_MINOR"] = str(10_000_000_00)
         self.log = log
         self.out: Output | None = None
         self.customers: list[Customer] = []
         self.merchant_token = ""
+        self.staff_token = ""
+        self.staff_steps: set[int] = set()
+        self.staff_lock = asyncio.Lock()
+        self.campaign_id = ""
+        self.http: httpx.AsyncClient | None = None
         self.shop_number = ""
         self.shop_wallet = ""
         self.ops: list[Op] = []
@@ -336,6 +398,50 @@ class Campaign:
         wallet = accounts.json()["accounts"][0]["wallets"][0]
         self.shop_wallet, self.shop_number = wallet["id"], wallet["number"]
 
+    async def staff_login(self) -> None:
+        """A staff-realm token of the demo administrator (every permission): its password and
+        a TOTP code of a time step not used before (identity refuses a step used already; up
+        logged in with the current one at its start)."""
+        async with self.staff_lock:  # one login at a time: each spends a step
+            assert self.out is not None
+            secrets = re.findall(r"TOTP secret ([A-Z2-7]+)", self.out.path.read_text())
+            if not secrets:
+                raise RuntimeError("no demo administrator's TOTP secret in up's output")
+            totp = pyotp.TOTP(secrets[-1])
+            client = StaffClient(f"http://127.0.0.1:{self.ports['staff']}/realms/hiwallet-staff")
+            now = int(time.time() // TOTP_STEP_S)
+            # identity accepts one step either way; the first login after up's takes the next
+            last = max(self.staff_steps, default=now)
+            step = max(last + 1, now - 1)
+            while step > now + 1:
+                await asyncio.sleep(1.0)  # the next time step: polled, at most one step long
+                now = int(time.time() // TOTP_STEP_S)
+            self.staff_steps.add(step)
+            self.staff_token = await asyncio.to_thread(
+                staff_token,
+                client,
+                DEMO_STAFF_EMAIL,
+                DEMO_STAFF_PASSWORD,
+                totp.at(step * TOTP_STEP_S),
+                timeout_s=HTTP_TIMEOUT_S,
+            )
+
+    async def staff_campaign(self, http: httpx.AsyncClient) -> None:
+        """The promo campaign the workload grants under (the platform's promo money)."""
+        ends = datetime.now(UTC) + timedelta(days=1)
+        answer = await http.post(
+            self.url("wallet-api", "/v1/staff/campaigns"),
+            json={
+                "name": f"chaos {self.config.seed}",
+                "currency": "TRY",
+                "budget_minor": CAMPAIGN_BUDGET_MINOR,
+                "ends_at": ends.isoformat(),
+            },
+            headers={"Authorization": f"Bearer {self.staff_token}", "Idempotency-Key": str(uuid.uuid4())},
+        )
+        answer.raise_for_status()
+        self.campaign_id = answer.json()["id"]
+
     # -- the workload ------------------------------------------------------------------------
 
     def headers(self, op: Op) -> dict[str, str]:
@@ -346,6 +452,8 @@ class Campaign:
             token = self.merchant_token
         elif who == "bank":
             token = BANK_KEY
+        elif who == "staff":
+            token = self.staff_token
         else:
             return {"Idempotency-Key": op.key}
         return {"Authorization": f"Bearer {token}", "Idempotency-Key": op.key}
@@ -405,6 +513,19 @@ class Campaign:
         if kind == "withdrawal":
             body = {"wallet": me.wallet, "amount_minor": amount, "currency": "TRY", "destination_iban": IBAN}
             return Op(kind, key, self.url("personal-mobile-api", "/v1/withdrawals"), body, who)
+        if kind == "promo":
+            expires = datetime.now(UTC) + timedelta(days=30)  # no breakage within the run
+            body = {"wallet": me.wallet, "amount_minor": amount, "expires_at": expires.isoformat()}
+            url = self.url("wallet-api", f"/v1/staff/campaigns/{self.campaign_id}/grants")
+            return Op(kind, key, url, {**body, "reference": "chaos promo"}, "staff")
+        if kind == "goodwill":
+            body = {"wallet": me.wallet, "amount_minor": amount, "reason": "chaos goodwill"}
+            return Op(kind, key, self.url("wallet-api", "/v1/staff/goodwill-credits"), body, "staff")
+        if kind == "review":
+            # Which waiting withdrawal and the decision: drawn now (the seed's sequence), the
+            # withdrawal picked from the review queue when sent (Campaign.review).
+            decision = "release" if rng.random() < RELEASE_SHARE else "cancel"
+            return Op(kind, key, decision, {"pick": rng.random()}, "staff")
         if kind == "card_topup":
             body = {"wallet": me.wallet, "amount": str(amount * 2), "currency": "try"}
             return Op(kind, key, self.url("stripe", "/v1/topups"), body, "stripe")
@@ -424,6 +545,9 @@ class Campaign:
             op = self.next_op(rng, payments)
             if op is None:
                 continue
+            if op.kind == "review" and not await self.review(http, op):
+                await asyncio.sleep(0.2)  # nothing waits for review (or the queue is away)
+                continue
             await self.send(http, op)
             self.ops.append(op)
             if op.kind == "payment":
@@ -432,9 +556,41 @@ class Campaign:
                 # A token refused (identity restarted with new keys?): fetch another, go on.
                 with contextlib.suppress(httpx.HTTPError):
                     await self.refresh(http, self.customers[int(op.headers_for.split(":")[1])])
+            if op.status == 401 and op.headers_for == "staff":
+                with contextlib.suppress(httpx.HTTPError, RuntimeError):
+                    await self.staff_login()
             if op.uncertain:
                 # The door is away: a breath before the next request, not a synchronisation.
                 await asyncio.sleep(0.2)
+
+    async def under_review(self, http: httpx.AsyncClient) -> list[str]:
+        """The ids of the withdrawals waiting for review (the oldest first page)."""
+        try:
+            answer = await http.get(
+                self.url("withdrawal-orchestrator", "/v1/staff/withdrawals"),
+                params={"status": "under_review", "limit": "50"},
+                headers={"Authorization": f"Bearer {self.staff_token}"},
+            )
+        except httpx.HTTPError:
+            return []
+        if answer.status_code == 401:
+            with contextlib.suppress(httpx.HTTPError, RuntimeError):
+                await self.staff_login()
+        if answer.status_code != 200:
+            return []
+        return [w["id"] for w in answer.json()["withdrawals"]]
+
+    async def review(self, http: httpx.AsyncClient, op: Op) -> bool:
+        """The review ``op`` made real: one waiting withdrawal picked, its decision's URL. False
+        when none waits."""
+        waiting = await self.under_review(http)
+        if not waiting:
+            return False
+        chosen = waiting[min(len(waiting) - 1, int(op.body["pick"] * len(waiting)))]
+        decision = op.url
+        op.url = self.url("withdrawal-orchestrator", f"/v1/staff/withdrawals/{chosen}/{decision}")
+        op.body = {}
+        return True
 
     # -- the faults --------------------------------------------------------------------------
 
@@ -512,13 +668,17 @@ class Campaign:
                 interval_s=0.2,
             )
         elif fault.kind == "postgres":
-            await command("pg_ctlcluster", "--skip-systemctl-redirect", "15", "main", "restart")
+            # The campaign's own cluster (never the shared one): every connection cut, the
+            # server down while it stops and starts (pg_ctl restart, fast shutdown).
+            await command(*self.servers.pg_restart())
             await harness.until(
                 lambda: self.all_ready(), RECOVER_TIMEOUT_S, "all ready after PostgreSQL", interval_s=0.2
             )
         elif fault.kind == "rabbitmq":
-            await command("rabbitmqctl", "stop_app")
-            await command("rabbitmqctl", "start_app")
+            # The campaign's own node: the broker application stopped (every connection closed,
+            # the durable queues and their persistent messages kept on disk) and started again.
+            await command(*self.servers.rabbitmqctl("stop_app"))
+            await command(*self.servers.rabbitmqctl("start_app"))
             await harness.until(
                 lambda: self.all_ready(), RECOVER_TIMEOUT_S, "all ready after RabbitMQ", interval_s=0.2
             )
@@ -586,15 +746,24 @@ class Campaign:
                 "SELECT count(*) FROM withdrawal.sagas WHERE NOT state = ANY($1::text[])", list(TERMINAL)
             )
         if open_sagas:
+            await self.decide_waiting()
             return False
         credited = await self.topups_in_ledger()
         return credited[0] >= sum(1 for op in self.ops if op.kind.endswith("topup") and op.accepted)
 
+    async def decide_waiting(self) -> None:
+        """At the end, the withdrawals still waiting for review released (each a request of
+        the workload's, sent until it has a definite answer): no saga is left waiting on a person."""
+        assert self.http is not None
+        for withdrawal in await self.under_review(self.http):
+            url = self.url("withdrawal-orchestrator", f"/v1/staff/withdrawals/{withdrawal}/release")
+            op = Op("review", str(uuid.uuid4()), url, {}, "staff")
+            await self.send(self.http, op)
+            self.ops.append(op)
+
     async def queues(self) -> dict[str, int]:
         proc = await asyncio.create_subprocess_exec(
-            "rabbitmqctl",
-            "-q",
-            "list_queues",
+            *self.servers.rabbitmqctl("-q", "list_queues"),
             "-p",
             self.databases["vhost"],
             "name",
@@ -651,11 +820,31 @@ class Campaign:
                 self.findings.append(
                     f"{by_type.get('refund', 0) - before['refunds']} refunds for {len(refunds)} accepted"
                 )
-            balances = await conn.fetchrow(
-                "SELECT coalesce(sum(balance) FILTER (WHERE role = 'user_wallet'), 0) AS wallets,"
-                "       coalesce(sum(balance) FILTER (WHERE role = 'revenue'), 0) AS fees"
-                " FROM ledger.accounts"
+            # Promo grants and goodwill credits: each accepted one a ledger transaction, once.
+            promos = [op for op in self.ops if op.kind == "promo" and op.accepted]
+            goodwill = [op for op in self.ops if op.kind == "goodwill" and op.accepted]
+            if pending := [op for op in goodwill if op.status != 201]:
+                self.findings.append(f"{len(pending)} goodwill credits not posted at once (under 500.00)")
+            staff_ids = [op.answer.get("id") for op in promos] + [
+                op.answer.get("transaction_id") for op in goodwill
+            ]
+            found = await conn.fetchval(
+                "SELECT count(DISTINCT id) FROM ledger.transactions WHERE id = ANY($1::text[])", staff_ids
             )
+            if found != len(staff_ids) or len(set(staff_ids)) != len(staff_ids):
+                self.findings.append(
+                    f"{found} ledger transactions for {len(staff_ids)} promo and goodwill answers"
+                )
+            for label, done, tx_type, key in (
+                ("promo grants", promos, "promo_grant", "promos"),
+                ("goodwill credits", goodwill, "goodwill", "goodwill"),
+            ):
+                in_ledger = by_type.get(tx_type, 0) - before[key]
+                if in_ledger != len(done):
+                    self.findings.append(f"{in_ledger} {label} in the ledger for {len(done)} accepted")
+            balances = await conn.fetchrow(BALANCES)
+        granted = sum(int(op.body["amount_minor"]) for op in promos)
+        goodwill_in = sum(int(op.body["amount_minor"]) for op in goodwill)
         # Top-ups: what the fakes accepted is what the ledger credited, once.
         accepted_in = [op for op in self.ops if op.kind.endswith("topup") and op.accepted]
         money_in = sum(int(op.body.get("amount_minor") or op.body["amount"]) for op in accepted_in)
@@ -682,6 +871,25 @@ class Campaign:
         if unfinished:
             self.findings.append(f"{len(unfinished)} sagas unfinished")
         states = Counter(s["state"] for i, s in sagas.items() if i in asked)
+        # Reviews: each withdrawal decided once; a cancelled one is cancelled, a released one
+        # went to the bank (completed, or failed by it and refunded).
+        decisions: dict[str, list[str]] = defaultdict(list)
+        for op in self.ops:
+            if op.kind == "review" and op.accepted:
+                withdrawal, decision = op.url.split("/")[-2:]
+                decisions[withdrawal].append(decision)
+        for withdrawal, made in decisions.items():
+            state = sagas[withdrawal]["state"] if withdrawal in sagas else None
+            if len(made) != 1:
+                self.findings.append(f"withdrawal {withdrawal} decided {len(made)} times: {made}")
+            elif made[0] == "cancel" and state != "cancelled":
+                self.findings.append(f"withdrawal {withdrawal} cancelled by staff but {state}")
+            elif made[0] == "release" and state not in ("completed", "failed"):
+                self.findings.append(f"withdrawal {withdrawal} released by staff but {state}")
+        cancelled = {i for i, s in sagas.items() if s["state"] == "cancelled"}
+        if stray := cancelled - {w for w, made in decisions.items() if made == ["cancel"]}:
+            self.findings.append(f"{len(stray)} withdrawals cancelled with no accepted cancel")
+        reviews = Counter(made[0] for made in decisions.values())
         paid_out = 0
         cursor: str | None = None
         while True:
@@ -700,11 +908,21 @@ class Campaign:
         completed = sum(int(s["amount_minor"]) for i, s in sagas.items() if s["state"] == "completed")
         if paid_out != completed:
             self.findings.append(f"bank-fake paid out {paid_out}, completed withdrawals {completed}")
-        # Money conserved: in = balances + fees + out (all since the workload began).
+        # Money conserved: in (the fakes' top-ups, and the platform's promo and goodwill, each
+        # from its expense account) = balances + fees + out (all since the workload began).
         held = int(balances["wallets"]) - before["wallets"] + int(balances["fees"]) - before["fees"]
-        if held != money_in - paid_out:
+        promo_paid = before["promo_expense"] - int(balances["promo_expense"])
+        goodwill_paid = before["goodwill_expense"] - int(balances["goodwill_expense"])
+        if (promo_paid, goodwill_paid) != (granted, goodwill_in):
             self.findings.append(
-                f"money not conserved: in {money_in} - out {paid_out} = {money_in - paid_out},"
+                f"the platform's expenses paid promo {promo_paid} and goodwill {goodwill_paid},"
+                f" for {granted} and {goodwill_in} accepted"
+            )
+        money_in_all = money_in + granted + goodwill_in
+        if held != money_in_all - paid_out:
+            self.findings.append(
+                f"money not conserved: in {money_in_all} (top-ups {money_in}, promo {granted},"
+                f" goodwill {goodwill_in}) - out {paid_out} = {money_in_all - paid_out},"
                 f" but balances + fees moved by {held}"
             )
         # The ledger's own check.
@@ -719,7 +937,8 @@ class Campaign:
             self.findings.extend(f"verify: {p}" for p in report.problems)
         # Dead letters: listed; each one left is a finding (none is expected).
         letters = []
-        broker = Broker(harness.amqp_url(self.databases["vhost"]), client_name="chaos dead-letters")
+        url = harness.amqp_url(self.databases["vhost"], self.servers.amqp_port)
+        broker = Broker(url, client_name="chaos dead-letters")
         await broker.start()
         try:
             for queue in (TOPUPS_DEAD_LETTER_QUEUE, WITHDRAWALS_DEAD_LETTER_QUEUE):
@@ -732,7 +951,14 @@ class Campaign:
         for f in self.faults:
             if f.recovered_s is not None:
                 recover[f"{f.kind} {f.target}" if f.kind != "stop" else "stop"].append(f.recovered_s)
+        # The top-ups whose notification never arrived (dropped by a fake): recorded first by
+        # topup-webhook's reconciliation, and credited once like the rest (checked above).
+        async with pgtemplate.owner_connection(self.databases["topup"]) as conn:
+            reconciled = await conn.fetchval(
+                "SELECT count(*) FROM topup.payments WHERE routes[1] = 'reconciliation'"
+            )
         self.figures.update(
+            topups_found_by_reconciliation=int(reconciled),
             operations={f"{k} {o}": n for (k, o), n in sorted(ops.items())},
             first_answers={
                 f"{k} {s}": n
@@ -751,8 +977,12 @@ class Campaign:
                 for k, v in sorted(recover.items())
             },
             withdrawals=dict(states),
+            reviews=dict(reviews),
             money={
-                "in": money_in,
+                "in": money_in_all,
+                "topups": money_in,
+                "promo": granted,
+                "goodwill": goodwill_in,
                 "out": paid_out,
                 "balances_and_fees": held,
                 "fees": int(balances["fees"]) - before["fees"],
@@ -772,11 +1002,7 @@ class Campaign:
                     " WHERE t.type <> 'refund' OR o.type IN ('p2p', 'payment') GROUP BY t.type"
                 )
             }
-            balances = await conn.fetchrow(
-                "SELECT coalesce(sum(balance) FILTER (WHERE role = 'user_wallet'), 0) AS wallets,"
-                "       coalesce(sum(balance) FILTER (WHERE role = 'revenue'), 0) AS fees"
-                " FROM ledger.accounts"
-            )
+            balances = await conn.fetchrow(BALANCES)
         async with pgtemplate.owner_connection(self.databases["withdrawal"]) as conn:
             sagas = {r["id"] for r in await conn.fetch("SELECT id FROM withdrawal.sagas")}
         n, total = await self.topups_in_ledger()
@@ -785,6 +1011,10 @@ class Campaign:
             "refunds": by_type.get("refund", 0),
             "wallets": int(balances["wallets"]),
             "fees": int(balances["fees"]),
+            "promo_expense": int(balances["promo_expense"]),
+            "goodwill_expense": int(balances["goodwill_expense"]),
+            "promos": by_type.get("promo_grant", 0),
+            "goodwill": by_type.get("goodwill", 0),
             "topups_n": n,
             "topups": total,
             "sagas": sagas,
@@ -807,6 +1037,11 @@ class Campaign:
             self.env["HIWALLET_DATABASE_SERVERS"] = json.dumps(
                 {self.databases[key]: through for key in ("withdrawal", "bank")}
             )
+            # Their owner (up's set-up) as the cluster's superuser, straight to it: the URL
+            # above names no user, and the private cluster has no role named after the login.
+            self.env["HIWALLET_MIGRATE_DATABASE_SERVERS"] = json.dumps(
+                {self.databases[key]: self.servers.owner_url for key in ("withdrawal", "bank")}
+            )
         try:
             return await self._run(faults)
         finally:
@@ -824,6 +1059,9 @@ class Campaign:
             async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=limits) as http:
                 await self.open_customers(http)
                 await self.merchant(http)
+                await self.staff_login()
+                await self.staff_campaign(http)
+                self.http = http
                 before = await self.snapshot()
                 # Each customer's opening balance: a card top-up, part of the workload.
                 for i, c in enumerate(self.customers):
@@ -873,8 +1111,10 @@ async def command(*args: str) -> None:
 
 async def run(config: Config, log: Path) -> dict[str, Any]:
     """One campaign on fresh databases; its figures (``findings`` empty when all held)."""
-    async with fresh_databases() as databases:
-        return await Campaign(config, databases, log).run()
+    servers = await asyncio.to_thread(ensure)
+    with settings_on(servers):
+        async with fresh_databases(servers.node) as databases:
+            return await Campaign(config, databases, log, servers).run()
 
 
 def main(argv: list[str] | None = None) -> int:

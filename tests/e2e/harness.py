@@ -73,22 +73,24 @@ BANK_API_KEY = "bank_dev_key"
 # ---------------------------------------------------------------------------------------------
 
 
-async def rabbitmqctl(*args: str) -> None:
+async def rabbitmqctl(*args: str, node: str | None = None) -> None:
+    """``rabbitmqctl`` on the machine's node, or on ``node`` (the fault campaign's own)."""
+    named = ("-n", node) if node else ()
     proc = await asyncio.create_subprocess_exec(
-        "rabbitmqctl", "-q", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        "rabbitmqctl", *named, "-q", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     out, _ = await asyncio.wait_for(proc.communicate(), RABBITMQCTL_TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {proc.returncode} {out.decode()[-500:]}")
 
 
-async def add_vhost(name: str) -> None:
-    await rabbitmqctl("add_vhost", name)
-    await rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+async def add_vhost(name: str, node: str | None = None) -> None:
+    await rabbitmqctl("add_vhost", name, node=node)
+    await rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*", node=node)
 
 
-async def delete_vhost(name: str) -> None:
-    await rabbitmqctl("delete_vhost", name)
+async def delete_vhost(name: str, node: str | None = None) -> None:
+    await rabbitmqctl("delete_vhost", name, node=node)
 
 
 def amqp_url(vhost: str, port: int = AMQP_PORT) -> str:

@@ -102,13 +102,14 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def fresh_databases() -> AsyncIterator[dict[str, str]]:
+async def fresh_databases(node: str | None = None) -> AsyncIterator[dict[str, str]]:
     """Fresh, migrated databases for the wallet, both realms and top-ups, and a RabbitMQ virtual
     host of their own (the topology's names are fixed; a `make up` on this machine keeps its
-    messages)."""
+    messages). The databases on the server the settings name; the virtual host on the machine's
+    RabbitMQ node, or on ``node`` (the fault campaign's own, tests/chaos/servers.py)."""
     names: dict[str, str] = {}
     vhost = f"hwt-up-{uuid.uuid4().hex[:8]}"
-    await harness.add_vhost(vhost)
+    await harness.add_vhost(vhost, node)
     try:
         names["vhost"] = vhost
         for key in (
@@ -128,10 +129,12 @@ async def fresh_databases() -> AsyncIterator[dict[str, str]]:
         names.pop("vhost", None)
         for name in names.values():
             await pgtemplate.drop_database(name)
-        await harness.delete_vhost(vhost)
+        await harness.delete_vhost(vhost, node)
 
 
-def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+def system_env(
+    databases: dict[str, str], amqp_port: int = harness.AMQP_PORT
+) -> tuple[dict[str, str], dict[str, int]]:
     ports = {
         name: free_port()
         for name in (
@@ -159,7 +162,7 @@ def system_env(databases: dict[str, str]) -> tuple[dict[str, str], dict[str, int
     topup = f"http://127.0.0.1:{ports['topup-webhook']}/v1/webhooks/topup"
     env = {
         **os.environ,
-        "HIWALLET_AMQP_URL": harness.amqp_url(databases["vhost"]),
+        "HIWALLET_AMQP_URL": harness.amqp_url(databases["vhost"], amqp_port),
         "HIWALLET_TOPUP_PORT": str(ports["topup-webhook"]),
         "HIWALLET_TOPUP_DATABASE": databases["topup"],
         "HIWALLET_TOPUP_STRIPE_URL": f"http://127.0.0.1:{ports['stripe']}",
