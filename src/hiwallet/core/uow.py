@@ -54,7 +54,9 @@ T = TypeVar("T")
 Isolation = Literal["read_committed", "repeatable_read", "serializable"]
 
 # A serialization failure and a deadlock: the server rolled the transaction back, so doing the
-# whole of it again is safe and can succeed.
+# whole of it again is safe and can succeed. Not a lock timeout (55P03) nor a statement timeout
+# (57014): something held on far too long, and another attempt would wait as long again and add
+# load; they are raised at once (core.db.is_transient answers them "retry later" to the client).
 CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
 _CAUSE_DEPTH = 8  # a bounded walk of a ``raise ... from`` chain
 
