@@ -5,7 +5,7 @@ or an idempotency record of a caller can join that transaction through :meth:`Le
 given an open connection (the unit of work of the service that owns them).
 
 The ledger's driver errors are translated here, in :func:`translate`, and nowhere else: a caller
-whose own statement posts through ``ledger.post_batch`` (wallet-api's ``wallet.transfer_batch``)
+whose own statement posts through ``ledger_api.post_batch`` (wallet-api's ``wallet.transfer_batch``)
 has its failure translated by the same function, through :meth:`hiwallet.ledger.Ledger.error_of`.
 What a retry can cure is :func:`hiwallet.core.db.is_transient`'s to say.
 
@@ -330,7 +330,7 @@ class LedgerStore:
     def batch_arguments(self, postings: Sequence[Posting]) -> list[_PostCall]:
         """``ledger.post_batch``'s one argument for ``postings``: an array of
         ``ledger.posting_in``. Also for a caller whose own SQL function posts through
-        ``ledger.post_batch`` in the same statement as its own writes (wallet-api's transfers);
+        ``ledger_api.post_batch`` in the same statement as its own writes (wallet-api's transfers);
         it reads each answer with ``post_answer``."""
         return [self._arguments(p) for p in postings]
 
