@@ -41,6 +41,7 @@ import uvloop
 
 import benchlog
 import httpload
+import pacing
 from cpu import machine_busy_s, pids_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.core import db
@@ -154,7 +155,6 @@ async def open_loop(
         free.put_nowait(httpload.Connection("127.0.0.1", port))
     latencies: list[float] = []
     statuses: dict[int, int] = {}
-    tasks: set[asyncio.Task[None]] = set()
 
     async def send(i: int, due: float) -> None:
         conn = await free.get()
@@ -169,19 +169,10 @@ async def open_loop(
         if status == 200:
             latencies.append((time.perf_counter() - due) * 1000)
 
-    total = int(rate * duration_s)
     busy_before = machine_busy_s()
     server_before = pids_cpu_s([server_pid]) if server_pid else 0.0
     start = time.perf_counter()
-    for i in range(total):
-        due = start + i / rate
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(send(i, due))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
+    total = await pacing.open_loop(rate, duration_s, send, clock=time.perf_counter)
     elapsed = time.perf_counter() - start
     server_cpu_s = pids_cpu_s([server_pid]) - server_before if server_pid else 0.0
     while not free.empty():

@@ -54,6 +54,7 @@ import uvloop
 
 import benchlog
 import httpload
+import pacing
 from cpu import machine_busy_s, pids_cpu_s, process_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.core import db
@@ -279,7 +280,6 @@ async def open_loop(
         free.put_nowait(httpload.Connection("127.0.0.1", port))
     due: dict[int, float] = {}
     statuses: dict[int, int] = {}
-    tasks: set[asyncio.Task[None]] = set()
 
     async def send(i: int, due_wall: float) -> None:
         conn = await free.get()
@@ -294,17 +294,7 @@ async def open_loop(
         if 200 <= status < 300:
             due[i] = due_wall
 
-    total = int(rate * duration_s)
-    start_mono, start_wall = time.monotonic(), time.time()
-    for i in range(total):
-        at = i / rate
-        delay = start_mono + at - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(send(i, start_wall + at))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
+    await pacing.open_loop(rate, duration_s, send)
     while not free.empty():
         free.get_nowait().close()
     return due, statuses

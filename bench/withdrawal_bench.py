@@ -65,6 +65,7 @@ import uvloop
 
 import benchlog
 import httpload
+import pacing
 from cpu import pids_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.contracts.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLET_QUEUE
@@ -536,7 +537,6 @@ async def fixed_rate(
         free.put_nowait(httpload.Connection("127.0.0.1", port))
     due: dict[str, float] = {}
     statuses: dict[int, int] = {}
-    tasks: set[asyncio.Task[None]] = set()
 
     async def send(i: int, due_wall: float) -> None:
         conn = await free.get()
@@ -552,17 +552,7 @@ async def fixed_rate(
         if status == 202:
             due[json.loads(answer)["id"]] = due_wall
 
-    total = int(rate * duration_s)
-    start_mono, start_wall = time.monotonic(), time.time()
-    for i in range(total):
-        at = i / rate
-        delay = start_mono + at - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(send(i, start_wall + at))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    await asyncio.gather(*tasks)
+    await pacing.open_loop(rate, duration_s, send)
     while not free.empty():
         free.get_nowait().close()
     return due, statuses

@@ -75,6 +75,10 @@ CREATE TYPE ledger.tx_type AS ENUM (
     'goodwill'
 );
 
+-- Name: posting_in; Type: DOMAIN; Schema: ledger_api; Owner: -
+
+CREATE DOMAIN ledger_api.posting_in AS ledger.posting_in;
+
 -- Name: assert_balanced(text, bigint[], text[]); Type: FUNCTION; Schema: ledger; Owner: -
 
 CREATE FUNCTION ledger.assert_balanced(p_id text, p_amounts bigint[], p_currencies text[]) RETURNS void
@@ -932,9 +936,9 @@ BEGIN
     RETURN v_count.amount;
 END $$;
 
--- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], ledger.posting_in[]); Type: FUNCTION; Schema: wallet; Owner: -
+-- Name: transfer_batch(smallint[], text[], text[], bigint[], bytea[], text[], text[], text[], text[], smallint[], text[], text[], date[], text[], bigint[], text[], bigint[], bigint[], jsonb[], ledger_api.posting_in[]); Type: FUNCTION; Schema: wallet; Owner: -
 
-CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) RETURNS jsonb[]
+CREATE FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger_api.posting_in[]) RETURNS jsonb[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET jit TO 'off'
     SET search_path TO 'pg_catalog', 'wallet', 'pg_temp'
@@ -1057,9 +1061,9 @@ BEGIN
     -- 4. The postings of the transfers still going, in one call: the argument as it came when
     --    every transfer goes on (the common case), else the live transfers' postings, in order.
     IF cardinality(live) = n THEN
-        posted := ledger.post_batch(p_postings);
+        posted := ledger_api.post_batch(p_postings);
     ELSE
-        posted := ledger.post_batch(ARRAY(SELECT p_postings[live[o]] FROM generate_subscripts(live, 1) AS o
+        posted := ledger_api.post_batch(ARRAY(SELECT p_postings[live[o]] FROM generate_subscripts(live, 1) AS o
                                            ORDER BY o));
     END IF;
 
@@ -2240,10 +2244,10 @@ REVOKE ALL ON FUNCTION wallet.reconciliation_findings_keep_resolution() FROM PUB
 REVOKE ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) FROM PUBLIC;
 GRANT ALL ON FUNCTION wallet.return_withdrawal(p_bucket smallint, p_command_id text) TO hiwallet_wallet_consumer_app;
 
--- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]); Type: ACL; Schema: wallet; Owner: -
+-- Name: FUNCTION transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger_api.posting_in[]); Type: ACL; Schema: wallet; Owner: -
 
-REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger.posting_in[]) TO hiwallet_wallet_app;
+REVOKE ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger_api.posting_in[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION wallet.transfer_batch(w_buckets smallint[], w_scopes text[], w_keys text[], w_locks bigint[], w_hashes bytea[], w_issuers text[], w_subjects text[], w_src_accounts text[], w_src_tiers text[], w_dst_buckets smallint[], w_dst_accounts text[], w_dst_tiers text[], w_months date[], w_limit_kinds text[], w_limit_locks bigint[], w_currencies text[], w_amounts bigint[], w_limits bigint[], w_views jsonb[], p_postings ledger_api.posting_in[]) TO hiwallet_wallet_app;
 
 -- Name: FUNCTION unattributed_topups_attributed_once(); Type: ACL; Schema: wallet; Owner: -
 

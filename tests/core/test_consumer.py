@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from hiwallet.core.broker import Broker, BrokerError, OutgoingMessage
-from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage, Unprocessable
+from hiwallet.core.consumer import Consumer, ConsumerMetrics, Handler, IncomingMessage, Unprocessable
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.ids import new_id
 from hiwallet.core.settings import get_settings
@@ -86,8 +86,10 @@ async def _consuming(consumer: Consumer) -> AsyncIterator[asyncio.Task[None]]:
 
 
 def _consumer(
-    broker: Broker, pool: asyncpg.Pool, names: spine.Names, handler: Effects, **kw: Any
+    broker: Broker, pool: asyncpg.Pool, names: spine.Names, handler: Handler, **kw: Any
 ) -> Consumer:
+    """The consumer of the spine's queues with ``handler`` (the tests of this module, and
+    test_tracing's); ``kw`` the options a test sets (attempts, batch mode...)."""
     return Consumer(
         broker=broker,
         pool=pool,

@@ -66,6 +66,11 @@ WALLET_API_TABLES = {
     # on demand), the daily summary read
     "wallet.reconciliation_findings",
     "wallet.daily_summary",
+    # the nostro check of a round on demand (migrations/wallet/0021): the bank's statements
+    # wallet-consumer keeps, and which wire each bank's day settled; read, never written
+    "wallet.bank_statements",
+    "wallet.bank_statement_lines",
+    "wallet.settled_topups",
 }
 # wallet-consumer's tables: what its role reads, and nothing of wallet-api's but the columns below.
 WALLET_CONSUMER_TABLES = {
@@ -79,6 +84,9 @@ WALLET_CONSUMER_TABLES = {
     "wallet.reconciliation_findings",
     "wallet.daily_summary",
     "wallet.settled_topups",
+    # the bank's statements (migrations/wallet/0021), kept once, in the settlement's transaction
+    "wallet.bank_statements",
+    "wallet.bank_statement_lines",
 }
 
 # What the application roles may do beyond SELECT on the tables they read: table-level
@@ -166,6 +174,9 @@ WALLET_CONSUMER_WRITES: dict[str, set[str]] = {
     "wallet.daily_summary": {"INSERT"},
     # the providers' payouts (migrations/wallet/0020): each top-up settled
     "wallet.settled_topups": {"INSERT"},
+    # the bank's statements (migrations/wallet/0021): kept, never rewritten
+    "wallet.bank_statements": {"INSERT"},
+    "wallet.bank_statement_lines": {"INSERT"},
 }
 WALLET_CONSUMER_COLUMNS = {
     *(("wallet.reconciliation_findings", c, "UPDATE") for c in _FINDING_COLUMNS),
@@ -423,7 +434,8 @@ async def test_the_application_role_may_do_exactly_what_the_service_needs(owner:
 async def test_wallet_consumers_role_may_do_exactly_what_it_needs(owner: asyncpg.Connection) -> None:
     """Its own records, the ledger's posting path, and of wallet-api's tables only the columns
     its statements read: nothing of wallet-api's written, its idempotency records and staff
-    money not even read (and wallet-api's role reads nothing of wallet-consumer's: above)."""
+    money not even read (and wallet-api's role reads of wallet-consumer's only what a round on
+    demand reconciles: above)."""
     ledger = await table_names(owner, "ledger")
     assert await privileges(owner, CONSUMER) == expected(
         ledger | LEDGER_API_VIEWS | WALLET_CONSUMER_TABLES,

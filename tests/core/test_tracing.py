@@ -21,12 +21,12 @@ from opentelemetry.trace import SpanKind
 
 from hiwallet.core import tracing
 from hiwallet.core.broker import Broker, OutgoingMessage
-from hiwallet.core.consumer import Consumer, ConsumerMetrics, IncomingMessage
+from hiwallet.core.consumer import IncomingMessage
 from hiwallet.core.http import create_app
 from hiwallet.core.ids import new_id
 from hiwallet.core.outbox import enqueue
 from tests.core import spine
-from tests.core.test_consumer import CONSUMER, Effects, _consuming, _pool
+from tests.core.test_consumer import Effects, _consumer, _consuming, _pool
 from tests.core.test_outbox import _relay, _running
 from tests.servers import serve, stop
 from tests.waiting import until
@@ -165,17 +165,7 @@ async def test_a_message_through_the_outbox_relay_and_consumer_continues_the_tra
     effects = Effects()
     relay = _relay(spine_db, broker)
     async with _pool(spine_db) as pool, _running(relay):
-        consumer = Consumer(
-            broker=broker,
-            pool=pool,
-            queues=names.queues,
-            consumer_name=CONSUMER,
-            handler=effects,
-            dead_letter_exchange=names.dlx,
-            dead_letter_key=names.dead_key,
-            table=spine.PROCESSED,
-            metrics=ConsumerMetrics(),
-        )
+        consumer = _consumer(broker, pool, names, effects)
         async with _consuming(consumer):
             await until(lambda: effects.calls == [message.message_id], what="the message consumed")
             await until(lambda: any(s.kind == SpanKind.CONSUMER for s in spans.get_finished_spans()))
@@ -272,20 +262,7 @@ async def test_a_batch_continues_each_message_s_own_trace(
         raise AssertionError("the batch path handles these")
 
     async with _pool(spine_db) as pool:
-        consumer = Consumer(
-            broker=broker,
-            pool=pool,
-            queues=names.queues,
-            consumer_name=CONSUMER,
-            handler=single,
-            batch_handler=batch,
-            max_batch=10,
-            prefetch=10,
-            dead_letter_exchange=names.dlx,
-            dead_letter_key=names.dead_key,
-            table=spine.PROCESSED,
-            metrics=ConsumerMetrics(),
-        )
+        consumer = _consumer(broker, pool, names, single, batch_handler=batch, max_batch=10, prefetch=10)
         async with _consuming(consumer):
             await until(lambda: len(continued) == 2, what="both messages handled")
     finished = spans.get_finished_spans()

@@ -221,3 +221,32 @@ def test_the_policy_is_bounded_and_its_pauses_jittered_within_their_ceiling() ->
     for bad in ({"attempts": 0}, {"attempts": 11}, {"pause_s": -1}, {"pause_s": 2}):
         with pytest.raises(ValueError):
             uow.RetryPolicy(**bad)  # type: ignore[arg-type]
+
+
+async def test_a_snapshot_sees_one_moment_read_only_under_its_own_statement_timeout(
+    pool: asyncpg.Pool,
+) -> None:
+    """A batch job's reads: what commits meanwhile is not seen, nothing is written, and each
+    statement is bounded by the job's timeout (not the pool's), for this transaction only."""
+    await pool.execute("INSERT INTO spine.uow VALUES (1)")
+    async with pool.acquire() as conn:
+        before = await conn.fetchval("SHOW statement_timeout")
+        async with uow.snapshot(conn, statement_timeout_s=900) as reading:
+            assert await reading.fetchval("SHOW statement_timeout") == "15min"
+            assert await reading.fetchval("SELECT count(*) FROM spine.uow") == 1
+            await pool.execute("INSERT INTO spine.uow VALUES (2)")  # committed meanwhile
+            assert await reading.fetchval("SELECT count(*) FROM spine.uow") == 1
+            with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                async with reading.transaction():  # a savepoint: the snapshot goes on after it
+                    await reading.execute("INSERT INTO spine.uow VALUES (3)")
+        assert await conn.fetchval("SHOW statement_timeout") == before
+    assert await _rows(pool) == [1, 2]
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, 3_601])
+async def test_a_snapshot_without_a_bound_is_refused(pool: asyncpg.Pool, timeout_s: float) -> None:
+    async with pool.acquire() as conn:
+        with pytest.raises(ValueError):
+            async with uow.snapshot(conn, statement_timeout_s=timeout_s):
+                pass
+        assert not conn.is_in_transaction()

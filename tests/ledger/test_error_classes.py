@@ -10,6 +10,7 @@ import dataclasses
 import asyncpg
 import pytest
 
+from hiwallet.core import uow
 from hiwallet.ledger import (
     Ledger,
     LedgerError,
@@ -122,6 +123,36 @@ async def test_a_deadlock_or_serialization_failure_is_retried_first(
     second = await ledger.payment("k2", a, b, TL, actor="a", ref=f"fault-once:{sqlstate}")
     assert await dbfaults.fired_once(wallet_db)
     assert not first.replayed and not second.replayed
+
+
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+async def test_a_conflict_each_time_is_tried_as_the_one_policy_says_then_unavailable(
+    ledger: Ledger, wallet_db: str, sqlstate: str
+) -> None:
+    """The ledger keeps no retry loop of its own: a posting that meets a deadlock or a
+    serialization failure every time is tried the unit of work's number of times
+    (core.uow.DEFAULT_POLICY), on both paths (the coalesced batch's statement, a posting
+    alone), then answered unavailable with the driver's error as its cause."""
+    await dbfaults.install(wallet_db)
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
+    b = await funded_wallet(ledger, "bob", 0, bucket=4)
+    attempts = uow.DEFAULT_POLICY.attempts
+    for n, path in enumerate((ledger.transfer, ledger.payment), 1):
+        with pytest.raises(LedgerUnavailable) as err:
+            await path(f"k{n}", a, b, TL, actor="a", ref=f"fault:{sqlstate}")
+        assert isinstance(err.value.__cause__, asyncpg.PostgresError)
+        assert err.value.__cause__.sqlstate == sqlstate
+        assert await dbfaults.fired(wallet_db) == n * attempts
+
+
+async def test_a_lock_timeout_is_not_tried_again(ledger: Ledger, wallet_db: str) -> None:
+    """Something held a lock far too long: another attempt would only wait as long again."""
+    await dbfaults.install(wallet_db)
+    a = await funded_wallet(ledger, "alice", 100 * TL, bucket=3)
+    b = await funded_wallet(ledger, "bob", 0, bucket=4)
+    with pytest.raises(LedgerUnavailable):
+        await ledger.payment("k", a, b, TL, actor="a", ref="fault:55P03")
+    assert await dbfaults.fired(wallet_db) == 1
 
 
 @pytest.mark.usefixtures("faulty")

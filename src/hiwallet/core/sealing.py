@@ -3,9 +3,9 @@
 A sealed value is ``0x01 | len(kid) | kid | nonce(12) | ciphertext+tag``: it names the key that
 sealed it, so a ring holding the old and the new key opens both while values are sealed again
 under the new one. The associated data is the value's place (e.g. ``table.column:row id``): a
-ciphertext copied into another row does not open. The same shape as onboarding's personal data
-(hiwallet.onboarding.crypto), here for the platform: a service that keeps a secret it must use
-later (a webhook's signing secret) seals it with this."""
+ciphertext copied into another row does not open. A service that keeps a secret it must use
+later (a webhook's signing secret) seals it with this; onboarding's personal data
+(hiwallet.onboarding.crypto) is sealed by the same ring, as text."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["KeyMisconfigured", "KeyRing", "Unopenable"]
+__all__ = ["KeyMisconfigured", "KeyRing", "Unopenable", "kid_of"]
 
 _VERSION = 1
 _NONCE = 12
@@ -72,9 +72,7 @@ class KeyRing:
         return bytes([_VERSION, len(kid)]) + kid + nonce + sealed
 
     def open(self, blob: bytes, place: str) -> bytes:
-        if len(blob) < 2 + _NONCE + _TAG or blob[0] != _VERSION or len(blob) < 2 + blob[1] + _NONCE + _TAG:
-            raise Unopenable("not a sealed value")
-        kid = blob[2 : 2 + blob[1]].decode("ascii", errors="replace")
+        kid = kid_of(blob)
         key = self.keys.get(kid)
         if key is None:
             raise Unopenable(f"sealed under key {kid}, which is not in the ring")
@@ -83,3 +81,11 @@ class KeyRing:
             return key.decrypt(blob[start : start + _NONCE], blob[start + _NONCE :], place.encode())
         except InvalidTag as exc:
             raise Unopenable("the value does not open here (changed, or moved)") from exc
+
+
+def kid_of(blob: bytes) -> str:
+    """The kid a sealed value names (the key that sealed it); :class:`Unopenable` if it is not
+    a sealed value."""
+    if len(blob) < 2 + _NONCE + _TAG or blob[0] != _VERSION or len(blob) < 2 + blob[1] + _NONCE + _TAG:
+        raise Unopenable("not a sealed value")
+    return blob[2 : 2 + blob[1]].decode("ascii", errors="replace")

@@ -17,6 +17,8 @@ wake-up, a metric).
 - :func:`unit_of_work` is the same connection and transaction as a block, for a caller whose
   block cannot be run again (a batch consumer's, which acks its messages after the commit) or
   that takes part in a wider protocol; it does not retry.
+- :func:`snapshot` is a batch job's reads on a connection it holds: one read-only snapshot for
+  all of them, under the job's own statement timeout instead of the pool's.
 
 Each service maps what is raised to its own answers in one place (wallet-api's ``retry.py``,
 the orchestrator's ``service.py``): :class:`Unavailable` and whatever
@@ -47,6 +49,7 @@ __all__ = [
     "after_commit",
     "in_transaction",
     "is_conflict",
+    "snapshot",
     "unit_of_work",
 ]
 
@@ -54,9 +57,13 @@ T = TypeVar("T")
 Isolation = Literal["read_committed", "repeatable_read", "serializable"]
 
 # A serialization failure and a deadlock: the server rolled the transaction back, so doing the
-# whole of it again is safe and can succeed.
+# whole of it again is safe and can succeed. Not a lock timeout (55P03) nor a statement timeout
+# (57014): something held on far too long, and another attempt would wait as long again and add
+# load; they are raised at once (core.db.is_transient answers them "retry later" to the client).
 CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
 _CAUSE_DEPTH = 8  # a bounded walk of a ``raise ... from`` chain
+# A snapshot's statement timeout: a batch job's bound (an hour at most), never none at all.
+MAX_SNAPSHOT_TIMEOUT_S = 3_600
 
 
 class Unavailable(Exception):
@@ -173,4 +180,21 @@ async def unit_of_work(
     after the commit only. Never retried (a block cannot be run again): for work that can be,
     :func:`in_transaction`."""
     async with committing(), pool.acquire() as conn, conn.transaction(isolation=isolation, readonly=readonly):
+        yield conn
+
+
+@asynccontextmanager
+async def snapshot(
+    conn: asyncpg.Connection, *, statement_timeout_s: float
+) -> AsyncIterator[asyncpg.Connection]:
+    """``conn`` in one read-only transaction at repeatable read, as a block: every statement in it
+    sees the same snapshot, so that what commits meanwhile is seen whole or not at all (a check
+    that reads table after table cannot see half of a write). Each statement is bounded by
+    ``statement_timeout_s`` on the server, for this transaction only (SET LOCAL): a batch job's
+    reads outlast the pool's statement timeout, sized for requests. The caller bounds its client
+    side too (asyncpg's ``timeout=``). Never retried: a read-only snapshot meets no conflict."""
+    if not 0 < statement_timeout_s <= MAX_SNAPSHOT_TIMEOUT_S:
+        raise ValueError(f"a snapshot's statement timeout is over 0 and at most {MAX_SNAPSHOT_TIMEOUT_S} s")
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        await conn.execute(f"SET LOCAL statement_timeout = '{round(statement_timeout_s * 1000)}ms'")
         yield conn

@@ -7,11 +7,8 @@ it claims, because the check also requires the client to be a configured service
 
 from __future__ import annotations
 
-import asyncio
 import re
-import smtplib
 from collections.abc import Mapping
-from email.message import EmailMessage
 from typing import Any
 
 import asyncpg
@@ -20,6 +17,7 @@ import structlog
 from hiwallet.core.auth import SERVICE_ACCOUNT_PREFIX
 from hiwallet.core.ids import new_id
 from hiwallet.core.logging import error_fields
+from hiwallet.core.mail import MAIL_ERRORS, send_mail
 from hiwallet.core.uow import in_transaction
 from hiwallet.identity.context import Realm, User, fetch_user, new_secret, token_hash, verify_own_token
 from hiwallet.identity.errors import (
@@ -264,19 +262,9 @@ async def deliver_mail(realm: Realm, mail_id: str, to: str, subject: str, body: 
     s = realm.settings
     if not s.smtp_enabled:
         return
-    message = EmailMessage()
-    message["From"] = s.mail_from
-    message["To"] = to
-    message["Subject"] = subject
-    message.set_content(body)
-
-    def send() -> None:
-        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.smtp_timeout_s) as smtp:
-            smtp.send_message(message)
-
     try:
-        await asyncio.to_thread(send)
-    except (OSError, smtplib.SMTPException) as exc:
+        await send_mail(s, to=to, subject=subject, body=body)
+    except MAIL_ERRORS as exc:
         log.warning("mail not delivered", mail_id=mail_id, **error_fields(exc))
         return
     await realm.pool.execute(Q["mark_mail_sent"], mail_id)

@@ -2,8 +2,9 @@
 against its stored balances, the top-ups its clearing accounts still wait to be paid for, and
 one day's figures. The ledger reports; hiwallet.reconciliation keeps findings and the summary.
 
-Each read is a batch job's, not a request's: in one read-only snapshot, bounded by
-``QUERY_TIMEOUT_S`` on the server and the client (as verify)."""
+Each read is a batch job's, not a request's: in one read-only snapshot (core.uow.snapshot: the
+pool's statement timeout is sized for postings), bounded by ``QUERY_TIMEOUT_S`` on the server
+and the client (as verify)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import asyncpg
 
 from hiwallet.core.queries import load_queries
+from hiwallet.core.uow import snapshot
 from hiwallet.ledger.accounts import (
     CENTRAL_BUCKET,
     Role,
@@ -96,17 +98,11 @@ class DayFigures:
     fees_minor: int
 
 
-async def _bounded(conn: asyncpg.Connection) -> None:
-    # The pool's statement timeout is sized for postings; these reads are a batch job's.
-    await conn.execute(f"SET LOCAL statement_timeout = '{QUERY_TIMEOUT_S}s'")
-
-
 async def balance_mismatches(conn: asyncpg.Connection, *, limit: int = 1_000) -> list[BalanceMismatch]:
     """Every account whose stored balance is not the sum of its lines (at most ``limit``), one
     bucket at a time in one snapshot."""
     found: list[BalanceMismatch] = []
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        await _bounded(conn)
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         for r in await conn.fetch(V["buckets"], timeout=QUERY_TIMEOUT_S):
             rows = await conn.fetch(
                 R["balance_mismatches"], r["bucket"], limit - len(found), timeout=QUERY_TIMEOUT_S
@@ -131,8 +127,7 @@ async def unsettled_topups(
     """Top-ups posted longer ago than their provider's window (``windows_s``, else
     ``default_window_s``) that the provider's payouts so far do not cover, oldest first."""
     providers = sorted(windows_s)
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        await _bounded(conn)
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         rows = await conn.fetch(
             R["unsettled_topups"],
             providers,
@@ -162,8 +157,7 @@ async def late_invoices(
     entered for them ``due_days`` (per provider, else ``default_due_days``) after the month's
     end, oldest first."""
     providers = sorted(due_days)
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        await _bounded(conn)
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         rows = await conn.fetch(
             R["late_invoices"],
             providers,
@@ -185,8 +179,7 @@ async def nostro_movements(
 ) -> list[NostroMovement]:
     """The nostro's lines of ``currency`` posted at or after ``since``, in posting order (at
     most ``limit``): what reconciliation matches against the bank's statement."""
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        await _bounded(conn)
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         rows = await conn.fetch(
             R["nostro_movements"],
             CENTRAL_BUCKET,
@@ -220,8 +213,7 @@ async def day_figures(
                 buckets.append(bucket_of(wallet))
                 accounts.append(account)
                 owners.append(owner)
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        await _bounded(conn)
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         rows = list(await conn.fetch(R["day_totals"], start, end, timeout=QUERY_TIMEOUT_S))
         named = (
             await conn.fetch(

@@ -5,10 +5,10 @@ withdrawal orchestrator next - through the package's declared API (``hiwallet.le
 Each use case builds a posting with a rule and posts it through the store in one database
 transaction, or, given ``conn``, in the caller's unit of work (its idempotency record commits
 with the posting). A caller whose own SQL posts many in its own transaction, through
-``ledger_api.post_batch`` (wallet-consumer; wallet-api's ``wallet.transfer_batch``, older,
-through ``ledger.post_batch``) builds the postings here (:meth:`Ledger.transfer_posting`, …),
-passes :meth:`Ledger.batch_arguments` to its statement and reads each answer with
-:meth:`Ledger.answer`, a failure with :meth:`Ledger.error_of`.
+``ledger_api.post_batch`` (wallet-consumer; wallet-api's ``wallet.transfer_batch``, its
+postings' argument typed ``ledger_api.posting_in[]``) builds the postings here
+(:meth:`Ledger.transfer_posting`, …), passes :meth:`Ledger.batch_arguments` to its statement
+and reads each answer with :meth:`Ledger.answer`, a failure with :meth:`Ledger.error_of`.
 No HTTP and no broker here.
 """
 

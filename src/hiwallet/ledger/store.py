@@ -5,24 +5,30 @@ or an idempotency record of a caller can join that transaction through :meth:`Le
 given an open connection (the unit of work of the service that owns them).
 
 The ledger's driver errors are translated here, in :func:`translate`, and nowhere else: a caller
-whose own statement posts through ``ledger.post_batch`` (wallet-api's ``wallet.transfer_batch``)
+whose own statement posts through ``ledger_api.post_batch`` (wallet-api's ``wallet.transfer_batch``)
 has its failure translated by the same function, through :meth:`hiwallet.ledger.Ledger.error_of`.
 What a retry can cure is :func:`hiwallet.core.db.is_transient`'s to say.
+
+What is retried, how often and how far apart is the platform's one policy
+(:func:`hiwallet.core.uow.in_transaction`: a deadlock or serialization failure, a connection
+lost before anything was sent; never a lock or statement timeout): a posting's own transaction
+and a batch's statement are run through it, the ledger keeps no retry loop of its own.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import date, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import asyncpg
 import orjson
 
+from hiwallet.core import uow
 from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import is_connection_error, is_transient
 from hiwallet.core.queries import load_queries
@@ -62,10 +68,6 @@ MAX_BATCH = 1_000
 MAX_STATEMENT_PAGE = 500
 # The days of balance history one read may ask for (a year).
 MAX_BALANCE_DAYS = 366
-# A deadlock or serialization failure is retried with the same id: idempotency makes the retry
-# safe. Kept small; a lock timeout is not retried (something holds a lock far too long).
-RETRY_ATTEMPTS = 3
-_RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 
 # What the driver and the network raise: translated. Anything else is raised as it is.
 _DRIVER_ERRORS = (
@@ -138,6 +140,17 @@ def _detail(raw: str | None) -> dict[str, Any]:
     except ValueError:
         return {"detail": raw}
     return detail if isinstance(detail, dict) else {"detail": detail}
+
+
+def _translated_cause(exc: uow.Unavailable) -> errors.LedgerError | errors.LedgerInternalError:
+    """What the unit of work gave up on (its last attempt's failure), as the ledger's error: a
+    conflict each time is :class:`~errors.LedgerUnavailable`, as a lost connection is."""
+    return translate(exc.__cause__ if exc.__cause__ is not None else exc)
+
+
+def _fetch_batch(batch: list[_PostCall], conn: asyncpg.Connection) -> Any:
+    # the statement's awaitable itself, not a coroutine around it: no frame more per batch
+    return conn.fetchval(Q["post_batch"], batch)
 
 
 class _PostCall(NamedTuple):
@@ -317,7 +330,7 @@ class LedgerStore:
     def batch_arguments(self, postings: Sequence[Posting]) -> list[_PostCall]:
         """``ledger.post_batch``'s one argument for ``postings``: an array of
         ``ledger.posting_in``. Also for a caller whose own SQL function posts through
-        ``ledger.post_batch`` in the same statement as its own writes (wallet-api's transfers);
+        ``ledger_api.post_batch`` in the same statement as its own writes (wallet-api's transfers);
         it reads each answer with ``post_answer``."""
         return [self._arguments(p) for p in postings]
 
@@ -342,36 +355,39 @@ class LedgerStore:
         return await self._post_alone(args)
 
     async def _post_alone(self, args: _PostCall) -> PostResult:
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            try:
-                return await self._post_own_transaction(args)
-            except _RETRYABLE as exc:
-                if attempt == RETRY_ATTEMPTS:
-                    raise translate(exc) from exc
-                await asyncio.sleep(0.005 * attempt)
-            except (errors.LedgerError, errors.LedgerInternalError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                raise translate(exc) from exc
-        raise AssertionError("unreachable")
+        # The unit of work's policy tries it again after a deadlock or serialization failure:
+        # the server rolled the posting back, and the same id makes a second attempt safe (a
+        # replay if the first had committed after all). One statement, so a connection lost
+        # once it was sent is in doubt and not tried again (the caller's retry with the same id
+        # finds out).
+        try:
+            return await uow.in_transaction(
+                self._pool, partial(self._post_own_transaction, args), one_statement=True
+            )
+        except uow.Unavailable as exc:
+            # every attempt failed for what a retry can cure: the last failure, as before
+            raise _translated_cause(exc) from exc.__cause__
+        except (errors.LedgerError, errors.LedgerInternalError):
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
 
-    async def _post_own_transaction(self, args: _PostCall) -> PostResult:
+    async def _post_own_transaction(self, args: _PostCall, conn: asyncpg.Connection) -> PostResult:
         if self._faults is NO_FAULTS:
             # One statement in autocommit: PostgreSQL wraps it in its own transaction; the
             # balance check runs at the end of the statement that writes the lines. One round
             # trip, where BEGIN ... COMMIT would be three (on loopback each costs more client
             # CPU than the posting's Python).
-            raw = await self._pool.fetchval(Q["post"], *args)
+            raw = await conn.fetchval(Q["post"], *args)
             return _answer(raw)
         # Under test, the same call in an explicit transaction, so that a fault can strike
         # between the posting and its commit.
-        async with self._pool.acquire() as conn:
-            await self._faults(FaultPoint.BEFORE, conn)
-            async with conn.transaction():
-                raw = await conn.fetchval(Q["post"], *args)
-                await self._faults(FaultPoint.INSIDE, conn)
-                await self._faults(FaultPoint.AT_COMMIT, conn)
-            await self._faults(FaultPoint.AFTER_COMMIT, conn)
+        await self._faults(FaultPoint.BEFORE, conn)
+        async with conn.transaction():
+            raw = await conn.fetchval(Q["post"], *args)
+            await self._faults(FaultPoint.INSIDE, conn)
+            await self._faults(FaultPoint.AT_COMMIT, conn)
+        await self._faults(FaultPoint.AFTER_COMMIT, conn)
         return _answer(raw)
 
     async def post_batch(
@@ -382,29 +398,27 @@ class LedgerStore:
         if not 0 < len(postings) <= MAX_BATCH:
             raise errors.InvalidPosting(f"a batch holds 1 to {MAX_BATCH} postings", field="postings")
         batch = self.batch_arguments(postings)
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            try:
-                # One statement in autocommit, as for a single posting: one round trip.
-                raw = await self._pool.fetchval(Q["post_batch"], batch)
-                break
-            except _RETRYABLE as exc:
-                if attempt == RETRY_ATTEMPTS:
-                    raise translate(exc) from exc
-                await asyncio.sleep(0.005 * attempt)
-            except asyncpg.PostgresError as exc:
-                # A posting of the batch failed for a reason that is not a refusal: most often
-                # another writer posted one of these ids meanwhile (the set-based batch writes
-                # its ids at the end, so it cannot tell which). One at a time, each posting
-                # finds out for itself, and one bad posting cannot fail its neighbours. A batch
-                # of one too: the set-based path claims no id, the single posting's path does
-                # (ON CONFLICT: the same key posted at once by two callers, e.g. two sweeps of
-                # one sub-account, is answered as a replay, not a unique violation).
-                if is_connection_error(exc):
-                    # (the server went away: each posting alone would meet the same outage)
-                    raise translate(exc) from exc
-                return [await self._answer_alone(p) for p in postings]
-            except Exception as exc:
+        try:
+            # One statement in autocommit, as for a single posting: one round trip. The unit of
+            # work's policy runs it again, whole, after a deadlock or serialization failure
+            # (rolled back by the server; the postings' ids make a second attempt safe).
+            raw = await uow.in_transaction(self._pool, partial(_fetch_batch, batch), one_statement=True)
+        except uow.Unavailable as exc:
+            raise _translated_cause(exc) from exc.__cause__
+        except asyncpg.PostgresError as exc:
+            # A posting of the batch failed for a reason that is not a refusal: most often
+            # another writer posted one of these ids meanwhile (the set-based batch writes
+            # its ids at the end, so it cannot tell which). One at a time, each posting
+            # finds out for itself, and one bad posting cannot fail its neighbours. A batch
+            # of one too: the set-based path claims no id, the single posting's path does
+            # (ON CONFLICT: the same key posted at once by two callers, e.g. two sweeps of
+            # one sub-account, is answered as a replay, not a unique violation).
+            if is_connection_error(exc):
+                # (the server went away: each posting alone would meet the same outage)
                 raise translate(exc) from exc
+            return [await self._answer_alone(p) for p in postings]
+        except Exception as exc:
+            raise translate(exc) from exc
         results: list[PostResult | errors.LedgerError | errors.LedgerInternalError] = []
         for item in raw:
             try:
@@ -430,7 +444,7 @@ class LedgerStore:
         """Create the system sub-accounts of ``currency`` (all buckets by default). Idempotent."""
         check_currency(currency)
         todo = range(BUCKETS) if buckets is None else sorted({CENTRAL_BUCKET, *buckets})
-        async with self._pool.acquire() as conn, conn.transaction():
+        async with uow.unit_of_work(self._pool) as conn:
             await conn.executemany(Q["ensure_system_accounts"], [(b, currency, self.providers) for b in todo])
 
     async def open_wallet(
@@ -449,7 +463,7 @@ class LedgerStore:
                 raise translate(exc) from exc
             return WalletBalance(wallet_id, currency, cash=0, promo=0, held=0)
         try:
-            async with self._pool.acquire() as own, own.transaction():
+            async with uow.unit_of_work(self._pool) as own:
                 await self._open_accounts(own, wallet_id, b, currency, owner)
         except Exception as exc:
             raise translate(exc) from exc
@@ -664,7 +678,7 @@ class LedgerStore:
 
     async def _call(self, query: str, *args: Any) -> Any:
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with uow.unit_of_work(self._pool) as conn:
                 return await conn.fetchval(query, *args)
         except Exception as exc:
             raise translate(exc) from exc
@@ -676,9 +690,11 @@ class LedgerStore:
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncIterator[asyncpg.Connection]:
         """One connection in one transaction, for a caller that writes more than the posting
-        (an idempotency record, an outbox row) and wants it all or nothing."""
+        (an idempotency record, an outbox row) and wants it all or nothing: the platform's unit
+        of work as a block (what it asks for with ``after_commit`` runs once it committed),
+        never retried (a block cannot be run again)."""
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with uow.unit_of_work(self._pool) as conn:
                 yield conn
         except _DRIVER_ERRORS as exc:
             raise translate(exc) from exc

@@ -14,6 +14,7 @@ from pathlib import Path
 import asyncpg
 
 from hiwallet.core.queries import load_queries
+from hiwallet.core.uow import snapshot
 
 V = load_queries(Path(__file__).parent / "sql" / "verify.sql")
 # One query reads one bucket (or, for the global sums, everything): a batch job's bound, not a
@@ -48,10 +49,9 @@ async def verify(
 
     # One snapshot for the whole run, so a posting committed halfway through is seen entirely
     # or not at all (on one node; on Citus the per-bucket checks keep this property).
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        # A whole-ledger check is a batch job, not a request: the pool's statement timeout
-        # (sized for postings) does not apply to it; each bucket's queries are bounded by it.
-        await conn.execute(f"SET LOCAL statement_timeout = '{QUERY_TIMEOUT_S}s'")
+    # A whole-ledger check is a batch job, not a request: the pool's statement timeout (sized
+    # for postings) does not apply to it; each bucket's queries are bounded by QUERY_TIMEOUT_S.
+    async with snapshot(conn, statement_timeout_s=QUERY_TIMEOUT_S):
         buckets = [r["bucket"] for r in await conn.fetch(V["buckets"], timeout=QUERY_TIMEOUT_S)]
         report.buckets = len(buckets)
         for i, bucket in enumerate(buckets, 1):

@@ -15,16 +15,9 @@ import base64
 import binascii
 import hashlib
 import hmac
-import os
-import re
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-_VERSION = 1
-_NONCE = 12
-_KID = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
+from hiwallet.core import sealing
 
 
 class KeyMisconfigured(Exception):
@@ -45,58 +38,42 @@ def _b64(text: str, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class KeyRing:
-    """``kid:base64key,...``: the first seals, every one opens."""
+    """``kid:base64key,...``: the first seals, every one opens. The platform's key ring and sealed
+    format (:class:`hiwallet.core.sealing.KeyRing`), for text: a field is sealed from its UTF-8
+    and opened to it; its errors are this module's."""
 
-    keys: dict[str, AESGCM]
-    active: str
+    ring: sealing.KeyRing
+
+    @property
+    def active(self) -> str:
+        return self.ring.active
 
     @classmethod
     def parse(cls, text: str) -> KeyRing:
-        keys: dict[str, AESGCM] = {}
-        active = ""
-        for part in (p.strip() for p in text.split(",")):
-            if not part:
-                continue
-            kid, sep, encoded = part.partition(":")
-            if not sep or not _KID.fullmatch(kid):
-                raise KeyMisconfigured("a data key is kid:base64key, the kid 1-32 of A-Z a-z 0-9 _ . -")
-            raw = _b64(encoded, f"data key {kid}")
-            if len(raw) not in (16, 24, 32):
-                raise KeyMisconfigured(f"data key {kid} is {len(raw)} bytes; AES needs 16, 24 or 32")
-            if kid in keys:
-                raise KeyMisconfigured(f"data key {kid} is given twice")
-            keys[kid] = AESGCM(raw)
-            active = active or kid
-        if not keys:
-            raise KeyMisconfigured("no data key")
-        return cls(keys, active)
+        try:
+            return cls(sealing.KeyRing.parse(text))
+        except sealing.KeyMisconfigured as exc:  # its message names a kid at most, never a key
+            raise KeyMisconfigured(f"the data keys: {exc}") from exc
 
     def seal(self, plaintext: str, place: str) -> bytes:
-        kid = self.active.encode()
-        nonce = os.urandom(_NONCE)
-        sealed = self.keys[self.active].encrypt(nonce, plaintext.encode(), place.encode())
-        return bytes([_VERSION, len(kid)]) + kid + nonce + sealed
+        return self.ring.seal(plaintext.encode(), place)
 
     def open(self, blob: bytes, place: str) -> str:
-        kid = kid_of(blob)
-        key = self.keys.get(kid)
-        if key is None:
-            raise Undecryptable(f"sealed under key {kid}, which is not in the ring")
-        start = 2 + len(kid)
         try:
-            plain = key.decrypt(blob[start : start + _NONCE], blob[start + _NONCE :], place.encode())
-        except InvalidTag as exc:
-            raise Undecryptable("the value does not open here (tampered, or moved)") from exc
-        return plain.decode()
+            return self.ring.open(blob, place).decode()
+        except sealing.Unopenable as exc:
+            raise Undecryptable(str(exc)) from exc
 
     def needs_rekey(self, blob: bytes) -> bool:
         return kid_of(blob) != self.active
 
 
 def kid_of(blob: bytes) -> str:
-    if len(blob) < 2 + _NONCE + 16 or blob[0] != _VERSION or len(blob) < 2 + blob[1] + _NONCE + 16:
-        raise Undecryptable("not a sealed value")
-    return blob[2 : 2 + blob[1]].decode("ascii", errors="replace")
+    """The kid a sealed value names."""
+    try:
+        return sealing.kid_of(blob)
+    except sealing.Unopenable as exc:
+        raise Undecryptable(str(exc)) from exc
 
 
 def place(table: str, column: str, row_id: str) -> str:

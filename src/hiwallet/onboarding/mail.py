@@ -4,10 +4,7 @@ only the mailbox's owner sees which."""
 
 from __future__ import annotations
 
-import asyncio
-import smtplib
-from email.message import EmailMessage
-
+from hiwallet.core.mail import MAIL_ERRORS, send_mail
 from hiwallet.onboarding.clients import DependencyUnavailable
 from hiwallet.onboarding.settings import OnboardingSettings
 
@@ -36,17 +33,7 @@ class Mailer:
 
     async def _send(self, to: str, subject: str, body: str) -> None:
         s = self._settings
-        message = EmailMessage()
-        message["From"] = s.mail_from
-        message["To"] = to
-        message["Subject"] = subject
-        message.set_content(body)
-
-        def send() -> None:
-            with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.smtp_timeout_s) as smtp:
-                smtp.send_message(message)
-
         try:
-            await asyncio.to_thread(send)
-        except (OSError, smtplib.SMTPException) as exc:
+            await send_mail(s, to=to, subject=subject, body=body)
+        except MAIL_ERRORS as exc:
             raise DependencyUnavailable("mail", type(exc).__name__) from exc

@@ -124,7 +124,7 @@ SELECT true AS locked, k.request_hash, k.status, k.body, k.posted,
 
 -- name: transfer_batch
 -- Transfers, one or many, in one autocommit statement: keys, checks, limits, postings and
--- stored answers (migrations/wallet/0005_wallet_transfer.sql, 0007, 0008). Its statements serve the
+-- stored answers (migrations/wallet/0005_wallet_transfer.sql, 0007, 0008, 0022). Its statements serve the
 -- whole batch, each row probing by its own bucket; on Citus, a batch spanning workers is a
 -- distributed transaction, and the function is not yet tried there (docs/ledger-citus.md).
 SELECT wallet.transfer_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
