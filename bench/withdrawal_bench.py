@@ -722,7 +722,7 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
     pid = os.getpid()
     dbs = {key: f"hiwallet_bench_wd_{key}_{pid}" for key in ("wallet", "withdrawal", "bank", "identity")}
     vhost = f"hiwallet-bench-wd-{pid}"
-    amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    amqp = f"amqp://guest:guest@127.0.0.1:{args.amqp_port}/{vhost}"
     await drop(*dbs.values())
     for key, name in dbs.items():
         await databases.migrate(key, database=name)
@@ -963,6 +963,18 @@ def cli() -> None:
         "--py-spy-keep",
         help="a directory: keep each profile's raw folded stacks there (<process>.txt)",
     )
+    parser.add_argument(
+        "--amqp-port",
+        type=int,
+        default=5672,
+        help="the RabbitMQ to run on (default 5672, the machine's); with --rabbit-node, a node of its own"
+        " (one with the consistent-hash exchange plugin, when the machine's has not got it enabled)",
+    )
+    parser.add_argument(
+        "--rabbit-node",
+        help="that node's name for rabbitmqctl (its vhost made and dropped there),"
+        " e.g. hiwallet-saga@localhost",
+    )
     parser.add_argument("--duration", type=float, default=30, help="seconds of (i) (default 30)")
     parser.add_argument("--window", type=int, default=200, help="unfinished sagas kept in (i) (default 200)")
     parser.add_argument("--rate", type=float, help="withdrawals per second in (ii) (default: half of (i))")
@@ -975,6 +987,8 @@ def cli() -> None:
         " (default: py-spy on the PATH or beside this Python, if there is one; none: no profile)",
     )
     args = parser.parse_args()
+    if args.rabbit_node:
+        os.environ["RABBITMQ_NODENAME"] = args.rabbit_node  # rabbitmqctl's node, as -n says
     benchlog.to_file()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)
