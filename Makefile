@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install browser promtool postgres up test lint chaos bench bench-ledger bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff bench-growth schema
+.PHONY: install browser promtool postgres up test lint chaos bench bench-ledger bench-read bench-topup bench-withdrawal bench-onboarding bench-staff bench-front bench-webhooks bench-bff bench-growth schema
 
 $(BIN)/hiwallet: requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -97,6 +97,8 @@ schema: install
 # `make bench-front` only the front doors' (FRONT_BENCH_ARGS, e.g. "--rounds 3").
 # `make bench-webhooks` only the merchants' webhooks (WEBHOOK_BENCH_ARGS, e.g. "--rate 400").
 # `make bench-bff` only the personal web app's home page (BFF_BENCH_ARGS, e.g. "--duration 20").
+# `make bench-read` only wallet-api's reads against a bare one-query endpoint (READ_BENCH_ARGS,
+# e.g. "--rounds 10").
 # `make bench-growth` the ledger on a database with years of books vs a fresh one (GROWTH_BENCH_ARGS,
 # e.g. "--lines 10_000_000 --wallets 1_000_000"); it loads (and keeps) the database first.
 bench: install
@@ -108,6 +110,7 @@ bench: install
 	$(BIN)/python bench/front_bench.py $(FRONT_BENCH_ARGS)
 	$(BIN)/python bench/webhook_bench.py $(WEBHOOK_BENCH_ARGS)
 	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)
+	$(BIN)/python bench/read_bench.py $(READ_BENCH_ARGS)
 
 bench-ledger: install
 	$(BIN)/python bench/ledger_bench.py $(BENCH_ARGS)
@@ -140,6 +143,11 @@ bench-webhooks: install
 # (BFF_BENCH_ARGS, e.g. "--duration 20 --rounds 3").
 bench-bff: install
 	$(BIN)/python bench/bff_bench.py $(BFF_BENCH_ARGS)
+
+# GET /v1/wallets/{id}, its overview and a statement page against a bare one-query endpoint, in
+# interleaved rounds (READ_BENCH_ARGS, e.g. "--rounds 10 --round-s 4").
+bench-read: install
+	$(BIN)/python bench/read_bench.py $(READ_BENCH_ARGS)
 
 bench-growth: install
 	$(BIN)/python bench/growth_bench.py $(GROWTH_BENCH_ARGS)

@@ -513,7 +513,7 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
     pid = os.getpid()
     topup_db, wallet_db = f"hiwallet_bench_topup_{pid}", f"hiwallet_bench_wallet_{pid}"
     vhost = f"hiwallet-bench-{pid}"
-    amqp = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    amqp = f"amqp://guest:guest@127.0.0.1:{args.amqp_port}/{vhost}"
     await drop(topup_db, wallet_db)
     await databases.migrate("topup", database=topup_db)
     await databases.migrate("wallet", database=wallet_db)
@@ -757,7 +757,19 @@ def cli() -> None:
     parser.add_argument(
         "--only", choices=["bare", "a"], help="only the bare shape of (a), or only (a) (both shapes)"
     )
+    parser.add_argument(
+        "--amqp-port",
+        type=int,
+        default=5672,
+        help="the RabbitMQ to run on (default 5672, the machine's); with --rabbit-node, a node of its own"
+        " (one with the consistent-hash exchange plugin, when the machine's has not got it enabled)",
+    )
+    parser.add_argument(
+        "--rabbit-node", help="that node's name for rabbitmqctl, e.g. hiwallet-saga@localhost"
+    )
     args = parser.parse_args()
+    if args.rabbit_node:
+        os.environ["RABBITMQ_NODENAME"] = args.rabbit_node  # rabbitmqctl's node, as -n says
     benchlog.to_file()
     report = uvloop.run(main(args))
     RESULTS.mkdir(exist_ok=True)

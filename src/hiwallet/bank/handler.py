@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from hiwallet.bank.client import Accepted, BankClient, BankUnavailable, Refused
 from hiwallet.bank.metrics import AdapterMetrics
-from hiwallet.bank.store import BankStore, Recorded, Transfer
+from hiwallet.bank.store import BankStore, NewTransfer, Recorded, Transfer
 from hiwallet.contracts.withdrawals import StartBankTransfer
 from hiwallet.core import tracing
 from hiwallet.core.consumer import IncomingMessage, Unprocessable
@@ -67,8 +67,11 @@ class TransferHandler:
         twice in the batch (published again) is asked once; the second finds the first's
         record, as it would after the first's commit."""
         commands = [_command(m) for m in messages]
-        known = {c.command_id: await self.store.transfer(conn, c.command_id) for c in commands}
-        new = [c for c in {c.command_id: c for c in commands}.values() if known[c.command_id] is None]
+        # One statement for the batch's lookups (one probe each), not a round trip a command:
+        # on a busy machine each round trip waits for PostgreSQL's turn on a core, and
+        # bank-adapter's queue was the saga's backlog (bench/withdrawal_bench.py).
+        known = await self.store.transfers(conn, [c.command_id for c in commands])
+        new = [c for c in {c.command_id: c for c in commands}.values() if c.command_id not in known]
         # Every call ends (each bounded by the client's timeout and attempts) before a failure is
         # raised: none is left running behind a batch that rolls back. The first failure in the
         # batch's order is the batch's (BankUnavailable: transient, the consumer pauses).
@@ -80,15 +83,31 @@ class TransferHandler:
                     self.metrics.bank_unavailable.inc()
                 raise got
             answers[asked_of.command_id] = got
-        done: list[Mapping[str, Any]] = []
-        for command in commands:
-            answer = answers.pop(command.command_id, None)
-            seen = None if answer is not None else known[command.command_id]
-            if answer is None and seen is None:  # the batch's second copy: the first recorded it
-                seen = await self.store.transfer(conn, command.command_id)
+        # The new transfers first, all in one statement (one round trip, not one a transfer),
+        # each as _handle records one; then the others in the batch's order: a known transfer,
+        # or a command's second copy, which finds the first's record as after its commit.
+        first: dict[int, StartBankTransfer] = {}
+        taken: set[str] = set()
+        for i, command in enumerate(commands):
+            if command.command_id in answers and command.command_id not in taken:
+                first[i] = command
+                taken.add(command.command_id)
+        recorded = await self.store.record_transfers(
+            conn, [_new_transfer(c, answers[c.command_id]) for c in first.values()]
+        )
+        done: dict[int, Mapping[str, Any]] = {}
+        for (i, command), outcome in zip(first.items(), recorded, strict=True):
             with tracing.continuing(command.saga_id):  # its lines and spans in its saga's trace
-                done.append(await self._handle(conn, command, seen, answer))
-        return done
+                done[i] = self._recorded(command, answers[command.command_id], outcome)
+        for i, command in enumerate(commands):
+            if i in done:
+                continue
+            seen = known.get(command.command_id)
+            if seen is None:  # the batch's second copy: the first recorded it
+                seen = await self.store.transfer(conn, command.command_id)
+            with tracing.continuing(command.saga_id):
+                done[i] = await self._handle(conn, command, seen)
+        return [done[i] for i in range(len(commands))]
 
     async def _ask(self, command: StartBankTransfer) -> Accepted | Refused:
         with tracing.continuing(command.saga_id):  # the bank's call in the saga's trace
@@ -119,29 +138,27 @@ class TransferHandler:
             except BankUnavailable:
                 self.metrics.bank_unavailable.inc()
                 raise
+        item = _new_transfer(command, answer)
+        recorded = await self.store.record_transfer(
+            conn,
+            command_id=item.command_id,
+            saga_id=item.saga_id,
+            amount_minor=item.amount_minor,
+            currency=item.currency,
+            destination_iban=item.destination_iban,
+            bank_reference=item.bank_reference,
+            refusal=item.refusal,
+        )
+        return self._recorded(command, answer, recorded)
+
+    def _recorded(
+        self, command: StartBankTransfer, answer: Accepted | Refused, recorded: Recorded
+    ) -> Mapping[str, Any]:
+        """A new transfer's result, counted and logged, once recorded."""
         if isinstance(answer, Accepted):
-            recorded = await self.store.record_transfer(
-                conn,
-                command_id=command.command_id,
-                saga_id=command.saga_id,
-                amount_minor=command.amount_minor,
-                currency=command.currency,
-                destination_iban=command.destination_iban,
-                bank_reference=answer.reference,
-            )
             result = recorded.value
             reference: str | None = answer.reference
         else:
-            recorded = await self.store.record_transfer(
-                conn,
-                command_id=command.command_id,
-                saga_id=command.saga_id,
-                amount_minor=command.amount_minor,
-                currency=command.currency,
-                destination_iban=command.destination_iban,
-                bank_reference=None,
-                refusal=f"refused by the bank: {answer.reason}",
-            )
             result = "refused" if recorded is Recorded.FAILED else recorded.value
             reference = None
         self.metrics.commands.labels(result).inc()
@@ -153,6 +170,24 @@ class TransferHandler:
             bank_reference=reference,
         )
         return {"result": result, "bank_reference": reference}
+
+
+def _new_transfer(command: StartBankTransfer, answer: Accepted | Refused) -> NewTransfer:
+    """What to record of a command the bank answered: accepted with its reference, or refused."""
+    if isinstance(answer, Accepted):
+        bank_reference: str | None = answer.reference
+        refusal = None
+    else:
+        bank_reference, refusal = None, f"refused by the bank: {answer.reason}"
+    return NewTransfer(
+        command_id=command.command_id,
+        saga_id=command.saga_id,
+        amount_minor=command.amount_minor,
+        currency=command.currency,
+        destination_iban=command.destination_iban,
+        bank_reference=bank_reference,
+        refusal=refusal,
+    )
 
 
 def _command(message: IncomingMessage) -> StartBankTransfer:

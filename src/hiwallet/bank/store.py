@@ -91,6 +91,20 @@ class Transfer:
 
 
 @dataclass(frozen=True)
+class NewTransfer:
+    """A transfer to record (:meth:`BankStore.record_transfers`): the bank accepted it
+    (``bank_reference``) or refused the request (``refusal``, the reference None)."""
+
+    command_id: str
+    saga_id: str
+    amount_minor: int
+    currency: str
+    destination_iban: str
+    bank_reference: str | None
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
 class StalePending:
     command_id: str
     bank_reference: str
@@ -126,6 +140,11 @@ class BankStore:
         row = await _translated(conn.fetchrow(Q["transfer"], command_id))
         return None if row is None else Transfer.of(row)
 
+    async def transfers(self, conn: asyncpg.Connection, command_ids: Sequence[str]) -> dict[str, Transfer]:
+        """The transfers of these commands that exist, by command id (one statement)."""
+        rows = await _translated(conn.fetch(Q["transfers"], list(command_ids)))
+        return {row["command_id"]: Transfer.of(row) for row in rows}
+
     async def record_transfer(
         self,
         conn: asyncpg.Connection,
@@ -157,6 +176,37 @@ class BankStore:
         )
         after_commit(self.on_committed, once=True)  # the caller's transaction (core's consumer)
         return Recorded(answer)
+
+    async def record_transfers(
+        self, conn: asyncpg.Connection, items: Sequence[NewTransfer]
+    ) -> list[Recorded]:
+        """Each of ``items`` recorded as :meth:`record_transfer` records one, in their order, in
+        one statement (a batch's: one round trip instead of one a transfer); the answers in that
+        order."""
+        if not items:
+            return []
+        columns: list[list[Any]] = [[] for _ in range(9)]
+        for item in items:
+            with tracing.continuing(item.saga_id):  # in a batch: the command's own trace
+                trace_context = tracing.outgoing_context(self.exchange, "transfer outcome", item.saga_id)
+            row = (
+                item.command_id,
+                item.saga_id,
+                item.amount_minor,
+                item.currency,
+                item.destination_iban,
+                item.bank_reference,
+                item.refusal,
+                self._message_id(),
+                orjson.dumps(trace_context).decode(),  # as record_transfer's
+            )
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        rows = await _translated(conn.fetch(Q["record_transfers"], *columns[:8], self.exchange, columns[8]))
+        if len(rows) != len(items):
+            raise AssertionError(f"record_transfers answered {len(rows)} rows for {len(items)} transfers")
+        after_commit(self.on_committed, once=True)  # the caller's transaction (core's consumer)
+        return [Recorded(row["answer"]) for row in rows]
 
     async def republish_outcome(self, conn: asyncpg.Connection, command_id: str) -> bool:
         done: bool = await _translated(

@@ -427,6 +427,15 @@ class Relay:
         # of the whole table, done again for every batch as the table grew (bench/: the saga's
         # three relays slowed minute by minute until autovacuum's first analyze).
         await conn.execute("SET enable_seqscan = off")
+        # The relay's only writes are its marks (sent_at), and a lost mark costs nothing but a
+        # repeat: the row is published again with the same message_id, which every consumer
+        # absorbs (its processed_events) — the at-least-once this module promises anyway. So its
+        # commits need not wait for the WAL to reach the disk: a crash may forget the last
+        # marks (published again), never a message. The writers' own commits (the rows and the
+        # change they announce) stay synchronous. bench/withdrawal_bench.py: the saga's relays
+        # waited on WAL flushes (LWLock:WALWrite, IO:WALSync) between every pass, on a path of
+        # six relay hops per saga.
+        await conn.execute("SET synchronous_commit = off")
         # A session-level lock, not a transaction-level one: it must outlive each batch's
         # transaction, and it must end with the session (a dead leader's lock frees itself).
         while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", self.lock_key):  # noqa: ASYNC110

@@ -8,10 +8,31 @@ SELECT command_id, saga_id, amount_minor, currency, destination_iban, state, ban
        requested_at, outcome_at, outcome_source
   FROM bank.transfers WHERE command_id = $1
 
+-- name: transfers
+-- A batch's commands' transfers, one probe of the key each, in one round trip (the batch path's
+-- lookup: handler.TransferHandler.batch).
+SELECT command_id, saga_id, amount_minor, currency, destination_iban, state, bank_reference, reason,
+       requested_at, outcome_at, outcome_source
+  FROM bank.transfers WHERE command_id = ANY ($1::text[])
+
 -- name: record_transfer
 -- The bank accepted the transfer ($6, its reference) or refused the request ($6 NULL, $7 why).
 -- $10: the trace context its outcome's announcement carries (core.tracing; '{}' when off).
 SELECT bank.record_transfer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
+
+-- name: record_transfers
+-- A batch's new transfers, each recorded as record_transfer records one, in one statement: the
+-- function called for each row of the arrays in their order (a nested loop over the ordered
+-- unnest: each call sees the ones before it), the answers in that order. $9: the exchange.
+SELECT r.answer
+  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+              $8::text[], $10::text[]) WITH ORDINALITY
+       AS u (command_id, saga_id, amount_minor, currency, destination_iban, bank_reference, refusal,
+             message_id, trace_context, ord)
+ CROSS JOIN LATERAL bank.record_transfer(u.command_id, u.saga_id, u.amount_minor, u.currency,
+                                         u.destination_iban, u.bank_reference, u.refusal,
+                                         u.message_id, $9, u.trace_context::jsonb) AS r (answer)
+ ORDER BY u.ord
 
 -- name: republish_outcome
 SELECT bank.republish_outcome($1, $2, $3)
