@@ -11,9 +11,9 @@ core's worth of work (one worker) and is loaded in turn by bench/httpload.py's l
 only figures from the same rounds compare). Reported per server: the median over the rounds of
 its process's CPU µs per request (``/proc`` times, bench/cpu.py), requests/s, and each round's.
 
-- ``uvicorn``: uvicorn with httptools and uvloop, as the services ran it before 2026-12-04;
-- ``one-write``: the same with core.http.protocol (the head and body in one write), as they run
-  it now (core.http.serve);
+- ``uvicorn``: uvicorn with httptools and uvloop, as the services run it (core.http.serve);
+- ``one-write``: the same with bench/one_write.py's protocol (the head and body in one write: a
+  candidate, not adopted);
 - ``granian``: granian's ASGI interface (Rust HTTP/1.1, one worker, uvloop), if installed (it
   is not a dependency: ``pip install granian`` into the venv to measure it).
 
@@ -73,7 +73,8 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop
     "one-write": _APP
     + """
 import sys, uvicorn
-from hiwallet.core.http.protocol import OneWriteHttpToolsProtocol
+sys.path.insert(0, sys.argv[2])
+from one_write import OneWriteHttpToolsProtocol
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http=OneWriteHttpToolsProtocol,
             loop="uvloop", log_config=None, access_log=False, lifespan="on")
 """,
@@ -104,7 +105,7 @@ def _tree(pid: int) -> list[int]:
 
 def _start(name: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", _SERVE[name], str(port)],
+        [sys.executable, "-c", _SERVE[name], str(port), str(Path(__file__).parent)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

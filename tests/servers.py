@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import uvicorn
 
-from hiwallet.core.http.protocol import OneWriteHttpToolsProtocol
 from tests.waiting import until, until_sync
 
 START_TIMEOUT_S = 20.0
@@ -73,7 +72,6 @@ def serve(
     ``port`` to start again where a stopped one was (tests of an outage); ``config``: more of
     uvicorn's settings (``proxy_headers=False`` as core.http.serve runs)."""
     port = port or free_port()
-    config.setdefault("http", OneWriteHttpToolsProtocol)  # as core.http.serve runs every service
     server = uvicorn.Server(
         # log_config=None: uvicorn leaves logging to ours (JSON), as in a service
         uvicorn.Config(

@@ -60,15 +60,11 @@ def serve(
     lean route, stops the process rather than serving without it), its logging left to ours
     (core/logging.py; its access line has raw paths, ours route templates, and the level is
     the root logger's), and no proxy-header middleware unless asked (a layer on every request;
-    only a service that reads the clients' addresses needs it); httptools' protocol writing each
-    answer in one write (:mod:`.protocol`)."""
+    only a service that reads the clients' addresses needs it)."""
     import uvicorn
-
-    from hiwallet.core.http.protocol import OneWriteHttpToolsProtocol
 
     uvicorn.run(
         app,
-        http=OneWriteHttpToolsProtocol,  # each answer one socket write (protocol.py says why)
         host=host,
         port=port,
         workers=workers,
