@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,12 +38,16 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 RESULTS = Path(__file__).parent / "results"
 
 # As `hiwallet run personal-mobile-api` / `business-api` run them, pointed at this run's
-# identity and wallet-api; the per-customer limit far above what the bench sends (the Redis
-# round trip is still made on every request).
+# identity and wallet-api; the per-customer limit far above what the bench sends (Redis is
+# still asked, once a lease: with a quota this large, every 32 requests of a customer).
 _FRONT = """
 import os, sys
 kind, port, idp, api = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+baseline = sys.argv[5:] == ["baseline"]
 prefix = {"personal": "HIWALLET_PERSONAL_MOBILE_API_", "business": "HIWALLET_BUSINESS_API_"}[kind]
+if baseline:  # as before 2026-12-04: Redis asked on every request (leases of 1)
+    import hiwallet.core.edge.limits as limits
+    limits.LEASE_MAX = 1
 os.environ.update({prefix + "PORT": port, prefix + "ISSUER_BASE": idp, prefix + "WALLET_API_URL": api,
                    prefix + "RATE_LIMIT_SUBJECT": str(10**9)})
 if kind == "personal":
@@ -72,12 +77,13 @@ async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int)
     return wb.rss_mb(pid)
 
 
-async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str, Any]:
+async def measure(concurrency: int, duration_s: float, rounds: int, baseline: bool) -> dict[str, Any]:
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
     await databases.migrate("wallet", database=wallet_db)
     await databases.migrate("identity", database=identity_db)
-    idp_port, api_port, front_port, business_port = (wb.free_port() for _ in range(4))
+    idp_port, api_port, front_port, business_port, base_port = (wb.free_port() for _ in range(5))
+    base_front = f"http://127.0.0.1:{base_port}"
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
     front, business = f"http://127.0.0.1:{front_port}", f"http://127.0.0.1:{business_port}"
     procs = [wb._start(wb._IDENTITY, str(idp_port), identity_db)]
@@ -94,6 +100,9 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
             procs.append(wb._start(_FRONT, "business", str(business_port), idp, api))
             await wb._wait_ready(client, front, procs[2])
             await wb._wait_ready(client, business, procs[3])
+            if baseline:
+                procs.append(wb._start(_FRONT, "personal", str(base_port), idp, api, "baseline"))
+                await wb._wait_ready(client, base_front, procs[4])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             people = await wb._customers(client, idp, api, ledger, concurrency)
             receivers = [w for _, _, w in people] + await wb._receivers(
@@ -103,8 +112,13 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
                 headers = {"Authorization": f"Bearer {token}"}
                 (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
                 (await client.get(f"{front}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
+                if baseline:
+                    (
+                        await client.get(f"{base_front}/v1/wallets/{wallet}", headers=headers)
+                    ).raise_for_status()
             direct: list[dict[str, Any]] = []
             through: list[dict[str, Any]] = []
+            based: list[dict[str, Any]] = []
             for r in range(rounds):
                 with benchlog.phase(
                     f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s
@@ -127,9 +141,21 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
                     run["front_server_mean_ms"] = round(front_ms, 2)
                     run["front_own_mean_ms"] = round(front_ms - api_ms, 2)
                 through.append(run)
+                if baseline:
+                    with benchlog.phase(
+                        f"through the baseline front, concurrency {concurrency}, round {r + 1}", duration_s
+                    ):
+                        based.append(
+                            await wb._run(
+                                base_front, people, receivers, concurrency, duration_s, procs[4].pid
+                            )
+                        )
             business_rss = await _business_rss(client, idp, business, procs[3].pid)
         verified = await ledger.store.verify()
-        return _summary(concurrency, direct, through, business_rss, verified.ok)
+        summary = _summary(concurrency, direct, through, business_rss, verified.ok)
+        if baseline:
+            summary["baseline_front"] = _baseline(direct, through, based)
+        return summary
     finally:
         await pool.close()
         for proc in reversed(procs):
@@ -139,6 +165,30 @@ async def measure(concurrency: int, duration_s: float, rounds: int) -> dict[str,
 
 def _total(runs: list[dict[str, Any]], key: str) -> float:
     return sum(r[key] for r in runs) / len(runs)
+
+
+def _baseline(
+    direct: list[dict[str, Any]], through: list[dict[str, Any]], based: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The baseline front beside today's, from the same rounds: each one's ratio to wallet-api
+    alone (the median of the rounds') and its CPU per transfer."""
+
+    def ratios(runs: list[dict[str, Any]]) -> list[float]:
+        return [
+            t["transfers_per_s"] / d["transfers_per_s"]
+            for d, t in zip(direct, runs, strict=True)
+            if d["transfers_per_s"]
+        ]
+
+    return {
+        "ratio_median": round(statistics.median(ratios(based)), 3),
+        "today_ratio_median": round(statistics.median(ratios(through)), 3),
+        "cpu_us_per_transfer_median": round(statistics.median(r["server_cpu_us"] for r in based)),
+        "today_cpu_us_per_transfer_median": round(statistics.median(r["server_cpu_us"] for r in through)),
+        "p50_ms": round(_total(based, "p50_ms"), 2),
+        "p99_ms": round(_total(based, "p99_ms"), 2),
+        "rounds": based,
+    }
 
 
 def _summary(
@@ -183,10 +233,15 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also a front as before 2026-12-04 (Redis asked on every request), in the same rounds",
+    )
     args = parser.parse_args()
     benchlog.to_file()
     started = datetime.now(UTC)
-    results = [uvloop.run(measure(c, args.duration, args.rounds)) for c in args.concurrency]
+    results = [uvloop.run(measure(c, args.duration, args.rounds, args.baseline)) for c in args.concurrency]
     result = {
         "bench": "front",
         "started": started.isoformat(),
@@ -199,7 +254,10 @@ def main() -> None:
     path = RESULTS / f"front-{started:%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     for r in results:
-        print(json.dumps({k: v for k, v in r.items() if k != "rounds"}), flush=True)
+        shown = {k: v for k, v in r.items() if k != "rounds"}
+        if "baseline_front" in shown:
+            shown["baseline_front"] = {k: v for k, v in shown["baseline_front"].items() if k != "rounds"}
+        print(json.dumps(shown), flush=True)
     print(f"results: {path}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Annotated
 
 import typer
@@ -159,7 +160,11 @@ def _register_subcommands() -> None:
     app.add_typer(staff_app, name="staff")
 
 
-_register_subcommands()
+# `hiwallet run NAME`, the command each of `hiwallet up`'s processes is, needs none of the other
+# commands: importing them (the ledger's, identity's, wallet-api's, … command modules and what
+# they import) cost every service process about 10 MB it never used (docs/performance.md).
+if sys.argv[1:2] != ["run"]:
+    _register_subcommands()
 
 
 if __name__ == "__main__":

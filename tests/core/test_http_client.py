@@ -12,7 +12,7 @@ import httpx
 import orjson
 import pytest
 
-from hiwallet.core.http import AiohttpTransport
+from hiwallet.core.http.client import AiohttpTransport
 from tests.servers import free_port
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, dict[str, object]], Awaitable[None]]

@@ -99,3 +99,43 @@ async def test_redis_away_a_local_limit_takes_over_and_redis_back_shares_again(
         local_after = await front.metric("edge_rate_limit_local_total")
         assert (await http.get("/v1/wallets/w1", headers=other)).status_code == 200
         assert await front.metric("edge_rate_limit_local_total") == local_after
+
+
+async def test_leases_ask_redis_less_and_never_allow_past_the_quota_across_instances(
+    stub: Stub, people: People, redis_server: RedisServer
+) -> None:
+    """Each instance reserves a few requests ahead (core.edge.limits' leases): far fewer round
+    trips than requests, and still never more than the quota allowed in a window over both
+    instances, the last requests asking Redis one by one (a lease shrinks as the window fills)."""
+    import redis
+
+    quota = 2000
+    settings = edge_settings(
+        people.idp, redis_server.url, **upstreams("personal", stub.url), **_limits(subject=quota)
+    )
+    alice = bearer(people.customer_token())
+    counter = redis.Redis.from_url(redis_server.url)
+    try:
+        async with (
+            running_front("personal", **settings) as a,
+            running_front("personal", **settings) as b,
+            httpx.AsyncClient(base_url=a.url) as on_a,
+            httpx.AsyncClient(base_url=b.url) as on_b,
+        ):
+            counter.config_resetstat()
+            statuses = [
+                (await (on_a if i % 2 else on_b).get("/v1/wallets/w1", headers=alice)).status_code
+                for i in range(quota + 40)
+            ]
+            calls = sum(
+                int(stats["calls"])
+                for name, stats in counter.info("commandstats").items()
+                if name in ("cmdstat_evalsha", "cmdstat_eval")
+            )
+    finally:
+        counter.close()
+    allowed = statuses.count(200)
+    assert statuses == [200] * allowed + [429] * (quota + 40 - allowed)  # refused only at the end
+    assert quota - 4 <= allowed <= quota  # never past it; early by at most the leases held (2 of 1)
+    assert calls < (quota + 40) // 4, calls  # the round trips: far fewer than the requests
+    assert sum(redis_server.keys().values()) >= allowed  # every allowed request counted in Redis

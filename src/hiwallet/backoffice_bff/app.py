@@ -30,7 +30,8 @@ from hiwallet.core.bff import (
     is_local_http,
     parse_key_ring,
 )
-from hiwallet.core.http import AiohttpTransport, ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app

@@ -27,7 +27,7 @@ import structlog
 
 from hiwallet.bank.settings import BankSettings
 from hiwallet.contracts.withdrawals import StartBankTransfer
-from hiwallet.core.http import AiohttpTransport
+from hiwallet.core.http.client import AiohttpTransport
 
 log = structlog.get_logger(__name__)
 

@@ -39,7 +39,8 @@ from hiwallet.core.bff import (
     safe_return_path,
 )
 from hiwallet.core.bff.session import SessionCookieWriter
-from hiwallet.core.http import AiohttpTransport, ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http import ProblemError, serve, settle_heap_once_started
+from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.pages import LOCALE_COOKIE, LOCALES, Pages
 from hiwallet.core.service import Runtime, ServiceSpec, build_app

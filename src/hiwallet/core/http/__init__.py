@@ -10,14 +10,14 @@
 - :mod:`.runtime`: process start (the heap freeze, uvicorn as every service runs);
 - :mod:`.allowlist`: the clients' networks a service's paths accept (403 for the rest);
 - :mod:`.app`: ``create_app``, the factory every service uses;
-- :mod:`.client`: AiohttpTransport, the transport under a hot httpx client.
+- :mod:`.client`: AiohttpTransport, the transport under a hot httpx client (imported from
+  there, not here: aiohttp is about 7 MB a process, and most services make no such call).
 
 Import from here: the names below are the package's interface.
 """
 
 from hiwallet.core.http.allowlist import ClientAllowlist, ClientNetworks
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
-from hiwallet.core.http.client import AiohttpTransport
 from hiwallet.core.http.edge import REQUEST_ID_HEADER
 from hiwallet.core.http.lean import (
     FastJSONResponse,
@@ -57,7 +57,6 @@ __all__ = [
     "PROBLEM_CONTENT_TYPE",
     "PROBLEM_REFUSALS",
     "REQUEST_ID_HEADER",
-    "AiohttpTransport",
     "ClientAllowlist",
     "ClientNetworks",
     "FastJSONResponse",
