@@ -1236,6 +1236,23 @@ CREATE VIEW ledger_api.transactions AS
     t.posted_at
    FROM ledger.transactions t;
 
+-- Name: wallet_purses; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.wallet_purses AS
+ SELECT a.bucket,
+    a.id,
+    (a.purse)::text AS purse,
+    a.currency,
+    a.balance,
+    a.held,
+        CASE
+            WHEN (a.purse = 'promo'::ledger.purse) THEN ( SELECT COALESCE(sum(b.remaining), (0)::numeric) AS "coalesce"
+               FROM ledger.promo_batches b
+              WHERE ((b.bucket = a.bucket) AND (b.account_id = a.id) AND (b.remaining > 0) AND (b.expires_at <= clock_timestamp())))
+            ELSE (0)::numeric
+        END AS expired
+   FROM ledger.accounts a;
+
 -- Name: processed_events; Type: TABLE; Schema: public; Owner: -
 
 CREATE TABLE public.processed_events (
@@ -2300,6 +2317,12 @@ GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger_api.transactions TO hiwallet_wallet_readonly;
+
+-- Name: TABLE wallet_purses; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.wallet_purses TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.wallet_purses TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.wallet_purses TO hiwallet_wallet_readonly;
 
 -- Name: TABLE processed_events; Type: ACL; Schema: public; Owner: -
 

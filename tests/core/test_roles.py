@@ -39,7 +39,7 @@ PINNED = {
     "wallet": "search_path=pg_catalog, wallet, pg_temp",
 }
 # The ledger's SQL interface (migrations/wallet/0015): views, read by every role.
-LEDGER_API_VIEWS = {"ledger_api.accounts", "ledger_api.transactions"}
+LEDGER_API_VIEWS = {"ledger_api.accounts", "ledger_api.transactions", "ledger_api.wallet_purses"}
 
 # wallet-api's tables: what its role reads (with the ledger's), and nothing of wallet-consumer's.
 WALLET_API_TABLES = {

@@ -26,6 +26,27 @@ async def own_wallet(db: asyncpg.Connection | asyncpg.Pool, caller: Caller, wall
     return access
 
 
+async def own_wallet_balance(
+    db: asyncpg.Connection | asyncpg.Pool, caller: Caller, wallet_id: str
+) -> tuple[WalletAccess, ledger.WalletBalance]:
+    """own_wallet and the wallet's balances, one round trip (the balances read at the snapshot
+    of the membership check). Refused as the two reads were: not the caller's wallet, 404; the
+    ledger without the wallet's accounts, the ledger's own refusal; the database out of reach,
+    503 (``answered``)."""
+    found = await answered(
+        Repo(db).wallet_with_balance(domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject)
+    )
+    if found is None or not found[0].member:
+        raise errors.NotFound("no such wallet")
+    access, balance = found
+    if balance is None:
+        # What the ledger's wallet_balance raises for a wallet it does not hold, as answered()
+        # would have handed it on.
+        missing = ledger.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
+        raise errors.from_ledger(missing) or errors.NotFound("no such wallet")
+    return access, balance
+
+
 async def own_account(pool: asyncpg.Pool, caller: Caller, account_id: str) -> AccountRow:
     bucket = domain.bucket_in(account_id)
     repo = Repo(pool)

@@ -9,7 +9,13 @@ import asyncpg
 from hiwallet import ledger
 from hiwallet.core.ids import new_id
 from hiwallet.wallet_api import domain, errors
-from hiwallet.wallet_api.access import check_currency, own_account, own_wallet, require_onboarding
+from hiwallet.wallet_api.access import (
+    check_currency,
+    own_account,
+    own_wallet,
+    own_wallet_balance,
+    require_onboarding,
+)
 from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
 from hiwallet.wallet_api.retry import answered, in_transaction
@@ -201,19 +207,7 @@ class Accounts:
     # -- wallets ----------------------------------------------------------------------------------
 
     async def wallet(self, caller: Caller, wallet_id: str) -> JSON:
-        return await self._wallet_view(await own_wallet(self.pool, caller, wallet_id))
-
-    async def _wallet_view(self, access: WalletAccess) -> JSON:
-        wallet_id = access.wallet.id
-        balance = await answered(self.ledger.wallet_balance(wallet_id))
-        return {
-            **wallet_ref(access.wallet),
-            "account_id": access.wallet.account_id,
-            "cash": balance.cash,
-            "promo": balance.promo_live,  # never expired promo, even before the job returned it
-            "held": balance.held,
-            "available": balance.available,
-        }
+        return _wallet_view(*await own_wallet_balance(self.pool, caller, wallet_id))
 
     async def statement(
         self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
@@ -247,10 +241,9 @@ class Accounts:
     async def overview(self, caller: Caller, wallet_id: str, *, days: int) -> JSON:
         """The wallet, its live promo batches and its last ``days`` of cash: one membership check
         and one answer for what three reads would give (a home page's per wallet)."""
-        access = await own_wallet(self.pool, caller, wallet_id)
         # One after the other: each is one short read, and a page's CPU matters more here than
         # its few milliseconds of waiting (bench/bff_bench.py).
-        view = await self._wallet_view(access)
+        view = _wallet_view(*await own_wallet_balance(self.pool, caller, wallet_id))
         batches = await self._live_batches(wallet_id)
         history = await self._history(wallet_id, days)
         return {**view, "batches": batches, "days": history}
@@ -312,3 +305,14 @@ async def counterparties(
         for r in rows
     }
     return {tx: wallets[w] for tx, w in found.items() if w in wallets}
+
+
+def _wallet_view(access: WalletAccess, balance: ledger.WalletBalance) -> JSON:
+    return {
+        **wallet_ref(access.wallet),
+        "account_id": access.wallet.account_id,
+        "cash": balance.cash,
+        "promo": balance.promo_live,  # never expired promo, even before the job returned it
+        "held": balance.held,
+        "available": balance.available,
+    }

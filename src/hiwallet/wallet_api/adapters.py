@@ -10,6 +10,7 @@ from pathlib import Path
 
 import asyncpg
 
+from hiwallet import ledger
 from hiwallet.core.queries import load_queries
 from hiwallet.wallet_api.domain import AccountKind, Tier
 
@@ -116,6 +117,34 @@ class Repo:
     ) -> WalletAccess | None:
         row = await self.db.fetchrow(Q["wallet_with_access"], bucket, wallet_id, issuer, subject)
         return wallet_access(row) if row else None
+
+    async def wallet_with_balance(
+        self, bucket: int, wallet_id: str, issuer: str, subject: str
+    ) -> tuple[WalletAccess, ledger.WalletBalance | None] | None:
+        """wallet_with_access and the wallet's balances, one round trip; the balances None when
+        the ledger has not both of the wallet's accounts."""
+        row = await self.db.fetchrow(
+            Q["wallet_with_balance"],
+            bucket,
+            wallet_id,
+            issuer,
+            subject,
+            ledger.cash_account(wallet_id),
+            ledger.promo_account(wallet_id),
+        )
+        if row is None:
+            return None
+        if row["cash"] is None or row["promo"] is None:
+            return wallet_access(row), None
+        balance = ledger.WalletBalance(
+            wallet_id,
+            row["cash_currency"],
+            cash=int(row["cash"]),
+            promo=int(row["promo"]),
+            held=int(row["held"]),
+            promo_expired=int(row["promo_expired"]),
+        )
+        return wallet_access(row), balance
 
     async def wallet_by_number(self, bucket: int, number: str) -> WalletAccess | None:
         row = await self.db.fetchrow(Q["wallet_by_number"], bucket, number)

@@ -93,6 +93,25 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  WHERE w.bucket = $1 AND w.id = $2
 
+-- name: wallet_with_balance
+-- wallet_with_access and the wallet's two purses in the ledger ($5 its cash account, $6 its
+-- promo account, named by hiwallet.ledger), read at one snapshot in one round trip (GET
+-- /v1/wallets/{id} and its overview: the round trip saved was a third of wallet-api's CPU a read,
+-- docs/performance.md). The ledger's accounts are in the wallet's bucket; an account missing is a
+-- NULL, which the caller refuses as the ledger's own read would.
+SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
+       a.kind, a.tier, a.name,
+       EXISTS (SELECT 1 FROM wallet.members m
+                WHERE m.bucket = w.bucket AND m.account_id = w.account_id
+                  AND m.issuer = $3 AND m.subject = $4) AS member,
+       c.currency AS cash_currency, c.balance AS cash, c.held AS held,
+       p.balance AS promo, p.expired AS promo_expired
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+  LEFT JOIN ledger_api.wallet_purses c ON c.bucket = w.bucket AND c.id = $5 AND c.purse = 'cash'
+  LEFT JOIN ledger_api.wallet_purses p ON p.bucket = w.bucket AND p.id = $6 AND p.purse = 'promo'
+ WHERE w.bucket = $1 AND w.id = $2
+
 -- name: counterparty_wallets
 -- The wallets a statement's lines moved money with ($1, $2: buckets and ids): each one's number
 -- and its account's kind and name (a business's; a person's account has none).
