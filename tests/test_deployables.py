@@ -102,9 +102,15 @@ def test_the_readme_is_short_and_its_layout_names_every_package() -> None:
 FRONTS = [
     d.name for d in DEPLOYABLES if not d.fake and d.database is None and not d.consumes and d.topology is None
 ]
+# What `hiwallet up` runs for each (`python -m hiwallet.cli run NAME`): the CLI module with that
+# command line, then the app built and the settings read as the entry point does before serving.
 _CLIENT_LIBRARIES_IN = """
 import importlib, sys
-module, function = sys.argv[1], sys.argv[2]
+name, module, function = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = ["hiwallet", "run", name]
+import hiwallet.cli
+from hiwallet.contracts.deployables import deployable
+deployable(name).port_in_force()
 app_module = importlib.import_module(module)
 getattr(app_module, "create_" + function.removeprefix("run_") + "_app")()
 print(" ".join(sorted(m for m in ("asyncpg", "aio_pika", "aiormq") if m in sys.modules)))
@@ -116,7 +122,7 @@ def test_a_front_process_loads_no_database_or_broker_client(name: str) -> None:
     module, _, function = deployable(name).entry.partition(":")
     # A fresh interpreter: this one (the tests') has loaded everything already.
     done = subprocess.run(
-        [sys.executable, "-c", _CLIENT_LIBRARIES_IN, module, function],
+        [sys.executable, "-c", _CLIENT_LIBRARIES_IN, name, module, function],
         capture_output=True,
         text=True,
         timeout=120,
