@@ -49,9 +49,10 @@ class IdentitySettings(BaseSettings):
     argon2_memory_kib: int = 65_536
     argon2_parallelism: int = 4
     # Each hash holds argon2_memory_kib for its duration, so this bounds the process's peak
-    # memory: about 80 MB at rest plus 66 MB a hash running (measured, docs/performance.md). One
-    # keeps identity near 150 MB; it also serialises sign-ins, about 5 a second a process at the
-    # production cost on this machine (scale out with processes, each with its own bound).
+    # memory: about 81 MB at rest plus 66 MB a hash running (bench/up_rss.py,
+    # docs/performance.md "Memory"): one keeps identity near 145 MB, four took it to 341 MB. One
+    # hash takes 0.2-0.3 s of one core, so one at a time is about three sign-ins a second a
+    # process; two would double that on two cores for +66 MB. Scale sign-ins with processes.
     argon2_max_concurrent_hashes: Annotated[int, Field(ge=1, le=64)] = 1
     # How long a sign-in waits for a slot before it is answered 503 (retryable).
     argon2_slot_wait_s: Annotated[float, Field(gt=0, le=60)] = 5.0
