@@ -18,7 +18,8 @@ import pytest
 from hiwallet.identity.errors import PasswordHashingBusy
 from hiwallet.identity.passwords import Passwords
 from hiwallet.identity.settings import IdentitySettings
-from tests.identity.conftest import PASSWORD, IdentityServer, ServerFactory
+from tests.identity.conftest import PASSWORD, IdentityServer, ServerFactory, post_form
+from tests.identity.test_code_flow import MOBILE_REDIRECT, auth_params, pkce_pair
 
 CHEAP = {"argon2_time_cost": 1, "argon2_memory_kib": 1024, "argon2_parallelism": 1}
 WAIT_S = 10.0  # an upper bound for a thread to reach the gate on a loaded machine, never a figure
@@ -181,6 +182,45 @@ def test_a_sign_in_that_gets_no_slot_is_answered_503_problem(identity_factory: S
             assert holding.result().status_code == 401
         passwords._hasher = real
         assert httpx.post(idp.token_url, data=form, timeout=30).status_code == 200
+    finally:
+        gated.gate.set()
+        passwords._hasher = real
+
+
+def test_the_login_page_gives_the_form_back_when_no_slot_is_free(identity_factory: ServerFactory) -> None:
+    idp = identity_factory("hiwallet", argon2_max_concurrent_hashes=1, argon2_slot_wait_s=0.05)
+    idp.create_user("browser-user")
+    passwords = _passwords(idp)
+    gated = GatedHasher()
+    real = passwords._hasher
+    passwords._hasher = gated  # type: ignore[assignment]
+    _, challenge = pkce_pair()
+    params = auth_params("personal-mobile-api", MOBILE_REDIRECT, challenge)
+    grant = {
+        "grant_type": "password",
+        "client_id": "personal-mobile-api",
+        "username": "browser-user",
+        "password": PASSWORD,
+    }
+    try:
+        with ThreadPoolExecutor(1) as pool, httpx.Client() as browser:
+            page = browser.get(f"{idp.issuer}/protocol/openid-connect/auth", params=params)
+            assert page.status_code == 200
+            holding = pool.submit(httpx.post, idp.token_url, data=grant, timeout=30)
+            for _ in range(int(WAIT_S / 0.01)):
+                if passwords.running == 1:
+                    break
+                threading.Event().wait(0.01)
+            assert passwords.running == 1
+            busy = post_form(browser, idp.base_url, page, username="browser-user", password=PASSWORD)
+            assert busy.status_code == 503
+            assert "Too many sign-ins at once" in busy.text
+            gated.gate.set()
+            holding.result()
+            passwords._hasher = real
+            # the same flow goes on: the form given back signs the person in
+            signed_in = post_form(browser, idp.base_url, busy, username="browser-user", password=PASSWORD)
+            assert signed_in.status_code == 302
     finally:
         gated.gate.set()
         passwords._hasher = real
