@@ -5,6 +5,8 @@ its settings' default, its database is a registered one, and `up` runs exactly i
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,50 @@ def test_the_readme_is_short_and_its_layout_names_every_package() -> None:
     src = Path(__file__).resolve().parents[1] / "src" / "hiwallet"
     packages = sorted(p.name for p in src.iterdir() if (p / "__init__.py").exists())
     assert [p for p in packages if f"  {p}/" not in layout] == []
+
+
+# The front APIs and BFFs have no database and no broker, so they must not pay for their client
+# libraries (about 10 MB of each process, docs/performance.md): a contracts or platform module
+# that pulls one in again fails this test.
+FRONTS = [
+    d.name for d in DEPLOYABLES if not d.fake and d.database is None and not d.consumes and d.topology is None
+]
+# What `hiwallet up` runs for each (`python -m hiwallet.cli run NAME`): the CLI module with that
+# command line, then the app built and the settings read as the entry point does before serving.
+_CLIENT_LIBRARIES_IN = """
+import importlib, sys
+name, module, function = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = ["hiwallet", "run", name]
+import hiwallet.cli
+from hiwallet.contracts.deployables import deployable
+deployable(name).port_in_force()
+app_module = importlib.import_module(module)
+getattr(app_module, "create_" + function.removeprefix("run_") + "_app")()
+print(" ".join(sorted(m for m in ("asyncpg", "aio_pika", "aiormq") if m in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_a_front_process_loads_no_database_or_broker_client(name: str) -> None:
+    module, _, function = deployable(name).entry.partition(":")
+    # A fresh interpreter: this one (the tests') has loaded everything already.
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT_LIBRARIES_IN, name, module, function],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ""
+
+
+def test_the_fronts_are_the_five_doors() -> None:
+    """The list above is derived from the registry; this keeps it from going empty silently."""
+    assert set(FRONTS) == {
+        "personal-mobile-api",
+        "business-api",
+        "personal-web-bff",
+        "business-web-bff",
+        "backoffice-bff",
+    }

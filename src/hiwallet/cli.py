@@ -9,9 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from hiwallet.contracts import databases
 from hiwallet.contracts.deployables import DEPLOYABLES, deployable
-from hiwallet.core import db
 from hiwallet.core.logging import configure_logging
 from hiwallet.core.settings import get_settings
 
@@ -39,6 +37,9 @@ def migrate(
     ] = None,
 ) -> None:
     """Create the databases and apply their numbered migrations (idempotent, concurrency-safe)."""
+    from hiwallet.contracts import databases
+    from hiwallet.core import db
+
     settings = get_settings()
     keys = database or list(databases.DATABASES)
 
@@ -63,6 +64,7 @@ app.add_typer(schema_app, name="schema")
 def schema_dump() -> None:
     """Write migrations/<db>/schema.sql from freshly migrated databases (after a new migration;
     tests/core/test_schema.py checks the files). Needs pg_dump and the owner's server URL."""
+    from hiwallet.contracts import databases
     from hiwallet.core import schema
 
     for path in asyncio.run(
@@ -160,6 +162,8 @@ def _register_subcommands() -> None:
     app.add_typer(staff_app, name="staff")
 
 
+# The database's and the broker's modules (asyncpg, aio-pika) are imported by the commands that
+# use them, not here: `hiwallet run personal-mobile-api` (a front, with neither) starts here.
 # `hiwallet run NAME`, the command each of `hiwallet up`'s processes is, needs none of the other
 # commands: importing them (the ledger's, identity's, wallet-api's, … command modules and what
 # they import) cost every service process about 10 MB it never used (docs/performance.md).

@@ -5,17 +5,13 @@ keys they exchange (``topups``, ``withdrawals``, ``events``), the staff permissi
 Services depend on the contracts and on the platform (``hiwallet.core``), never on each other;
 the contracts depend only on the platform (import-linter's layers in pyproject.toml)."""
 
-from hiwallet.contracts import (
-    currency,
-    databases,
-    events,
-    merchant_events,
-    settlements,
-    staff,
-    topups,
-    withdrawals,
-)
+import importlib
+from types import ModuleType
 
+# The submodules are loaded when first used, not here: several need the broker's or the
+# database's client library (aio-pika, asyncpg), and the front APIs and BFFs, which use neither,
+# import this package (problems, public, front). Loading both cost each front process about
+# 10 MB (docs/performance.md); tests/test_deployables.py keeps them out.
 __all__ = [
     "currency",
     "databases",
@@ -26,3 +22,9 @@ __all__ = [
     "topups",
     "withdrawals",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in __all__:
+        return importlib.import_module(f"hiwallet.contracts.{name}")
+    raise AttributeError(f"module 'hiwallet.contracts' has no attribute {name!r}")

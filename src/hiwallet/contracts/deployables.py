@@ -17,10 +17,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hiwallet.core.broker import Topology
 from hiwallet.core.logging import configure_logging
+
+if TYPE_CHECKING:
+    # core.broker loads aio-pika: imported where a topology is built, not here, because every
+    # process of `hiwallet up` (`hiwallet run NAME`) imports this registry, the fronts too.
+    from hiwallet.core.broker import Topology
 
 __all__ = ["DEPLOYABLES", "Deployable", "deployable", "deployment_topology"]
 
@@ -66,6 +70,8 @@ class Deployable:
     def topology_in_force(self) -> Topology:
         """The exchanges and queues the process declares at start (empty if none)."""
         if self.topology is None:
+            from hiwallet.core.broker import Topology
+
             return Topology((), ())
         topology: Topology = self._resolve(self.topology)()
         return topology
@@ -259,6 +265,8 @@ def deployment_topology() -> Topology:
                     raise ValueError(
                         f"{d.name} declares the {kind} {spec.name} otherwise than another process"
                     )
+    from hiwallet.core.broker import Topology
+
     return Topology(tuple(exchanges.values()), tuple(queues.values()))
 
 

@@ -37,19 +37,24 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import asyncpg
 import structlog
 from fastapi import APIRouter, FastAPI
 
-from hiwallet.core import db
 from hiwallet.core.auth import TokenVerifier, TrustedIssuer
 from hiwallet.core.http.allowlist import ClientNetworks
 from hiwallet.core.http.app import Lifespan, ReadyCheck, create_app
 from hiwallet.core.http.lean import LeanRoute
-from hiwallet.core.jobs import PeriodicJob
 from hiwallet.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    # Types only: asyncpg (and core.db, core.jobs with it) is loaded by the services that have a
+    # database, when they open it, never by the front APIs and BFFs, which have none
+    # (tests/test_deployables.py keeps it so).
+    import asyncpg
+
+    from hiwallet.core.jobs import PeriodicJob
 
 __all__ = [
     "CONSUMER_STOP_TIMEOUT_S",
@@ -253,6 +258,8 @@ class DatabaseSpec:
     ) -> asyncpg.Pool:
         """A pool on the database as the role: the service's own (the builder's), or a small
         one for a command or a test (``max_size``)."""
+        from hiwallet.core import db
+
         return await db.create_pool(
             self.name,
             role=self.role,
@@ -264,6 +271,8 @@ class DatabaseSpec:
     def dedicated(self, settings: Settings | None = None) -> Callable[[], Awaitable[asyncpg.Connection]]:
         """Connections of their own, as the role (a relay's session lock and LISTEN, each job
         round's lock: never a pooled one)."""
+        from hiwallet.core import db
+
         return db.dedicated_connection(self.name, self.role, settings or get_settings())
 
 

@@ -306,9 +306,9 @@ def create_identity_app(
 
     async def setup(rt: Runtime) -> None:
         await ensure_keys(rt.db, settings.key_bits)
-        rt.app.state.realm = Realm(
-            config, settings, rt.db, KeyRing(rt.db, settings.key_cache_s), Passwords(settings)
-        )
+        passwords = Passwords(settings, rt.app.state.metrics_registry)
+        rt.close(passwords.close)
+        rt.app.state.realm = Realm(config, settings, rt.db, KeyRing(rt.db, settings.key_cache_s), passwords)
         rt.every("purge", settings.purge_interval_s, lambda: purge_expired(rt.db))
         key_metrics = KeyMetrics(rt.app.state.metrics_registry)
         await key_metrics.refresh(rt.db)

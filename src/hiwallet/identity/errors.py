@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hiwallet.core.http import ProblemError
+from hiwallet.core.http import ProblemError, ServiceUnavailable
 
 
 class IdentityError(ProblemError):
@@ -112,3 +112,12 @@ class LoginPageError(IdentityError):
     status = 400
     slug = "login-error"
     title = "We could not sign you in"
+
+
+class PasswordHashingBusy(IdentityError, ServiceUnavailable):
+    """No password-hashing slot became free in time (``argon2_max_concurrent_hashes``, each
+    holding ``argon2_memory_kib``): nothing was done, a retry is welcome (``Retry-After``)."""
+
+    status = 503
+    slug = "password-hashing-busy"
+    title = "Too many sign-ins at once; try again in a moment"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -25,7 +25,7 @@ from hiwallet.identity.authn import (
     totp_uri,
 )
 from hiwallet.identity.context import Realm, User, fetch_user, new_secret, token_hash
-from hiwallet.identity.errors import InvalidScope, LoginPageError
+from hiwallet.identity.errors import InvalidScope, LoginPageError, PasswordHashingBusy
 from hiwallet.identity.sql import Q
 from hiwallet.identity.tokens import resolve_scope, start_session
 
@@ -145,6 +145,13 @@ async def _credentials(realm: Realm, flow_id: str, form: Mapping[str, str]) -> S
             else "Invalid username or password."
         )
         return _flow_page(realm, "login.html", flow_id, username=username, error=message)
+    except PasswordHashingBusy:
+        # A browser gets the form back, its flow intact, rather than problem+json: the person
+        # submits again. 503 all the same, so that the overload is seen in the access log.
+        page = _flow_page(
+            realm, "login.html", flow_id, username=username, error=PasswordHashingBusy.title + "."
+        )
+        return replace(page, status=503)
     return await _next(realm, flow_id, user)
 
 

@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.databases import DATABASES
@@ -47,6 +48,14 @@ class IdentitySettings(BaseSettings):
     argon2_time_cost: int = 3
     argon2_memory_kib: int = 65_536
     argon2_parallelism: int = 4
+    # Each hash holds argon2_memory_kib for its duration, so this bounds the process's peak
+    # memory: about 81 MB at rest plus 66 MB a hash running (bench/up_rss.py,
+    # docs/performance.md "Memory"): one keeps identity near 145 MB, four took it to 341 MB. One
+    # hash takes 0.2-0.3 s of one core, so one at a time is about three sign-ins a second a
+    # process; two would double that on two cores for +66 MB. Scale sign-ins with processes.
+    argon2_max_concurrent_hashes: Annotated[int, Field(ge=1, le=64)] = 1
+    # How long a sign-in waits for a slot before it is answered 503 (retryable).
+    argon2_slot_wait_s: Annotated[float, Field(gt=0, le=60)] = 5.0
     max_password_length: int = 256  # hashing a megabyte of "password" is a denial of service
 
     # How long a process keeps the signing keys it read; a rotation done by another process

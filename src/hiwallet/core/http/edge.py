@@ -33,7 +33,6 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hiwallet.core import tracing
-from hiwallet.core.db import is_transient
 from hiwallet.core.http.metrics import Metrics
 from hiwallet.core.http.problems import (
     PayloadTooLarge,
@@ -143,7 +142,7 @@ class Edge:
                 await self.app(scope, limited_receive, send_with_id)
             except Exception as exc:
                 scope[ERROR_KEY] = exc
-                if status == 0 and is_transient(exc):
+                if status == 0 and _is_transient(exc):
                     # The database went away under a service that did not expect it there
                     # (a read outside its unit of work): what a retry can cure is 503, and
                     # only that (core.db.is_transient); everything else is a 500.
@@ -175,7 +174,7 @@ class Edge:
         if error is not None:
             kind = type(error)
             fields = {"error": f"{kind.__module__}.{kind.__qualname__}", **database_error_fields(error)}
-            if not isinstance(error, ProblemError) and not is_transient(error):
+            if not isinstance(error, ProblemError) and not _is_transient(error):
                 # unexpected: the one traceback of it (an outage needs none: its SQLSTATE says it)
                 fields["exc_info"] = error
         log.error(
@@ -194,3 +193,12 @@ class Edge:
         m.latency.labels(m.service, method, route).observe(elapsed_s)
         if self.access is not None:
             self.access(method, route, status, elapsed_s, request_id)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """:func:`hiwallet.core.db.is_transient`, imported on the first unexpected error, not with
+    this module: core.db loads asyncpg (about 5 MB), and the front APIs and BFFs, which have no
+    database, load this module (tests/test_deployables.py keeps asyncpg out of them at start)."""
+    from hiwallet.core.db import is_transient
+
+    return is_transient(exc)
