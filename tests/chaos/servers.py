@@ -38,6 +38,7 @@ __all__ = ["CLUSTER", "NODE", "PrivateServers", "Unavailable", "ensure", "settin
 CLUSTER = "hiwallet-chaos"
 NODE = "hiwallet-chaos@localhost"
 _LOCK = Path("/tmp/hiwallet-chaos-servers.lock")
+_PGCLUSTER_LOCK = Path("/tmp/hiwallet-pgcluster.lock")  # tests/pgcluster.py's
 _RABBIT_HOME = Path("/var/lib/rabbitmq/hiwallet-chaos")
 _VERSIONS = Path("/usr/lib/postgresql")
 _TIMEOUT_S = 120
@@ -96,7 +97,12 @@ def _postgres() -> tuple[str, int]:
         if not versions:
             raise Unavailable(f"no PostgreSQL server installed ({_VERSIONS} is empty)")
         version = max(versions, key=lambda v: tuple(int(n) for n in v.split(".")))
-        _run("pg_createcluster", version, CLUSTER, "--", "--auth=trust")
+        # pg_createcluster takes the first port no cluster's configuration names: two made at
+        # once (tests/pgcluster.py's, from another xdist worker) could take the same one. Both
+        # makers hold its lock while they make theirs (never the reverse order: no deadlock).
+        with _PGCLUSTER_LOCK.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _run("pg_createcluster", version, CLUSTER, "--", "--auth=trust")
         found = _cluster()
         if found is None:
             raise RuntimeError(f"pg_createcluster made no cluster {CLUSTER}")
