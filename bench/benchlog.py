@@ -17,6 +17,7 @@ The bars are rich's, on stdout, refreshed twice a second by rich's own thread fr
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -33,7 +34,8 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 ENV = "HIWALLET_BENCH_LOG"
-LOGS = Path(__file__).parent / "results" / "logs"
+RESULTS = Path(__file__).parent / "results"
+LOGS = RESULTS / "logs"
 # One file per bench run; inherited by the benches a bench starts.
 LOG = Path(os.environ.get(ENV) or LOGS / f"{Path(sys.argv[0]).stem}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.jsonl")
 # There before any process is handed it (a tool that imports a bench without calling to_file).
@@ -59,6 +61,24 @@ def to_file() -> Path:
     if not inherited:
         console.print(f"logs: {LOG}")
     return LOG
+
+
+def save(bench: str, report: dict[str, Any], *, at: datetime | None = None) -> Path:
+    """Write a run's report to ``bench/results/<bench>-<UTC time>.json``; its path."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{bench}-{at or datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def finish(bench: str, report: dict[str, Any]) -> None:
+    """Save the report, show its summary and where it is; a run that stopped early exits 1."""
+    path = save(bench, report)
+    print(json.dumps(report["summary"], indent=2))
+    print(f"results: {path}")
+    if "failed" in report:
+        print(f"the run stopped early: {report['failed']}")
+        sys.exit(1)
 
 
 def _show_failure(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

@@ -46,8 +46,6 @@ from hiwallet.identity.settings import REALMS_DIR
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 
-RESULTS = Path(__file__).parent / "results"
-
 # The identity service with a realms directory of this run's (the BFF's callback on its port).
 _IDENTITY = """
 import sys, uvicorn
@@ -349,9 +347,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"bff-{started:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = benchlog.save("bff", result, at=started)
     for r in results:
         print(json.dumps({k: v for k, v in r.items() if k != "rounds"}), flush=True)
     print(f"results: {path}")

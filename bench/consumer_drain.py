@@ -34,13 +34,14 @@ import asyncpg
 import orjson
 import uvloop
 
+import benchlog
 from cpu import pids_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.contracts.topups import topups_topology
 from hiwallet.core import db
 from hiwallet.core.broker import Broker, OutgoingMessage
 from hiwallet.core.ids import derived_id
-from topup_bench import PARTITIONS, RESULTS, WALLETS, drop, hiwallet, open_wallets, pct, rabbitmqctl
+from topup_bench import PARTITIONS, WALLETS, drop, hiwallet, open_wallets, pct, rabbitmqctl
 
 PUBLISH_CHUNK = 500
 DRAIN_TIMEOUT_S = 600.0
@@ -276,9 +277,7 @@ def cli() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="how long at --rate")
     args = parser.parse_args()
     report = uvloop.run(run(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"drain-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
+    benchlog.save("drain", report)
     print(json.dumps(report, indent=2))
 
 

@@ -22,7 +22,6 @@ import os
 import statistics
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,8 +33,6 @@ from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
-
-RESULTS = Path(__file__).parent / "results"
 
 # As `hiwallet run personal-mobile-api` / `business-api` run them, pointed at this run's
 # identity and wallet-api; the per-customer limit far above what the bench sends (Redis is
@@ -250,9 +247,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"front-{started:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = benchlog.save("front", result, at=started)
     for r in results:
         shown = {k: v for k, v in r.items() if k != "rounds"}
         if "baseline_front" in shown:

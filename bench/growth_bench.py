@@ -32,7 +32,6 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -48,7 +47,6 @@ from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, Q, init_connection
 from ledger_bench import Bench, pct, quiesce
 
-RESULTS = Path(__file__).parent / "results"
 P2P_WALLETS = 1_000
 TARGETS = {"loaded_vs_fresh_c8": 0.9, "statement_p99_ms_max": 10.0}
 
@@ -348,9 +346,7 @@ def cli() -> None:
     args = parser.parse_args()
     benchlog.to_file()
     report = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"growth-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = benchlog.save("growth", report)
     print(table(report))
     print(json.dumps(report["summary"]["targets_met"]))
     print(f"results: {path}")

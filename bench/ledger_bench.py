@@ -52,7 +52,6 @@ from hiwallet.ledger.errors import InsufficientFunds
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 
-RESULTS = Path(__file__).parent / "results"
 WALLETS = 1_000
 FUNDING_MINOR = 10**12  # enough that no transfer is refused for funds
 TARGETS = {
@@ -618,9 +617,7 @@ def cli() -> None:
     # uvloop, as the services run (uvicorn picks it): the client's own loop overhead is part of
     # every latency here, and at concurrency 8 the machine waits on latency, not on its CPUs.
     report = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"ledger-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = benchlog.save("ledger", report)
     print(json.dumps(report["ratios"], indent=2))
     print(f"verify: {'clean' if report['verify']['ok'] else report['verify']['problems']}")
     print(f"results: {path}")

@@ -40,7 +40,6 @@ import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,7 +50,6 @@ from hiwallet.contracts import databases
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 from withdrawal_bench import Cpu
 
-RESULTS = Path(__file__).parent / "results"
 # The services' log lines, their access lines read back below: the run's log file (bench/benchlog.py).
 SERVICE_LOG = benchlog.LOG
 READY_TIMEOUT_S = 90.0
@@ -353,14 +351,7 @@ def cli() -> None:
     args = parser.parse_args()
     benchlog.to_file()
     report = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"onboarding-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["summary"], indent=2))
-    print(f"results: {path}")
-    if "failed" in report:
-        print(f"the run stopped early: {report['failed']}")
-        sys.exit(1)
+    benchlog.finish("onboarding", report)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,9 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -55,7 +53,6 @@ from hiwallet.core import db
 from hiwallet.ledger.service import Fees, Ledger
 from hiwallet.ledger.store import LedgerStore, init_connection
 
-RESULTS = Path(__file__).parent / "results"
 TARGET_RATIO = 0.8
 STATEMENT_LIMIT = 50
 
@@ -350,14 +347,7 @@ def cli() -> None:
         if read in report
     }
     report["summary"] = {"target_ratio": TARGET_RATIO, **summary}
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"read-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["summary"], indent=2))
-    print(f"results: {path}")
-    if "failed" in report:
-        print(f"the run stopped early: {report['failed']}")
-        sys.exit(1)
+    benchlog.finish("read", report)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,10 @@ from typing import Any
 
 import uvloop
 
+import benchlog
 import httpload
 from cpu import pids_cpu_s
 from wallet_api_bench import free_port
-
-RESULTS = Path(__file__).parent / "results"
 
 _APP = """
 async def app(scope, receive, send):
@@ -205,9 +204,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "servers": figures,
     }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"server-cost-{started:%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = benchlog.save("server-cost", result, at=started)
     for name, f in figures.items():
         print(
             f"{name:10} {f['cpu_us_per_request']:7.1f} µs/request  {f['requests_per_s']:8.1f}/s", flush=True

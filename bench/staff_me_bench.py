@@ -31,8 +31,6 @@ import os
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -51,7 +49,6 @@ from hiwallet.staff_admin.login import StaffClient, first_login
 from hiwallet.staff_admin.service import PERMISSIONS
 from topup_bench import Child, drop, free_port, pct
 
-RESULTS = Path(__file__).parent / "results"
 LOG = benchlog.LOG  # the services' log lines: the run's log file (bench/benchlog.py)
 PASSWORD = "bench staff password"
 CONNECTIONS = 64
@@ -290,8 +287,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     benchlog.to_file()
     result = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"staff-me-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = benchlog.save("staff-me", result)
     print(json.dumps(result, indent=2))
     print(f"results: {path}")

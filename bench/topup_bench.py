@@ -60,7 +60,6 @@ from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.core.settings import get_settings
 
-RESULTS = Path(__file__).parent / "results"
 HERE = Path(__file__).parent
 SECRET = "whsec_dev_stripe_fake_0123456789abcdef"
 STRIPE_API_KEY = "sk_test_hiwallet_dev"
@@ -772,9 +771,7 @@ def cli() -> None:
         os.environ["RABBITMQ_NODENAME"] = args.rabbit_node  # rabbitmqctl's node, as -n says
     benchlog.to_file()
     report = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"topup-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = benchlog.save("topup", report)
     print(json.dumps(report["ratios"], indent=2))
     print(f"results: {path}")
     if "failed" in report:

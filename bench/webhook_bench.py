@@ -36,8 +36,6 @@ import os
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -54,7 +52,6 @@ from hiwallet.core.sealing import KeyRing
 from hiwallet.core.settings import get_settings
 from topup_bench import Child, drop, free_port, pct
 
-RESULTS = Path(__file__).parent / "results"
 LOG = benchlog.LOG
 BUSINESSES = 20
 
@@ -279,8 +276,6 @@ if __name__ == "__main__":
     args = parser.parse_args()
     benchlog.to_file()
     result = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"webhooks-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = benchlog.save("webhooks", result)
     print(json.dumps(result, indent=2))
     print(f"results: {path}")

@@ -72,7 +72,6 @@ from hiwallet.contracts.withdrawals import BANK_QUEUE, ORCHESTRATOR_QUEUE, WALLE
 from hiwallet.core import db
 from topup_bench import Child, drop, free_port, pct, rabbitmqctl
 
-RESULTS = Path(__file__).parent / "results"
 SERVICE_LOG = benchlog.LOG  # the services' log lines: the run's log file (bench/benchlog.py)
 READY_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 180.0
@@ -981,14 +980,7 @@ def cli() -> None:
         os.environ["RABBITMQ_NODENAME"] = args.rabbit_node  # rabbitmqctl's node, as -n says
     benchlog.to_file()
     report = uvloop.run(main(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"withdrawal-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["summary"], indent=2))
-    print(f"results: {path}")
-    if "failed" in report:
-        print(f"the run stopped early: {report['failed']}")
-        sys.exit(1)
+    benchlog.finish("withdrawal", report)
 
 
 if __name__ == "__main__":
