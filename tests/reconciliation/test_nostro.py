@@ -35,6 +35,17 @@ BEFORE = YESTERDAY - timedelta(days=1)
 STATEMENT_PAYOUT = f"statement-{YESTERDAY:%Y%m%d}"
 
 
+@pytest.fixture(autouse=True)
+def _days_of_this_test() -> None:
+    """The days as of each test, not of the module's import: a run that crosses midnight UTC
+    between the two would keep statements of a day before yesterday, and the round (real
+    clock) would find yesterday's statement missing."""
+    global YESTERDAY, BEFORE, STATEMENT_PAYOUT
+    YESTERDAY = datetime.now(UTC).date() - timedelta(days=1)
+    BEFORE = YESTERDAY - timedelta(days=1)
+    STATEMENT_PAYOUT = f"statement-{YESTERDAY:%Y%m%d}"
+
+
 def _line(
     ref: str, amount: int, *, customer: str | None = None, saga: str | None = None
 ) -> BankStatementLine:
