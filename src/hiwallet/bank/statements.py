@@ -31,6 +31,7 @@ import mt940
 import structlog
 
 from hiwallet.bank.store import BankStore, Q
+from hiwallet.contracts.bank_references import WIRE_PREFIX
 from hiwallet.contracts.settlements import (
     MAX_LINES,
     BankStatement,
@@ -46,7 +47,6 @@ __all__ = ["StatementImporter", "StatementUnreadable", "statement_of", "wire_lin
 log = structlog.get_logger(__name__)
 
 PROVIDER = "bank"
-WIRE_PREFIX = "wire_"
 EREF = "/EREF/"  # the customer's reference in :86: (bank-fake writes it so; docs/fakes.md)
 
 

@@ -13,6 +13,7 @@ from types import ModuleType
 # import this package (problems, public, front). Loading both cost each front process about
 # 10 MB (docs/performance.md); tests/test_deployables.py keeps them out.
 __all__ = [
+    "bank_references",
     "currency",
     "databases",
     "events",

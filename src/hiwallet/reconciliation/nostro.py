@@ -42,6 +42,7 @@ from typing import Any
 import asyncpg
 import structlog
 
+from hiwallet.contracts.bank_references import WIRE_PREFIX
 from hiwallet.ledger import NostroMovement, nostro_movements
 from hiwallet.reconciliation.findings import (
     BANK_AMOUNT_DIFFERS,
@@ -59,7 +60,6 @@ __all__ = ["NostroCheck", "check_nostro", "line_reference", "movement_reference"
 log = structlog.get_logger(__name__)
 
 Found = tuple[str, str, dict[str, Any]]  # kind, subject, details
-WIRE_PREFIX = "wire_"  # the bank's reference of an incoming wire (bank.statements.WIRE_PREFIX)
 PAYOUT_REF = "payout:"  # wallet-consumer's ref of a settlement (settlements.py)
 WITHDRAWAL_REF = "withdrawal:"  # wallet-consumer's ref of a withdrawal's settlement
 INVOICE_REF = "invoice "  # wallet-api's ref of an invoice: "invoice <provider> <number>"
