@@ -5,7 +5,7 @@ to end, the share of time each step takes, and onboarding's peak memory.
 
 The registration path as real processes, each ``hiwallet run NAME`` as it runs in production:
 onboarding, the customer realm's identity service (its admin API creates each user, with the
-password hashed at its production cost: argon2id t=3, 64 MiB), wallet-api (opens each personal
+password hashed at its production cost: argon2id t=2, 19 MiB), wallet-api (opens each personal
 account), and the mail catcher (SMTP in, its HTTP API read for the codes), on databases of their
 own (onboarding, wallet, identity) and a RabbitMQ virtual host of their own (onboarding's wires
 consumer runs, idle).
@@ -233,7 +233,7 @@ async def system(args: argparse.Namespace, report: dict[str, Any]) -> None:
             "HIWALLET_IDENTITY_ARGON2_PARALLELISM": "1",
         }
     report["identity_password_hash"] = (
-        "cheap (t=1, 1 MiB)" if args.cheap_hashes else "production (t=3, 64 MiB, p=4)"
+        "cheap (t=1, 1 MiB)" if args.cheap_hashes else "production (t=2, 19 MiB, p=1)"
     )
     procs: list[Proc] = []
     try:

@@ -3,7 +3,7 @@
 Runs the whole system as tests/e2e/up_system.py does (fresh databases and virtual host, free
 ports) but with identity at the production argon2 cost, then reads each child's resident set
 (its process and any it started, /proc) after start; then a short load: four password grants at
-once on identity (each a 64 MiB hash) and 2,000 ``GET /v1/accounts`` through personal-mobile-api
+once on identity (each a 19 MiB hash) and 2,000 ``GET /v1/accounts`` through personal-mobile-api
 and 200 login pages of personal-web-bff at 8 clients; then each child's peak (VmHWM).
 
     .venv/bin/python -m bench.up_rss            # prints a JSON line, writes bench/results/

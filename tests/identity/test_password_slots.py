@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from argon2 import PasswordHasher
 
 from hiwallet.identity.errors import PasswordHashingBusy
 from hiwallet.identity.passwords import Passwords
@@ -224,3 +225,30 @@ def test_the_login_page_gives_the_form_back_when_no_slot_is_free(identity_factor
     finally:
         gated.gate.set()
         passwords._hasher = real
+
+
+def test_a_sign_in_stores_an_outdated_hash_again_under_todays_parameters(
+    identity_factory: ServerFactory,
+) -> None:
+    """A change of the argon2 settings (2026-12-05: 64 MiB to 19 MiB) reaches each user at their
+    next sign-in: the old hash still verifies, and a proven password is stored again under
+    today's parameters; a wrong password changes nothing."""
+    idp = identity_factory("hiwallet")  # the tests' cheap hashing: t=1, 1 MiB, 1 lane
+    idp.create_user("rehashed")
+    (before,) = idp.sql("SELECT password_hash FROM users WHERE username = 'rehashed'")
+    assert "$m=1024,t=1,p=1$" in before["password_hash"]
+    passwords = _passwords(idp)
+    passwords._hasher = PasswordHasher(time_cost=2, memory_cost=2048, parallelism=1)  # "today's"
+    form = {"grant_type": "password", "client_id": "personal-mobile-api", "username": "rehashed"}
+
+    wrong = httpx.post(idp.token_url, data={**form, "password": "not-the-password"}, timeout=30)
+    assert wrong.status_code == 401
+    (unchanged,) = idp.sql("SELECT password_hash FROM users WHERE username = 'rehashed'")
+    assert unchanged["password_hash"] == before["password_hash"]
+
+    assert httpx.post(idp.token_url, data={**form, "password": PASSWORD}, timeout=30).status_code == 200
+    (after,) = idp.sql("SELECT password_hash FROM users WHERE username = 'rehashed'")
+    assert "$m=2048,t=2,p=1$" in after["password_hash"]
+    assert not passwords.needs_rehash(after["password_hash"])
+    # the new hash is the same password's
+    assert httpx.post(idp.token_url, data={**form, "password": PASSWORD}, timeout=30).status_code == 200

@@ -15,11 +15,14 @@ from typing import Literal
 from urllib.parse import unquote
 
 import pyotp
+import structlog
 
 from hiwallet.identity.context import Realm, User
-from hiwallet.identity.errors import InvalidClient
+from hiwallet.identity.errors import InvalidClient, PasswordHashingBusy
 from hiwallet.identity.realm import ClientConfig
 from hiwallet.identity.sql import Q
+
+log = structlog.get_logger(__name__)
 
 TOTP_PERIOD_S = 30
 # Accept the previous and the next code too: phones' clocks drift by a few seconds.
@@ -78,7 +81,23 @@ async def authenticate_password(realm: Realm, login: str, password: str) -> User
     await realm.pool.execute(Q["clear_login_failures"], user.id)
     if not user.enabled:
         raise LoginFailed("disabled")
+    await rehash_if_outdated(realm, user, password)
     return user
+
+
+async def rehash_if_outdated(realm: Realm, user: User, password: str) -> None:
+    """Store a proven password again under today's hashing parameters, if its hash was made
+    under others (a change of the argon2 settings reaches each user at their next sign-in).
+    Best effort: with no hashing slot free the old hash stays, as valid as before, and the
+    sign-in goes on; the next one tries again."""
+    if user.password_hash is None or not realm.passwords.needs_rehash(user.password_hash):
+        return
+    try:
+        fresh = await realm.passwords.hash(password)
+    except PasswordHashingBusy:
+        log.info("password_rehash_deferred", user_id=user.id)
+        return
+    await realm.pool.execute(Q["rehash_password"], user.id, user.password_hash, fresh)
 
 
 def is_locked(user: User) -> bool:

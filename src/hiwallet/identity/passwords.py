@@ -1,10 +1,12 @@
 """Password hashing with argon2id, off the event loop (it is deliberately slow), a bounded number at once.
 
-Each hash or verification holds ``argon2_memory_kib`` (64 MiB in production) for its duration, so
-the number running at once is what sets the process's peak memory: four at once took identity to
-344 MB. At most ``argon2_max_concurrent_hashes`` run at once; a request waits at most
-``argon2_slot_wait_s`` for a slot, then is answered 503 with ``Retry-After`` (retryable: nothing
-was done).
+Each hash or verification holds ``argon2_memory_kib`` (19 MiB by default; 64 MiB before 2026-12-05)
+for its duration, so the number running at once is what sets the process's peak memory: four at
+once took identity to 344 MB at 64 MiB. A hash made under other parameters still verifies (they
+are in the hash); a sign-in that proves it stores the password again under today's
+(:meth:`Passwords.needs_rehash`). At most ``argon2_max_concurrent_hashes`` run at once; a
+request waits at most ``argon2_slot_wait_s`` for a slot, then is answered 503 with
+``Retry-After`` (retryable: nothing was done).
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ class Passwords:
 
     async def hash(self, password: str) -> str:
         return await self._bounded(self._hasher.hash, password)
+
+    def needs_rehash(self, stored_hash: str) -> bool:
+        """Whether ``stored_hash`` was made under other parameters than today's (cheap: it only
+        reads the hash's header)."""
+        try:
+            return self._hasher.check_needs_rehash(stored_hash)
+        except InvalidHashError:
+            return False
 
     async def verify(self, stored_hash: str | None, password: str) -> bool:
         if len(password) > self.max_length:

@@ -44,15 +44,18 @@ class IdentitySettings(BaseSettings):
     failure_window_s: int = 900
     lockout_s: int = 900
 
-    # argon2id (RFC 9106's second recommended option). Tests lower these to run fast.
-    argon2_time_cost: int = 3
-    argon2_memory_kib: int = 65_536
-    argon2_parallelism: int = 4
+    # argon2id at the OWASP Password Storage Cheat Sheet's first configuration (19 MiB, 2
+    # passes, 1 lane); Keycloak's default is a lighter one of the same list (7 MiB, 5 passes).
+    # Until 2026-12-05: RFC 9106's second option (64 MiB, 3 passes, 4 lanes), which held identity
+    # at 145 MB while it hashed (issue 26: every process < 120 MB); a hash made under those still
+    # verifies and is stored again under these at its next sign-in. Tests lower these to run fast.
+    argon2_time_cost: int = 2
+    argon2_memory_kib: int = 19_456
+    argon2_parallelism: int = 1
     # Each hash holds argon2_memory_kib for its duration, so this bounds the process's peak
-    # memory: about 81 MB at rest plus 66 MB a hash running (bench/up_rss.py,
-    # docs/performance.md "Memory"): one keeps identity near 145 MB, four took it to 341 MB. One
-    # hash takes 0.2-0.3 s of one core, so one at a time is about three sign-ins a second a
-    # process; two would double that on two cores for +66 MB. Scale sign-ins with processes.
+    # memory: about 81 MB at rest plus the hash's memory a hash running (bench/up_rss.py,
+    # docs/performance.md "Memory"). At 64 MiB, one kept identity near 145 MB and four took it to
+    # 341 MB. Scale sign-ins with processes.
     argon2_max_concurrent_hashes: Annotated[int, Field(ge=1, le=64)] = 1
     # How long a sign-in waits for a slot before it is answered 503 (retryable).
     argon2_slot_wait_s: Annotated[float, Field(gt=0, le=60)] = 5.0

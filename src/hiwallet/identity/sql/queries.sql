@@ -68,6 +68,11 @@ RETURNING *;
 -- name: set_password
 UPDATE users SET password_hash = $2, required_actions = $3 WHERE id = $1;
 
+-- name: rehash_password
+-- The same password under today's hashing parameters, after a sign-in proved it. Only if the hash
+-- is still the one the sign-in verified: a password changed meanwhile is not overwritten.
+UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2;
+
 -- name: set_totp
 UPDATE users SET totp_secret = $2, totp_last_step = $3,
                  required_actions = array_remove(required_actions, 'CONFIGURE_TOTP')
