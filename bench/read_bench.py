@@ -13,16 +13,17 @@ api's reads per second over the bare one's) says what wallet-api's token check, 
 framework, answer model and extra queries cost. Target: >= 0.8.
 
 It starts the identity service and wallet-api as `hiwallet run wallet-api` runs them
-(bench/wallet_api_bench.py's processes, fresh databases), opens ``--concurrency`` funded
-customers with real tokens, gives each wallet ``--lines`` statement lines (p2p transfers among
-them through wallet-api, so each line has a counterparty), then, ``--rounds`` times, for each
-read: the bare side and wallet-api's for ``--round-s`` seconds each, closed loop, one keep-alive
-connection per customer (bench/httpload.py), the order of the two swapping every round (ABBA),
-each side on its own (the other idle). Reported per read: the median of the rounds' ratios and
-their spread, both sides' reads/s, p50 and p99 (all rounds merged), and the CPU per read (µs) of
-the server process and of the wallet database's PostgreSQL backends (their /proc times: each
-side runs alone, so the database's backends' CPU in a round is that side's): on a shared
-machine, throughput drifts from minute to minute, CPU per read much less.
+(bench/wallet_api_bench.py's processes, fresh databases), opens ``--concurrency`` funded customers
+with real tokens, gives each wallet ``--lines`` statement lines (p2p transfers among them through
+wallet-api, so each line has a counterparty), loads ``--background-lines`` of other wallets' lines
+if asked (bench/growth_loader.py: the planner's choices on a grown ledger), then, ``--rounds``
+times, for each read: the bare side and wallet-api's for ``--round-s`` seconds each, closed loop,
+one keep-alive connection per customer (bench/httpload.py), the order of the two swapping every
+round (ABBA), each side on its own (the other idle). Reported per read: the median of the rounds'
+ratios and their spread, both sides' reads/s, p50 and p99 (all rounds merged), and the CPU per
+read (µs) of the server process and of the wallet database's PostgreSQL backends (their /proc
+times: each side runs alone, so the database's backends' CPU in a round is that side's): on a
+shared machine, throughput drifts from minute to minute, CPU per read much less.
 
 Results as JSON in bench/results/read-<time>.json. Everything it starts it stops; it drops its
 databases.
@@ -45,6 +46,7 @@ import httpx
 import uvloop
 
 import benchlog
+import growth_loader
 import httpload
 import wallet_api_bench as wb
 from cpu import pids_cpu_s
@@ -234,6 +236,20 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{args.concurrency} customers, {args.lines} lines each ...", flush=True)
             people = await wb._customers(client, idp, api, ledger, args.concurrency)
             await statement_lines(api, people, args.lines)
+        if args.background_lines:
+            # Other wallets' lines (the growth loader's: p2p transfers among its own wallets),
+            # so that the planner plans for a ledger that has grown, not for 1,000 lines (on
+            # those it rightly scanned ledger.lines whole rather than probe its indexes).
+            count = await observer.fetchval("SELECT count(*) FROM ledger.lines")
+            print(f"{args.background_lines} background lines ...", flush=True)
+            loaded = await growth_loader.load(
+                wallet_db,
+                lines=count + args.background_lines,
+                wallets=max(args.background_lines // 20, 6),
+                heavy_lines=1,
+                quiet=True,
+            )
+            report["background"] = {k: loaded[k] for k in ("now", "lines_posted", "seconds")}
         # Statistics, as a database in use has them (autovacuum's analyze comes minutes after a
         # load): without them the planner took the freshly loaded lines for a handful and
         # answered the overview's 30 daily probes by scanning each wallet's lines in key order
@@ -318,9 +334,20 @@ def cli() -> None:
         "--concurrency", type=int, default=8, help="customers, one connection each (default 8)"
     )
     parser.add_argument("--lines", type=int, default=120, help="statement lines per wallet (default 120)")
+    parser.add_argument(
+        "--background-lines",
+        type=int,
+        default=0,
+        help="other wallets' lines loaded before the rounds (bench/growth_loader.py; default 0)",
+    )
     args = parser.parse_args()
-    if not 2 <= args.concurrency <= 64 or not 1 <= args.rounds <= 50 or not 0.5 <= args.round_s <= 60:
-        parser.error("--concurrency 2..64, --rounds 1..50, --round-s 0.5..60")
+    if (
+        not 2 <= args.concurrency <= 64
+        or not 1 <= args.rounds <= 50
+        or not 0.5 <= args.round_s <= 60
+        or not 0 <= args.background_lines <= 50_000_000
+    ):
+        parser.error("--concurrency 2..64, --rounds 1..50, --round-s 0.5..60, --background-lines 0..50M")
     benchlog.to_file()
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -1225,6 +1225,47 @@ CREATE VIEW ledger_api.accounts AS
     a.currency
    FROM ledger.accounts a;
 
+-- Name: lines; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.lines AS
+ SELECT l.bucket,
+    l.account_id,
+    l.version,
+    l.transaction_id,
+    (l.type)::text AS type,
+    l.ref,
+    l.amount,
+    l.currency,
+    l.balance_after,
+    l.posted_at
+   FROM ledger.lines l;
+
+-- Name: promo_batches; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.promo_batches AS
+ SELECT b.bucket,
+    b.id,
+    b.account_id,
+    b.funded_by,
+    b.amount,
+    b.remaining,
+    b.expires_at,
+    b.grant_transaction_id
+   FROM ledger.promo_batches b;
+
+-- Name: transaction_wallet_accounts; Type: VIEW; Schema: ledger_api; Owner: -
+
+CREATE VIEW ledger_api.transaction_wallet_accounts AS
+ SELECT t.bucket,
+    t.id AS transaction_id,
+    l.bucket AS account_bucket,
+    l.account_id
+   FROM (((ledger.transactions t
+     CROSS JOIN LATERAL unnest(t.buckets) b(bucket))
+     JOIN ledger.lines l ON (((l.bucket = b.bucket) AND (l.transaction_id = t.id))))
+     JOIN ledger.accounts a ON (((a.bucket = l.bucket) AND (a.id = l.account_id))))
+  WHERE (a.role = 'user_wallet'::ledger.account_role);
+
 -- Name: transactions; Type: VIEW; Schema: ledger_api; Owner: -
 
 CREATE VIEW ledger_api.transactions AS
@@ -2311,6 +2352,24 @@ GRANT SELECT ON TABLE ledger.transactions TO hiwallet_wallet_readonly;
 GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_app;
 GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_consumer_app;
 GRANT SELECT ON TABLE ledger_api.accounts TO hiwallet_wallet_readonly;
+
+-- Name: TABLE lines; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.lines TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.lines TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.lines TO hiwallet_wallet_readonly;
+
+-- Name: TABLE promo_batches; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.promo_batches TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.promo_batches TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.promo_batches TO hiwallet_wallet_readonly;
+
+-- Name: TABLE transaction_wallet_accounts; Type: ACL; Schema: ledger_api; Owner: -
+
+GRANT SELECT ON TABLE ledger_api.transaction_wallet_accounts TO hiwallet_wallet_app;
+GRANT SELECT ON TABLE ledger_api.transaction_wallet_accounts TO hiwallet_wallet_consumer_app;
+GRANT SELECT ON TABLE ledger_api.transaction_wallet_accounts TO hiwallet_wallet_readonly;
 
 -- Name: TABLE transactions; Type: ACL; Schema: ledger_api; Owner: -
 

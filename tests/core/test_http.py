@@ -25,6 +25,7 @@ from hiwallet.core.http import (
     document_models,
     json_body,
     json_body_openapi,
+    query_params,
     settle_heap_once_started,
 )
 
@@ -203,6 +204,115 @@ def test_a_hot_route_must_be_served_by_the_app() -> None:
     app = create_app("lean-test", hot_routes=router.routes)
     app.include_router(router, prefix="/v2")  # served elsewhere than the hot route's path
     with pytest.raises(LeanRouteError, match="POST /pay"):
+        app.build_middleware_stack()
+
+
+class Page(BaseModel):
+    limit: int = 5
+
+
+def id_app(hot: bool, *extra: Any) -> FastAPI:
+    """LeanRoutes with an id segment, served ahead of the stack or through it, beside plain
+    routes that the hot lane must leave to the stack."""
+    router = APIRouter(route_class=LeanRoute, prefix="/v1")
+
+    @router.get("/items/{item_id}")
+    async def item(request: Request) -> Response:
+        route = request.scope["route"].path
+        return FastJSONResponse({"item": request.path_params["item_id"], "route": route})
+
+    @router.get("/items/{item_id}/lines")
+    async def lines(request: Request) -> Response:
+        page = query_params(request, Page)
+        return FastJSONResponse({"item": request.path_params["item_id"], "limit": page.limit})
+
+    plain = APIRouter(prefix="/v1")
+
+    @plain.get("/items/{item_id}/more")
+    async def more(item_id: str) -> dict[str, str]:
+        return {"more": item_id}
+
+    @plain.post("/items/{item_id}")
+    async def post_item(item_id: str) -> dict[str, str]:
+        return {"posted": item_id}
+
+    app = create_app("id-test", hot_routes=router.routes if hot else ())
+    app.include_router(router)
+    app.include_router(plain)
+    for other in extra:
+        app.include_router(other)
+    return app
+
+
+ID_REQUESTS = [
+    ("GET", "/v1/items/a1"),
+    ("GET", "/v1/items/a%20b"),  # decoded, as the router reads it
+    ("GET", "/v1/items/a1/lines?limit=7&limit=9"),  # the last value, as FastAPI reads it
+    ("GET", "/v1/items/a1/lines?limit=x"),  # 422, query first in its loc
+    ("GET", "/v1/items/a1/lines?other=1"),
+    ("GET", "/v1/items/a1/more"),  # the stack's
+    ("POST", "/v1/items/a1"),  # the stack's
+    ("GET", "/v1/items/"),  # an empty id: no route
+    ("GET", "/v1/items/a/b"),  # two segments: no route
+    ("GET", "/v1/items/a1/lines/x"),
+    ("DELETE", "/v1/items/a1"),  # 405
+]
+
+
+async def test_hot_routes_with_an_id_answer_as_the_stack_does() -> None:
+    answers: dict[bool, list[tuple[int, Any]]] = {}
+    metrics: dict[bool, str] = {}
+    for hot in (False, True):
+        transport = httpx.ASGITransport(app=id_app(hot), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            answers[hot] = []
+            for method, path in ID_REQUESTS:
+                r = await c.request(method, path)
+                answers[hot].append((r.status_code, r.text))
+            metrics[hot] = (await c.get("/metrics")).text
+    assert answers[True] == answers[False]
+    assert [status for status, _ in answers[True]] == [200, 200, 200, 422, 200, 200, 200, 404, 404, 404, 405]
+    assert '"item":"a b"' in answers[True][1][1]
+    assert '"limit":9' in answers[True][2][1]
+    assert '"loc":["query","limit"]' in answers[True][3][1]
+    for hot in (False, True):
+        counted = (
+            'http_requests_total{method="GET",route="/v1/items/{item_id}",service="id-test",status="200"} 2.0'
+        )
+        assert counted in metrics[hot], metrics[hot]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/items/special",  # a literal path the id segment would take
+        "/v1/{kind}/a1",  # a parameter where the hot route has a literal
+        "/v1/items/{other:path}",  # a path parameter spanning segments
+    ],
+)
+def test_a_route_a_hot_id_route_would_take_is_refused(path: str) -> None:
+    other = APIRouter()
+    other.get(path)(bare)
+    app = id_app(True, other)
+    with pytest.raises(LeanRouteError, match=r"GET /v1/items/\{item_id\}: another route .* may match"):
+        app.build_middleware_stack()
+
+
+def test_a_route_of_another_method_or_shape_beside_a_hot_id_route_is_served() -> None:
+    other = APIRouter()
+    other.post("/v1/items/special")(bare)
+    other.get("/v1/items/special/x/y")(bare)
+    other.get("/v2/items/{item_id}")(bare)
+    id_app(True, other).build_middleware_stack()
+
+
+@pytest.mark.parametrize("path", ["/v1/{a}/{b}", "/v1/items/{item_id:int}", "/v1/items/x{item_id}"])
+def test_a_hot_route_with_another_template_is_refused(path: str) -> None:
+    router = lean_router()
+    router.get(path)(bare)
+    app = create_app("lean-test", hot_routes=router.routes)
+    app.include_router(router)
+    with pytest.raises(LeanRouteError, match="one id segment"):
         app.build_middleware_stack()
 
 

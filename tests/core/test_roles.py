@@ -39,7 +39,14 @@ PINNED = {
     "wallet": "search_path=pg_catalog, wallet, pg_temp",
 }
 # The ledger's SQL interface (migrations/wallet/0015): views, read by every role.
-LEDGER_API_VIEWS = {"ledger_api.accounts", "ledger_api.transactions", "ledger_api.wallet_purses"}
+LEDGER_API_VIEWS = {
+    "ledger_api.accounts",
+    "ledger_api.transactions",
+    "ledger_api.wallet_purses",
+    "ledger_api.lines",  # 0025
+    "ledger_api.transaction_wallet_accounts",  # 0025
+    "ledger_api.promo_batches",  # 0025
+}
 
 # wallet-api's tables: what its role reads (with the ledger's), and nothing of wallet-consumer's.
 WALLET_API_TABLES = {

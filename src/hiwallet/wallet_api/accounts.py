@@ -16,7 +16,7 @@ from hiwallet.wallet_api.access import (
     own_wallet_balance,
     require_onboarding,
 )
-from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow
+from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow, balance_of, wallet_access
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
 from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
@@ -212,40 +212,93 @@ class Accounts:
     async def statement(
         self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
     ) -> JSON:
-        await own_wallet(self.pool, caller, wallet_id)
+        """A page of the purse's statement, each line with its counterparty: one round trip
+        (``wallet_statement_page``), refused as the four reads were: not the caller's wallet
+        404, a limit or cursor the ledger refuses 422 (its own checks, before the read), the
+        database out of reach 503."""
+        # The ledger's statement's own checks, answered as its refusals were (errors.from_ledger).
+        if not 1 <= limit <= ledger.MAX_STATEMENT_PAGE:
+            raise errors.InvalidRequest(f"limit must be 1..{ledger.MAX_STATEMENT_PAGE}", field="limit")
+        after = 0
+        if cursor is not None:
+            if not cursor.isdigit() or len(cursor) > 18:
+                raise errors.InvalidRequest("malformed cursor", field="cursor")
+            after = int(cursor)
         account = f"{wallet_id}:{purse}"
-        statement = await answered(self.ledger.statement(account, cursor=cursor, limit=limit))
-        parties = await counterparties(
-            self.pool, self.ledger, account, [line.transaction_id for line in statement.lines]
+        rows = await answered(
+            Repo(self.pool).wallet_statement_page(
+                domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject, account, after, limit
+            )
         )
+        if not rows or not rows[0]["member"]:
+            raise errors.NotFound("no such wallet")
+        lines = [r for r in rows if r["version"] is not None]
         return {
             "wallet_id": wallet_id,
             "purse": purse,
             "lines": [
                 {
-                    "transaction_id": line.transaction_id,
-                    "type": line.type,
-                    "reference": line.ref,
-                    "amount": line.amount,
-                    "currency": line.currency,
-                    "balance_after": line.balance_after,
-                    "version": line.version,
-                    "posted_at": ts(line.posted_at),
-                    "counterparty": parties.get(line.transaction_id),
+                    "transaction_id": line["transaction_id"],
+                    "type": line["type"],
+                    "reference": line["ref"],
+                    "amount": line["amount"],
+                    "currency": line["line_currency"],
+                    "balance_after": line["balance_after"],
+                    "version": line["version"],
+                    "posted_at": ts(line["posted_at"]),
+                    "counterparty": None
+                    if line["party_number"] is None
+                    else {
+                        "wallet_number": line["party_number"],
+                        "kind": line["party_kind"],
+                        "name": line["party_name"] if line["party_kind"] == "business" else None,
+                    },
                 }
-                for line in statement.lines
+                for line in lines[:limit]
             ],
-            "next_cursor": statement.next_cursor,
+            "next_cursor": str(lines[limit - 1]["version"]) if len(lines) > limit else None,
         }
 
     async def overview(self, caller: Caller, wallet_id: str, *, days: int) -> JSON:
         """The wallet, its live promo batches and its last ``days`` of cash: one membership check
-        and one answer for what three reads would give (a home page's per wallet)."""
-        # One after the other: each is one short read, and a page's CPU matters more here than
-        # its few milliseconds of waiting (bench/bff_bench.py).
-        view = _wallet_view(*await own_wallet_balance(self.pool, caller, wallet_id))
-        batches = await self._live_batches(wallet_id)
-        history = await self._history(wallet_id, days)
+        and one answer for what three reads would give (a home page's per wallet), in one round
+        trip (``wallet_overview``), refused as the three reads were: not the caller's wallet 404,
+        a wallet without its ledger accounts the ledger's own refusal, days out of range 422,
+        the database out of reach 503."""
+        if not 1 <= days <= ledger.MAX_BALANCE_DAYS:  # the ledger's daily_balances' own check
+            raise errors.InvalidRequest(f"1 to {ledger.MAX_BALANCE_DAYS} days", field="days")
+        today = datetime.now(UTC).date()
+        first = today - timedelta(days=days - 1)
+        row = await answered(
+            Repo(self.pool).wallet_overview(
+                domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject, first, today
+            )
+        )
+        if row is None or not row["member"]:
+            raise errors.NotFound("no such wallet")
+        balance = balance_of(row, wallet_id)
+        if balance is None:
+            # What the ledger's wallet_balance raises for a wallet it does not hold.
+            missing = ledger.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
+            raise errors.from_ledger(missing) or errors.NotFound("no such wallet")
+        view = _wallet_view(wallet_access(row), balance)
+        now = datetime.now(UTC)
+        batches = [
+            {
+                "id": b[0],
+                "funded_by": b[1],
+                "amount": b[2],
+                "remaining": b[3],
+                "expires_at": ts(b[4]),
+                "grant_transaction_id": b[5],
+            }
+            for b in row["batches"] or ()
+            if b[4] > now  # the live ones only, as _live_batches
+        ]
+        history = [
+            {"day": (first + timedelta(days=n)).isoformat(), "balance": cash}
+            for n, cash in enumerate(row["days"])
+        ]
         return {**view, "batches": batches, "days": history}
 
     async def _history(self, wallet_id: str, days: int) -> list[JSON]:

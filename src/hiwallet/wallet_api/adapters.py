@@ -5,7 +5,7 @@ Only this module and the ledger's store touch SQL. Every query names its bucket 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import asyncpg
@@ -80,6 +80,21 @@ def wallet_access(r: asyncpg.Record, member: bool | None = None) -> WalletAccess
     )
 
 
+def balance_of(row: asyncpg.Record, wallet_id: str) -> ledger.WalletBalance | None:
+    """The wallet's balances from a row of ``ledger_api.wallet_purses``' two purses, as the
+    ledger's WalletBalance; None when the ledger has not both of the wallet's accounts."""
+    if row["cash"] is None or row["promo"] is None:
+        return None
+    return ledger.WalletBalance(
+        wallet_id,
+        row["cash_currency"],
+        cash=int(row["cash"]),
+        promo=int(row["promo"]),
+        held=int(row["held"]),
+        promo_expired=int(row["promo_expired"]),
+    )
+
+
 class Repo:
     """Statements on one connection (the caller's transaction) or on the pool."""
 
@@ -134,17 +149,44 @@ class Repo:
         )
         if row is None:
             return None
-        if row["cash"] is None or row["promo"] is None:
-            return wallet_access(row), None
-        balance = ledger.WalletBalance(
+        return wallet_access(row), balance_of(row, wallet_id)
+
+    async def wallet_statement_page(
+        self, bucket: int, wallet_id: str, issuer: str, subject: str, account: str, after: int, limit: int
+    ) -> list[asyncpg.Record]:
+        """Whether the caller is a member of the wallet's account and, for a member, ``account``'s
+        lines after version ``after`` (``limit`` and one more), each with its counterparty's
+        wallet: one round trip. No row for no such wallet."""
+        rows: list[asyncpg.Record] = await self.db.fetch(
+            Q["wallet_statement_page"],
+            bucket,
             wallet_id,
-            row["cash_currency"],
-            cash=int(row["cash"]),
-            promo=int(row["promo"]),
-            held=int(row["held"]),
-            promo_expired=int(row["promo_expired"]),
+            issuer,
+            subject,
+            account,
+            after,
+            limit + 1,
+            f"{wallet_id}:",
         )
-        return wallet_access(row), balance
+        return rows
+
+    async def wallet_overview(
+        self, bucket: int, wallet_id: str, issuer: str, subject: str, first: date, last: date
+    ) -> asyncpg.Record | None:
+        """wallet_with_balance's row and, for a member, the promo account's batches and the
+        cash account's balance at the end of each day from ``first`` to ``last``: one round trip."""
+        row: asyncpg.Record | None = await self.db.fetchrow(
+            Q["wallet_overview"],
+            bucket,
+            wallet_id,
+            issuer,
+            subject,
+            ledger.cash_account(wallet_id),
+            ledger.promo_account(wallet_id),
+            first,
+            last,
+        )
+        return row
 
     async def wallet_by_number(self, bucket: int, number: str) -> WalletAccess | None:
         row = await self.db.fetchrow(Q["wallet_by_number"], bucket, number)

@@ -39,6 +39,7 @@ from hiwallet.core.http import (
     document_models,
     json_body,
     json_body_openapi,
+    query_params,
 )
 from hiwallet.core.http.idempotency import IDEMPOTENCY_KEY_PATTERN
 from hiwallet.ledger import MAX_AMOUNT_MINOR, MAX_BALANCE_DAYS, MAX_STATEMENT_PAGE
@@ -287,9 +288,9 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 router = APIRouter(prefix="/v1", responses=_COMMON)
-# The hot money-moving routes, without path parameters: their endpoints take the request alone
-# and FastAPI calls them without its request handler (core.http.LeanRoute). Included first, so
-# they are also matched first.
+# The hot routes: the money-moving ones and the hot reads. Their endpoints take the request alone
+# and FastAPI calls them without its request handler (core.http.LeanRoute); the app serves them
+# on the hot lane (core.http.hot). Included first, so they are also matched first.
 lean_router = APIRouter(prefix="/v1", responses=_COMMON, route_class=LeanRoute)
 
 
@@ -351,23 +352,73 @@ def _read_answer(view: dict[str, Any]) -> Response:
     return FastJSONResponse(view)
 
 
-@router.get("/wallets/{wallet_id}", response_model=WalletOut, tags=["wallets"])
-async def get_wallet(wallet_id: WalletIdPath, who: CallerDep, svc: ServiceDep) -> Any:
+# The hot reads (issue 26): lean routes on the hot lane (core.http.hot, a path with one id
+# segment), so a read skips the stack's middleware, the router's matching and FastAPI's
+# dependency solving. Each reads what the plain routes' dependencies and parameters read, in
+# their order and with their answers: the caller (401 first), the wallet id (404 for a malformed
+# one, saying nothing of its form), the query (422 naming each field, ``query_params``). The
+# document says what the parameters said (``_read_openapi``; tests/wallet_api/test_contract.py
+# holds the answers to it).
+_WALLET_ID_PARAMETER: dict[str, Any] = {
+    "name": "wallet_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": WALLET_ID_PATTERN, "title": "Wallet Id"},
+}
+
+
+class _StatementQuery(BaseModel):
+    purse: Literal["cash", "promo"] = "cash"
+    cursor: Annotated[str | None, Field(pattern=r"^[0-9]{1,18}$")] = None
+    limit: Annotated[int, Field(ge=1, le=MAX_STATEMENT_PAGE), BeforeValidator(_decimal)] = 50
+
+
+class _DaysQuery(BaseModel):
+    days: Annotated[int, Field(ge=1, le=MAX_BALANCE_DAYS), BeforeValidator(_decimal)] = 30
+
+
+def _read_openapi(query: type[BaseModel] | None = None) -> dict[str, Any]:
+    """A hot read's parameters and security, as FastAPI documented its dependencies and
+    parameters: the wallet id, then each field of ``query`` (its schema as pydantic writes it,
+    without a ``default`` of null, as FastAPI leaves it out)."""
+    parameters = [_WALLET_ID_PARAMETER]
+    if query is not None:
+        properties = query.model_json_schema()["properties"]
+        for name in query.model_fields:
+            schema = {k: v for k, v in properties[name].items() if not (k == "default" and v is None)}
+            parameters.append({"name": name, "in": "query", "required": False, "schema": schema})
+    return {"parameters": parameters, "security": [{"HTTPBearer": []}]}
+
+
+async def _read_wallet_id(request: Request) -> tuple[Caller, str]:
+    who = await verified_caller(request)
+    return who, path_id(request.path_params["wallet_id"], "wallet")
+
+
+@lean_router.get(
+    "/wallets/{wallet_id}", response_model=WalletOut, openapi_extra=_read_openapi(), tags=["wallets"]
+)
+async def get_wallet(request: Request) -> Response:
     """Balances: cash, promo, held, and available (cash − held + promo)."""
-    return _read_answer(await svc.wallet(who, wallet_id))
+    who, wallet_id = await _read_wallet_id(request)
+    return _read_answer(await service_of(request).wallet(who, wallet_id))
 
 
-@router.get("/wallets/{wallet_id}/statement", response_model=StatementOut, tags=["wallets"])
-async def statement(
-    wallet_id: WalletIdPath,
-    who: CallerDep,
-    svc: ServiceDep,
-    purse: Literal["cash", "promo"] = "cash",
-    cursor: Annotated[str | None, Query(pattern=r"^[0-9]{1,18}$")] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_STATEMENT_PAGE), BeforeValidator(_decimal)] = 50,
-) -> Any:
+@lean_router.get(
+    "/wallets/{wallet_id}/statement",
+    response_model=StatementOut,
+    openapi_extra=_read_openapi(_StatementQuery),
+    tags=["wallets"],
+)
+async def statement(request: Request) -> Response:
     """The movements of the wallet's cash (or promo) in order; pass ``next_cursor`` back for more."""
-    return _read_answer(await svc.statement(who, wallet_id, purse=purse, cursor=cursor, limit=limit))
+    who, wallet_id = await _read_wallet_id(request)
+    query = query_params(request, _StatementQuery)
+    return _read_answer(
+        await service_of(request).statement(
+            who, wallet_id, purse=query.purse, cursor=query.cursor, limit=query.limit
+        )
+    )
 
 
 @router.get("/wallets/{wallet_id}/balances", response_model=BalanceHistoryOut, tags=["wallets"])
@@ -382,17 +433,19 @@ async def balance_history(
     return await svc.balance_history(who, wallet_id, days=days)
 
 
-@router.get("/wallets/{wallet_id}/overview", response_model=WalletOverviewOut, tags=["wallets"])
-async def wallet_overview(
-    wallet_id: WalletIdPath,
-    who: CallerDep,
-    svc: ServiceDep,
-    days: Annotated[int, Query(ge=1, le=MAX_BALANCE_DAYS), BeforeValidator(_decimal)] = 30,
-) -> Any:
+@lean_router.get(
+    "/wallets/{wallet_id}/overview",
+    response_model=WalletOverviewOut,
+    openapi_extra=_read_openapi(_DaysQuery),
+    tags=["wallets"],
+)
+async def wallet_overview(request: Request) -> Response:
     """The wallet's balances (as GET /v1/wallets/{wallet_id}), its live promo batches (as
     /promos) and its cash at the end of each of its last ``days`` UTC days (as /balances), in one
     answer: a home page's per wallet, one call where three were."""
-    return _read_answer(await svc.overview(who, wallet_id, days=days))
+    who, wallet_id = await _read_wallet_id(request)
+    days = query_params(request, _DaysQuery).days
+    return _read_answer(await service_of(request).overview(who, wallet_id, days=days))
 
 
 @router.get("/wallets/{wallet_id}/promos", response_model=PromoBatchesOut, tags=["promos"])

@@ -28,6 +28,7 @@ from hiwallet.core.http.lean import (
     document_models,
     json_body,
     json_body_openapi,
+    query_params,
 )
 from hiwallet.core.http.metrics import MULTIPROC_ENV, multiprocess_metrics
 from hiwallet.core.http.problems import (
@@ -82,6 +83,7 @@ __all__ = [
     "problem_refusal",
     "problem_response",
     "problem_type",
+    "query_params",
     "serve",
     "settle_heap",
     "settle_heap_once_started",

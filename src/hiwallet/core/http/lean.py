@@ -64,6 +64,20 @@ async def json_body(request: Request, model: type[Model]) -> Model:
         ) from exc
 
 
+def query_params(request: Request, model: type[Model]) -> Model:
+    """The request's query as ``model`` (each field a query parameter, with its default when
+    absent), with the answers of FastAPI's query parameters: a repeated one read as its last
+    value, an unknown one ignored, a 422 validation problem naming each field (``query`` first
+    in its ``loc``). For lean routes (``LeanRoute``), whose ``openapi_extra`` documents the
+    parameters."""
+    try:
+        return model.model_validate(dict(request.query_params))
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in exc.errors(include_url=False, include_input=False)]
+        ) from exc
+
+
 def _describe(methods: Any, path: str | None) -> str:
     return f"{' '.join(sorted(methods or ()))} {path}".strip()
 

@@ -112,6 +112,81 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
   LEFT JOIN ledger_api.wallet_purses p ON p.bucket = w.bucket AND p.id = $6 AND p.purse = 'promo'
  WHERE w.bucket = $1 AND w.id = $2
 
+-- name: wallet_statement_page
+-- A statement page in one round trip where four were (the membership, the ledger's page, its
+-- counterparties' transactions, their wallets; issue 26, docs/performance.md), read at one
+-- snapshot: whether the wallet exists and the caller is a member of its account (as
+-- wallet_with_access), then, for a member only, the page of $5
+-- (the purse's account, named by hiwallet.ledger, in the wallet's bucket) after version $6, $7
+-- lines at most (the page and one more: there is a next page), each with its counterparty: the
+-- first by id of the other customer wallets' accounts its transaction moved money on (not $5, nor
+-- another purse of the wallet: $8 its purses' prefix), that wallet's number and its account's
+-- kind and name. The same rows as the ledger's statement and counterparties queries and
+-- counterparty_wallets. One row without lines (NULL version), else one per line in version order;
+-- none for no such wallet. Only the membership of the wallet's columns: each row's columns are
+-- decoded by wallet-api, 51 times a page.
+SELECT m.member,
+       l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency AS line_currency,
+       l.balance_after, l.posted_at,
+       pw.number AS party_number, pa.kind AS party_kind, pa.name AS party_name
+  FROM wallet.wallets w
+ CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
+                                     WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
+                                       AND mm.issuer = $3 AND mm.subject = $4) AS member) m
+  LEFT JOIN LATERAL (SELECT l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency,
+                            l.balance_after, l.posted_at
+                       FROM ledger_api.lines l
+                      WHERE m.member AND l.bucket = w.bucket AND l.account_id = $5 AND l.version > $6
+                      ORDER BY l.version
+                      LIMIT $7) l ON true
+  LEFT JOIN LATERAL (SELECT c.account_bucket, c.account_id
+                       FROM ledger_api.transaction_wallet_accounts c
+                      WHERE c.bucket = w.bucket AND c.transaction_id = l.transaction_id
+                        AND c.account_id <> $5 AND NOT starts_with(c.account_id, $8)
+                      ORDER BY c.account_id
+                      LIMIT 1) c ON true
+  LEFT JOIN (wallet.wallets pw JOIN wallet.accounts pa ON pa.bucket = pw.bucket AND pa.id = pw.account_id)
+         ON pw.bucket = c.account_bucket
+        AND pw.id = left(c.account_id, -strpos(reverse(c.account_id), ':'))
+ WHERE w.bucket = $1 AND w.id = $2
+ ORDER BY l.version
+
+-- name: wallet_overview
+-- wallet_with_balance ($1 to $6 as there), and for a member only, in the same round trip where
+-- three were (issue 26): the promo account's batches ($6; as the ledger's promo_batches, each a
+-- record: id, funded_by, amount, remaining, expires_at, grant_transaction_id, in expiry order)
+-- and the cash account's balance at the end of each UTC day from $7 to $8 (as the ledger's
+-- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day;
+-- 0 before its first), in day order.
+SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
+       a.kind, a.tier, a.name,
+       m.member,
+       c.currency AS cash_currency, c.balance AS cash, c.held AS held,
+       p.balance AS promo, p.expired AS promo_expired,
+       CASE WHEN m.member THEN
+           (SELECT array_agg((b.id, b.funded_by, b.amount, b.remaining, b.expires_at,
+                              b.grant_transaction_id) ORDER BY b.expires_at, b.id)
+              FROM ledger_api.promo_batches b
+             WHERE b.bucket = w.bucket AND b.account_id = $6)
+       END AS batches,
+       CASE WHEN m.member THEN
+           (SELECT array_agg(coalesce(
+                       (SELECT l.balance_after FROM ledger_api.lines l
+                         WHERE l.bucket = w.bucket AND l.account_id = $5
+                           AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
+                         ORDER BY l.posted_at DESC, l.version DESC
+                         LIMIT 1), 0) ORDER BY d.day)
+              FROM generate_series($7::date::timestamp, $8::date::timestamp, interval '1 day') AS d (day))
+       END AS days
+  FROM wallet.wallets w
+  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
+ CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
+                                     WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
+                                       AND mm.issuer = $3 AND mm.subject = $4) AS member) m
+  LEFT JOIN ledger_api.wallet_purses c ON c.bucket = w.bucket AND c.id = $5 AND c.purse = 'cash'
+  LEFT JOIN ledger_api.wallet_purses p ON p.bucket = w.bucket AND p.id = $6 AND p.purse = 'promo'
+ WHERE w.bucket = $1 AND w.id = $2
+
 -- name: counterparty_wallets
 -- The wallets a statement's lines moved money with ($1, $2: buckets and ids): each one's number
 -- and its account's kind and name (a business's; a person's account has none).
