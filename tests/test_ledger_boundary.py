@@ -53,6 +53,7 @@ LEDGER_MIGRATIONS = {
     "0015_ledger_api.sql",
     "0022_ledger_api_posting_type.sql",  # ledger_api.posting_in, a domain over its posting type
     "0024_ledger_api_wallet_purses.sql",  # ledger_api.wallet_purses, a wallet's balances read with its own
+    "0025_post_batch_lookups.sql",  # ledger.post_batch's lookups in a call of many
 }
 # Applied before the rule, and naming ledger objects outside the ledger's own work.
 BEFORE_THE_RULE = {
