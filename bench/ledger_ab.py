@@ -91,12 +91,12 @@ def reply(value: dict[str, Any]) -> None:
 
 
 class Side:
-    def __init__(self, name: str, tree: Path, batch: int) -> None:
-        self.name, self.tree, self.batch = name, tree, batch
+    def __init__(self, name: str, tree: Path, batch: int, env: dict[str, str] | None = None) -> None:
+        self.name, self.tree, self.batch, self.env = name, tree, batch, env or {}
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(self.tree / "src"))
+        env = dict(os.environ, PYTHONPATH=str(self.tree / "src")) | self.env
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             str(HERE / "ledger_ab.py"),
@@ -148,7 +148,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     sides = {
         "before": Side("before", Path(args.before), args.batch),
-        "after": Side("after", HERE.parent, args.batch),
+        "after": Side("after", HERE.parent, args.batch, dict(e.split("=", 1) for e in args.after_env)),
     }
     for side in sides.values():
         await side.start()
@@ -184,6 +184,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "before": args.before,
+        "after_env": args.after_env,
         "rounds": args.rounds,
         "round_s": args.round_s,
         "load_avg": os.getloadavg(),
@@ -218,6 +219,13 @@ def cli() -> None:
     parser.add_argument("--round-s", type=float, default=4.0)
     parser.add_argument("--batch", type=int, default=1000, help="transfers per batched transaction")
     parser.add_argument("--pgbench-scale", type=int, default=10)
+    parser.add_argument(
+        "--after-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the after side only (e.g. HIWALLET_LEDGER_COALESCE_WRITERS=2): a setting's A/B",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     import uvloop
