@@ -6,8 +6,9 @@ same PostgreSQL server, reported as ratios.
 1. pgbench's tpcb-like script, prepared mode, 8 clients: the machine's limit of one commit per
    operation. Then interleaved rounds (``--rounds`` of ``--round-s`` seconds): the ledger's p2p
    at 8 clients, pgbench at 8 and the seed-004 shape (a plain asyncpg transfer: insert it once,
-   lock both accounts in id order, check, update both rows) at 8, in turn; the medians of the
-   rounds' ratios and their spread.
+   lock both accounts in id order, check, update both rows) at 8, batched posting (against
+   pgbench at 8), the hot account and p2p at 32 (against each other), in turn; the medians of
+   the rounds' ratios and their spread.
 2. p2p transfers among 1,000 wallets at concurrency 1, 8 and 32 (the spread runs). Each of the
    runs at 8 and 32 is followed at once by wallet-api's at the same concurrency, over HTTP with
    real tokens (bench/wallet_api_bench.py): the figures compared, minutes apart at most.
@@ -66,6 +67,9 @@ TARGETS = {
     # issue 26: the medians of interleaved rounds
     "ledger_vs_pgbench_c8_rounds": 1.0,
     "ledger_vs_bare_c8": 0.8,
+    "batched_vs_pgbench_c8_rounds": 3.5,
+    "hot_vs_spread_c32_rounds": 1.2,
+    "hot_c32_p99_ms_rounds_max": 8.0,
 }
 
 
@@ -465,29 +469,55 @@ async def interleaved(
     accounts = await bare.setup(owner, WALLETS)
     rng = random.Random(11)
     round_s = args.round_s
-    sides: dict[str, list[float]] = {"ledger": [], "pgbench": [], "bare": []}
+    sides: dict[str, list[float]] = {
+        "ledger": [],
+        "pgbench": [],
+        "bare": [],
+        "batched": [],
+        "hot_c32": [],
+        "spread_c32": [],
+    }
+    hot_p99: list[float] = []
 
     async def bare_op(w: int, n: int) -> int:
         a, b = rng.sample(accounts, 2)
         await bare.transfer(f"bare-{bench.run_id}-{len(sides['bare'])}-{w}-{n}", a, b, rng.randint(1, 10_000))
         return 1
 
-    order = ["ledger", "pgbench", "bare"]
+    order = list(sides)
     print(
-        f"interleaved: {args.rounds} rounds of {round_s:g} s each, ledger / pgbench / seed-004 shape, c8 ...",
+        f"interleaved: {args.rounds} rounds of {round_s:g} s each, ledger / pgbench / seed-004 shape at 8,"
+        " batched, hot account and p2p at 32 ...",
         flush=True,
     )
-    with PgbenchDb(args.pgbench_scale) as pg, benchlog.phase("interleaved rounds", args.rounds * round_s * 3):
+    with (
+        PgbenchDb(args.pgbench_scale) as pg,
+        benchlog.phase("interleaved rounds", args.rounds * round_s * len(order)),
+    ):
         for n in range(args.rounds):
-            for side in order[n % 3 :] + order[: n % 3]:
+            k = n % len(order)
+            for side in order[k:] + order[:k]:
                 if side == "pgbench":
                     sides[side].append(await pg.run(round_s, 8))
                 elif side == "ledger":
                     sides[side].append((await bench.spread(wallets, 8, round_s, f"i{n}"))["transfers_per_s"])
-                else:
+                elif side == "bare":
                     sides[side].append((await run_load(8, round_s, bare_op))["transfers_per_s"])
+                elif side == "batched":
+                    result = await bench.batched(wallets, 2, round_s, args.batch, f"ib{n}")
+                    sides[side].append(result["transfers_per_s"])
+                elif side == "hot_c32":
+                    result = await bench.topups(wallets, 32, round_s, f"ih{n}")
+                    sides[side].append(result["transfers_per_s"])
+                    hot_p99.append(result["p99_ms"])
+                else:
+                    sides[side].append(
+                        (await bench.spread(wallets, 32, round_s, f"is{n}"))["transfers_per_s"]
+                    )
     versus_pg = sorted(lg / pg for lg, pg in zip(sides["ledger"], sides["pgbench"], strict=True))
     versus_bare = sorted(lg / b for lg, b in zip(sides["ledger"], sides["bare"], strict=True))
+    batched = sorted(b / pg for b, pg in zip(sides["batched"], sides["pgbench"], strict=True))
+    hot = sorted(h / s for h, s in zip(sides["hot_c32"], sides["spread_c32"], strict=True))
     result = {
         "rounds": args.rounds,
         "round_s": round_s,
@@ -496,6 +526,11 @@ async def interleaved(
         "ledger_vs_pgbench_c8_spread": [round(versus_pg[0], 2), round(versus_pg[-1], 2)],
         "ledger_vs_bare_c8": round(statistics.median(versus_bare), 2),
         "ledger_vs_bare_c8_spread": [round(versus_bare[0], 2), round(versus_bare[-1], 2)],
+        "batched_vs_pgbench_c8": round(statistics.median(batched), 2),
+        "batched_vs_pgbench_c8_spread": [round(batched[0], 2), round(batched[-1], 2)],
+        "hot_vs_spread_c32": round(statistics.median(hot), 2),
+        "hot_vs_spread_c32_spread": [round(hot[0], 2), round(hot[-1], 2)],
+        "hot_c32_p99_ms": round(statistics.median(hot_p99), 2),
     }
     print(f"  {result}", flush=True)
     return result
@@ -563,11 +598,25 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
                 "ledger_vs_bare_c8",
                 "ledger_vs_bare_c8_spread",
             )
+        } | {
+            f"{k}_rounds": i[k]
+            for k in (
+                "batched_vs_pgbench_c8",
+                "batched_vs_pgbench_c8_spread",
+                "hot_vs_spread_c32",
+                "hot_vs_spread_c32_spread",
+                "hot_c32_p99_ms",
+            )
         }
         checks["ledger_vs_pgbench_c8_rounds"] = (
             i["ledger_vs_pgbench_c8"] >= TARGETS["ledger_vs_pgbench_c8_rounds"]
         )
         checks["ledger_vs_bare_c8"] = i["ledger_vs_bare_c8"] >= TARGETS["ledger_vs_bare_c8"]
+        checks["batched_vs_pgbench_c8_rounds"] = (
+            i["batched_vs_pgbench_c8"] >= TARGETS["batched_vs_pgbench_c8_rounds"]
+        )
+        checks["hot_vs_spread_c32_rounds"] = i["hot_vs_spread_c32"] >= TARGETS["hot_vs_spread_c32_rounds"]
+        checks["hot_c32_p99_ms_rounds"] = i["hot_c32_p99_ms"] < TARGETS["hot_c32_p99_ms_rounds_max"]
     checks["peak_rss_mb"] = out["peak_rss_mb"] < TARGETS["peak_rss_mb_max"]
     if isinstance(r.get("wallet_api_c8"), dict):
         out["wallet_api_c8_vs_ledger_c8"] = round(

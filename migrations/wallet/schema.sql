@@ -261,7 +261,10 @@ DECLARE
     v_claim  boolean := p_replay_on_conflict AND n = 1;
     results  jsonb[] := '{}';
     known    boolean[];           -- per posting: its id is in the ledger already
+    first_at int[];               -- per posting: the first posting of the call with its id
+    last_at  int[];               -- per first posting: the last posting of its id decided
     v_at     timestamptz;
+    v_at_json jsonb;              -- v_at as the answers carry it, converted once a call
     v_row    record;
     v_p      ledger.posting_in;
     -- The arrays start null, not empty: appending to null makes an array of one, and each
@@ -271,6 +274,7 @@ DECLARE
     a_ver bigint[]; a_hash bytea[];
     a_dheld bigint[];             -- held to change in the table (a hold captured)
     a_moved boolean[];
+    a_map    jsonb;               -- account id -> index into the a_ arrays (a call of many)
     n_acc    int := 0;
     -- per posting
     n_legs   int;
@@ -289,8 +293,6 @@ DECLARE
     v_hold_amount bigint;
     v_net bigint; v_debit bigint; v_held bigint; v_take bigint; v_left bigint; v_total bigint;
     v_fail   int;
-    -- ids answered in this call, and by which posting
-    done_ids text[]; done_at int[];
     -- rows to write: the part rows (of a call of many), the lines
     w_count  int := 0;            -- postings decided since the last write
     t_bucket smallint[]; t_id text[]; t_home smallint[]; t_buckets text[]; t_type text[]; t_actor text[];
@@ -302,7 +304,7 @@ DECLARE
     w_amounts bigint[];
     w_hold_leg int;
     s_bucket smallint[] := '{}'; s_batch text[] := '{}'; s_amt bigint[] := '{}';  -- remaining -= amt
-    i int; j int; k int; m int; x int;
+    i int; j int; k int; m int; x int; y int;
 BEGIN
     IF n = 0 THEN
         RETURN results;
@@ -310,15 +312,21 @@ BEGIN
 
     -- 1. Known ids are replays (or reused ids), found before any lock is taken: the accounts
     --    of a posting whose id is known are not locked.
+    --    The same statement finds, for each posting, the call's first posting with its id
+    --    (a repeated id is answered by its earlier posting: 3a).
     IF n = 1 THEN
         known := ARRAY[EXISTS (SELECT 1 FROM ledger.transactions t
                                 WHERE t.bucket = (p_postings[1]).home AND t.id = (p_postings[1]).id)];
+        first_at := '{1}';
     ELSE
-        known := ARRAY(
-            SELECT (SELECT true FROM ledger.transactions t WHERE t.bucket = p.home AND t.id = p.id) IS NOT NULL
-              FROM unnest(p_postings) WITH ORDINALITY AS p
-             ORDER BY p.ordinality);
+        SELECT array_agg(x.known ORDER BY x.o), array_agg(x.first ORDER BY x.o) INTO known, first_at
+          FROM (SELECT p.ordinality AS o,
+                       (SELECT true FROM ledger.transactions t
+                         WHERE t.bucket = p.home AND t.id = p.id) IS NOT NULL AS known,
+                       min(p.ordinality) OVER (PARTITION BY p.id COLLATE "C") AS first
+                  FROM unnest(p_postings) WITH ORDINALITY AS p) AS x;
     END IF;
+    last_at := array_fill(NULL::int, ARRAY[n]);
 
     -- 2. Every account of the call's new postings, locked in (bucket, id) order by one
     --    statement: one global order, so two writers can never wait on each other in a cycle.
@@ -341,6 +349,15 @@ BEGIN
     -- The time of the postings is read after the locks: every later posting on these accounts
     -- waited for this call to commit, so posted_at grows with the accounts' versions.
     v_at := clock_timestamp();
+    v_at_json := to_jsonb(v_at);
+    -- Each leg finds its account's index. array_position copies the whole array (an expanded
+    -- array is flattened for the call) and compares the ids one by one: for a call of 1,000
+    -- postings over 500 accounts that was a sixth of the call's time (perf). A jsonb object
+    -- is a binary search; built once, it pays from a few hundred accounts on (the backend's
+    -- CPU a call, measured: 17 % less at 500 accounts, even at 200, 6 % more at 40).
+    IF n_acc > 200 THEN
+        a_map := (SELECT jsonb_object_agg(u.id, u.o) FROM unnest(a_id) WITH ORDINALITY AS u(id, o));
+    END IF;
 
     -- 3. The postings in order, one more turn to write what is left.
     FOR i IN 1 .. n + 1 LOOP
@@ -448,26 +465,23 @@ BEGIN
 
         -- 3a. A repeated id: answered by its earlier posting in this call (unless that one was
         --     refused, which left the id free), or by the ledger.
-        x := array_position(done_ids, v_p.id);
-        IF x IS NOT NULL AND NOT results[done_at[x]] ? 'error' THEN
-            IF (p_postings[done_at[x]]).request_hash = v_p.request_hash THEN
-                results := results || (results[done_at[x]] || '{"replayed": true}'::jsonb);
+        --     last_at[first_at[i]]: the last posting of this id decided in this call.
+        x := first_at[i];
+        y := last_at[x];
+        IF y IS NOT NULL AND NOT results[y] ? 'error' THEN
+            IF (p_postings[y]).request_hash = v_p.request_hash THEN
+                results := results || (results[y] || '{"replayed": true}'::jsonb);
             ELSE
                 results := results || ledger.refusal('HW003',
                     format('transaction id %s was used for another request', v_p.id),
                     jsonb_build_object('id', v_p.id));
             END IF;
             CONTINUE;
-        ELSIF x IS NULL THEN
-            IF known[i] THEN
-                results := results || ledger.replay(v_p.home, v_p.id, v_p.request_hash);
-                CONTINUE;
-            END IF;
-            done_ids := done_ids || v_p.id;
-            done_at := done_at || i;
-        ELSE
-            done_at[x] := i;  -- a new attempt of an id whose earlier posting was refused
+        ELSIF y IS NULL AND known[i] THEN
+            results := results || ledger.replay(v_p.home, v_p.id, v_p.request_hash);
+            CONTINUE;
         END IF;
+        last_at[x] := i;  -- (again, for a new attempt of an id whose earlier posting was refused)
 
         -- 3b. Its legs' accounts (an id names its bucket, so the id alone finds it) and
         --     currencies. A customer's missing account is the likelier news than a system one.
@@ -477,7 +491,8 @@ BEGIN
         v_missing := NULL;
         v_mismatch := NULL;
         FOR k IN 1 .. n_legs LOOP
-            j := array_position(a_id, v_p.accounts[k]);
+            j := CASE WHEN a_map IS NULL THEN array_position(a_id, v_p.accounts[k])
+                      ELSE (a_map ->> v_p.accounts[k])::int END;
             IF j IS NULL OR a_bucket[j] <> v_p.buckets[k] THEN
                 IF v_missing IS NULL OR position(':sys:' IN v_missing) > 0 THEN
                     v_missing := v_p.accounts[k];
@@ -698,7 +713,7 @@ BEGIN
             w_amounts := amounts;
         END IF;
         w_count := w_count + 1;
-        results := results || jsonb_build_object('id', v_p.id, 'replayed', false, 'posted_at', v_at,
+        results := results || jsonb_build_object('id', v_p.id, 'replayed', false, 'posted_at', v_at_json,
                                                   'lines', v_lines);
     END LOOP;
     RETURN results;

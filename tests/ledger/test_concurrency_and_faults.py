@@ -151,35 +151,59 @@ async def test_a_batch_answers_as_the_same_postings_one_at_a_time(ledger: Ledger
     """The set-based batch and posting one at a time agree, posting by posting: the same
     answers (ok, refused and why, replayed) and the same balances, over a random sequence with
     overdrafts, repeats and reused ids."""
+    await _batch_against_one_at_a_time(ledger, seed=20261129, rounds=3, wallets=5, postings=60)
+
+
+async def test_a_batch_over_hundreds_of_accounts_answers_as_one_at_a_time(ledger: Ledger) -> None:
+    """The same over more accounts than post_batch looks up by array_position (200, migration
+    0026): its jsonb map of the locked accounts gives the same answers, an unknown account's
+    refusal included."""
+    await _batch_against_one_at_a_time(
+        ledger, seed=20261205, rounds=1, wallets=260, postings=400, unknown=True
+    )
+
+
+async def _batch_against_one_at_a_time(
+    ledger: Ledger, *, seed: int, rounds: int, wallets: int, postings: int, unknown: bool = False
+) -> None:
     import random
 
     from hiwallet.ledger import rules
+    from hiwallet.ledger.accounts import new_wallet_id
 
-    rng = random.Random(20261129)
-    for round_ in range(3):
+    rng = random.Random(seed)
+    for round_ in range(rounds):
         # two identical worlds: one posts the batch, the other one posting at a time
         worlds = []
-        funding = [rng.randint(0, 20) * TL if i else 0 for i in range(5)]
+        funding = [rng.randint(0, 20) * TL if i else 0 for i in range(wallets)]
         for side in (0, 1):
             # ids are scoped by the sender's bucket: the two worlds live in different buckets
-            wallets = [
-                await funded_wallet(
-                    ledger, f"w{side}-{round_}-{i}", funding[i], bucket=1 + i * 100 + side * 50
-                )
-                for i in range(5)
-            ]
-            worlds.append(wallets)
+            worlds.append(
+                [
+                    await funded_wallet(
+                        ledger,
+                        f"w{side}-{round_}-{i}",
+                        funding[i],
+                        bucket=1 + (i * 100 + side * 50) % 1000 if wallets <= 10 else 1 + i * 2 + side,
+                    )
+                    for i in range(wallets)
+                ]
+            )
+            if unknown:  # a wallet never opened: its transfers are refused as AccountNotFound
+                worlds[side].append(new_wallet_id(1 + side))
         plan = []
-        for n in range(60):
+        for n in range(postings):
             if n % 7 == 6:
                 plan.append(rng.choice(plan))  # the same request again: a replay
                 continue
-            a, b = rng.sample(range(5), 2)
-            key = f"r{round_}-{rng.randint(0, 40)}"  # repeats: replays, or reused with other content
+            a, b = rng.sample(range(len(worlds[0])), 2)
+            key = f"r{round_}-{rng.randint(0, postings * 2 // 3)}"  # repeats: replays, or reused
             plan.append((key, a, b, rng.randint(1, 8) * TL))
         batch = [
             rules.transfer(k, worlds[0][a], worlds[0][b], m, "TRY", actor="t", ref="r") for k, a, b, m in plan
         ]
+        if wallets > 200:  # the jsonb map's path: more than 200 accounts locked
+            assert len({leg.account for p in batch for leg in p.legs}) > 200
         answers_batch = await ledger.store.post_batch(batch)
         answers_alone = []
         for k, a, b, m in plan:
@@ -196,8 +220,11 @@ async def test_a_batch_answers_as_the_same_postings_one_at_a_time(ledger: Ledger
             return type(answer).__name__
 
         assert [kind(x) for x in answers_batch] == [kind(x) for x in answers_alone]
-        assert {kind(x) for x in answers_batch} >= {"posted", "replayed", "InsufficientFunds"}
-        assert [await cash(ledger, w) for w in worlds[0]] == [await cash(ledger, w) for w in worlds[1]]
+        expected = {"posted", "replayed", "InsufficientFunds"} | ({"AccountNotFound"} if unknown else set())
+        assert {kind(x) for x in answers_batch} >= expected
+        assert [await cash(ledger, w) for w in worlds[0][:wallets]] == [
+            await cash(ledger, w) for w in worlds[1][:wallets]
+        ]
     await assert_verified(ledger.store)
 
 

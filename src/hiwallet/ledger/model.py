@@ -54,6 +54,12 @@ class Leg:
     currency: str
 
 
+# The request hash's JSON, byte for byte what json.dumps(content, sort_keys=True,
+# separators=(",", ":"), default=str) writes: one encoder made once (json.dumps with any of
+# these arguments builds a new JSONEncoder a call, 5 of a posting's ~12 µs of hashing).
+_REQUEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+
+
 @dataclass(frozen=True)
 class Posting:
     """One ledger transaction, ready for :meth:`LedgerStore.post`.
@@ -90,9 +96,7 @@ class Posting:
                 self.options,
                 self.metadata,
             ]
-        return hashlib.sha256(
-            json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()
-        ).digest()
+        return hashlib.sha256(_REQUEST_JSON.encode(content).encode()).digest()
 
 
 @dataclass(frozen=True, slots=True)
