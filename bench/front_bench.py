@@ -40,9 +40,12 @@ from hiwallet.ledger.store import LedgerStore, init_connection
 _FRONT = """
 import os, sys
 kind, port, idp, api = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-baseline = sys.argv[5:] == ["baseline"]
+baseline = sys.argv[5:6] == ["baseline"]
+source = sys.argv[6] if len(sys.argv) > 6 else ""
+if source:  # the baseline is another tree's code (e.g. `git archive main src`), not a patch
+    sys.path.insert(0, source)
 prefix = {"personal": "HIWALLET_PERSONAL_MOBILE_API_", "business": "HIWALLET_BUSINESS_API_"}[kind]
-if baseline:  # as before 2026-12-04: Redis asked on every request (leases of 1)
+if baseline and not source:  # as before 2026-12-04: Redis asked on every request (leases of 1)
     import hiwallet.core.edge.limits as limits
     limits.LEASE_MAX = 1
 os.environ.update({prefix + "PORT": port, prefix + "ISSUER_BASE": idp, prefix + "WALLET_API_URL": api,
@@ -74,7 +77,9 @@ async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int)
     return wb.rss_mb(pid)
 
 
-async def measure(concurrency: int, duration_s: float, rounds: int, baseline: bool) -> dict[str, Any]:
+async def measure(
+    concurrency: int, duration_s: float, rounds: int, baseline: bool, source: str = ""
+) -> dict[str, Any]:
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
     await databases.migrate("wallet", database=wallet_db)
@@ -98,7 +103,8 @@ async def measure(concurrency: int, duration_s: float, rounds: int, baseline: bo
             await wb._wait_ready(client, front, procs[2])
             await wb._wait_ready(client, business, procs[3])
             if baseline:
-                procs.append(wb._start(_FRONT, "personal", str(base_port), idp, api, "baseline"))
+                base_args = ("baseline", source) if source else ("baseline",)
+                procs.append(wb._start(_FRONT, "personal", str(base_port), idp, api, *base_args))
                 await wb._wait_ready(client, base_front, procs[4])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             people = await wb._customers(client, idp, api, ledger, concurrency)
@@ -235,15 +241,24 @@ def main() -> None:
         action="store_true",
         help="also a front as before 2026-12-04 (Redis asked on every request), in the same rounds",
     )
+    parser.add_argument(
+        "--baseline-src",
+        default="",
+        help="the baseline front runs this source tree's code instead (a directory holding the "
+        "hiwallet package, e.g. from `git archive main src`); implies --baseline",
+    )
     args = parser.parse_args()
+    source = os.path.abspath(args.baseline_src) if args.baseline_src else ""
     benchlog.to_file()
     started = datetime.now(UTC)
-    results = [uvloop.run(measure(c, args.duration, args.rounds, args.baseline)) for c in args.concurrency]
+    baseline = args.baseline or bool(source)
+    results = [uvloop.run(measure(c, args.duration, args.rounds, baseline, source)) for c in args.concurrency]
     result = {
         "bench": "front",
         "started": started.isoformat(),
         "duration_s": args.duration,
         "rounds": args.rounds,
+        "baseline_src": source or None,
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }

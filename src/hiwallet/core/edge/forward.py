@@ -26,7 +26,7 @@ a retry can cure is "unavailable").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -143,14 +143,20 @@ class Upstream:
         )
 
     async def _traced(
-        self, tracer: Any, method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+        self,
+        tracer: Any,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes | None,
+        lines: bytes,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The call as a CLIENT span, its trace context sent with it (core.tracing)."""
         url = urlsplit(self.base_url)
         with tracing.client_span(
             tracer, method, url.hostname, url.port, lambda name, value: headers.append((name, value))
         ) as span:
-            status, raw_headers, content = await self.pool.request(method, target, headers, body)
+            status, raw_headers, content = await self.pool.request(method, target, headers, body, lines=lines)
             span.set_attribute("http.response.status_code", status)
             return status, raw_headers, content
 
@@ -166,23 +172,33 @@ class Upstream:
         """``method path`` on this upstream with the request's forwarded headers; its answer
         unless it is 5xx (503 :class:`UpstreamUnavailable`, as for no answer at all, or 502
         :class:`UpstreamFailed`)."""
-        headers = [
-            (name.decode("latin-1"), value.decode("latin-1"))
-            for name, value in request.scope["headers"]
+        # The header lines as uvicorn parsed them (bytes a header line may hold), not decoded
+        # and encoded again.
+        scope = request.scope
+        forwarded = [
+            b"%s: %s\r\n" % (name, value)
+            for name, value in scope["headers"]
             if name in FORWARDED_REQUEST_HEADERS
         ]
+        headers: list[tuple[str, str]] = []
         request_id = REQUEST_ID.get()
         if isinstance(request_id, str):
             headers.append(("x-request-id", request_id))
-        if request.client is not None:
-            headers.append(("x-forwarded-for", request.client.host))
+        client = scope.get("client")
+        if client is not None:
+            headers.append(("x-forwarded-for", client[0]))
+        lines = b"".join(forwarded)
         target = f"{path}?{urlencode(params)}" if params else path
         tracer = tracing.STATE.tracer
         try:
             if tracer is None:
-                status, raw_headers, content = await self.pool.request(method, target, headers, body)
+                status, raw_headers, content = await self.pool.request(
+                    method, target, headers, body, lines=lines
+                )
             else:
-                status, raw_headers, content = await self._traced(tracer, method, target, headers, body)
+                status, raw_headers, content = await self._traced(
+                    tracer, method, target, headers, body, lines
+                )
         except TimeoutError as exc:
             log.warning("upstream timed out", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("timeout") from exc
@@ -202,20 +218,46 @@ class Upstream:
         return UpstreamAnswer(status, answer_headers, content)
 
 
+# The returned headers' names, as a header line has them and as ``UpstreamAnswer.headers`` keys.
+_RETURNED = tuple((name, name.encode("latin-1")) for name in RETURNED_HEADERS)
+
+
+class _Relayed(Response):
+    """An answer whose header lines are already made (:func:`relayed`): Starlette's
+    ``Response.__init__`` would lower-case and encode each header again."""
+
+    def __init__(self, status_code: int, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        # Not Response.__init__: what it sets, set from what relayed made.
+        self.status_code = status_code
+        self.background = None
+        self.body = body
+        self.raw_headers = raw_headers
+
+
 def relayed(
-    answer: UpstreamAnswer, content: bytes | None = None, extra: Mapping[str, str] | None = None
+    answer: UpstreamAnswer,
+    content: bytes | None = None,
+    extra: Mapping[str, str] | None = None,
+    *,
+    raw_extra: Sequence[tuple[bytes, bytes]] = (),
 ) -> Response:
     """The upstream's answer as this API's: its status and content type, ``content`` (its own
-    body when None) and the headers a client needs."""
-    headers = {name: answer.headers[name] for name in RETURNED_HEADERS if name in answer.headers}
+    body when None) and the headers a client needs, then ``extra`` and ``raw_extra`` (header
+    lines already encoded, names in lower case). The headers as Starlette's ``Response`` would
+    make them: the header lines in that order, then Content-Length (not on a 1xx, 204 or 304)
+    and Content-Type (``; charset=utf-8`` added to a text type without one)."""
+    raw = [(key, answer.headers[name].encode("latin-1")) for name, key in _RETURNED if name in answer.headers]
     if extra:
-        headers.update(extra)
-    media_type = answer.headers.get("content-type")
-    if answer.status in (204, 304):
-        return Response(status_code=answer.status, headers=headers)
-    return Response(
-        answer.content if content is None else content,
-        status_code=answer.status,
-        headers=headers,
-        media_type=media_type or PROBLEM_CONTENT_TYPE,
-    )
+        raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
+    raw += raw_extra
+    status = answer.status
+    if status in (204, 304):
+        return _Relayed(status, b"", raw)
+    body = answer.content if content is None else content
+    if status >= 200:
+        raw.append((b"content-length", b"%d" % len(body)))
+    media_type = answer.headers.get("content-type") or PROBLEM_CONTENT_TYPE
+    if media_type.startswith("text/") and "charset=" not in media_type.lower():
+        media_type += "; charset=utf-8"
+    raw.append((b"content-type", media_type.encode("latin-1")))
+    return _Relayed(status, body, raw)

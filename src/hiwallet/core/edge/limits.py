@@ -33,6 +33,7 @@ Headers (draft-ietf-httpapi-ratelimit-headers, structured fields):
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -76,9 +77,14 @@ class RatePolicy:
     quota: int  # requests per window
     window_s: int
 
-    @property
+    @functools.cached_property
     def policy_header(self) -> str:
         return f'"{self.name}";q={self.quota};w={self.window_s}'
+
+    @functools.cached_property
+    def policy_line(self) -> tuple[bytes, bytes]:
+        """``RateLimit-Policy`` as a header line (lower-case name), made once."""
+        return (b"ratelimit-policy", self.policy_header.encode("latin-1"))
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,13 @@ class RateDecision:
             "RateLimit-Policy": self.policy.policy_header,
             "RateLimit": f'"{self.policy.name}";r={self.remaining};t={self.reset_s}',
         }
+
+    @property
+    def raw_headers(self) -> tuple[tuple[bytes, bytes], ...]:
+        """:attr:`headers` as header lines (names in lower case, values encoded)."""
+        policy = self.policy
+        state = f'"{policy.name}";r={self.remaining};t={self.reset_s}'.encode("latin-1")
+        return (policy.policy_line, (b"ratelimit", state))
 
 
 class RateLimited(TooManyRequests):

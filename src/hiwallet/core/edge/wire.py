@@ -40,7 +40,11 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.last_used = 0.0
         self._done: asyncio.Future[tuple[int, list[tuple[bytes, bytes]], bytes]] | None = None
-        self._parser: httptools.HttpResponseParser | None = None
+        # One parser for the connection's answers, one after another (llhttp reads a keep-alive
+        # connection's messages in turn, as uvicorn's does its requests); ``_done`` says whether
+        # an answer is awaited.
+        self._parser = httptools.HttpResponseParser(self)
+        self._loop = asyncio.get_running_loop()
         self._headers: list[tuple[bytes, bytes]] = []
         self._body = bytearray()
         self.keep_alive = True
@@ -50,7 +54,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
-        if self._parser is None:
+        if self._done is None:
             self.close()  # bytes nobody asked for: not a connection to keep
             return
         try:
@@ -65,6 +69,10 @@ class _Connection(asyncio.Protocol):
         self._fail(UpstreamError("the upstream closed the connection"))
 
     # httptools' callbacks
+    def on_message_begin(self) -> None:
+        if self._done is None or self._done.done():  # a second answer to one request
+            self.keep_alive = False  # a connection out of step: never used again
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
 
@@ -75,16 +83,19 @@ class _Connection(asyncio.Protocol):
         self._body += body
 
     def on_message_complete(self) -> None:
-        parser, done = self._parser, self._done
-        if parser is None or done is None or done.done():
+        done = self._done
+        if done is None or done.done():
             return
-        self.keep_alive = parser.should_keep_alive()
-        done.set_result((parser.get_status_code(), self._headers, bytes(self._body)))
+        self.keep_alive = self.keep_alive and self._parser.should_keep_alive()
+        done.set_result((self._parser.get_status_code(), self._headers, bytes(self._body)))
 
     def _fail(self, exc: BaseException) -> None:
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
         self.close()
+
+    def _timed_out(self) -> None:
+        self._fail(TimeoutError("no whole answer in time"))
 
     def close(self) -> None:
         self.closed = True
@@ -100,19 +111,19 @@ class _Connection(asyncio.Protocol):
         )
 
     async def exchange(self, request: bytes, read_s: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._done = done = loop.create_future()
-        self._parser = httptools.HttpResponseParser(self)
         self._headers, self._body = [], bytearray()
+        self.keep_alive = True
         assert self.transport is not None
         self.transport.write(request)
-        timer = loop.call_later(read_s, self._fail, TimeoutError("no whole answer in time"))
+        timer = loop.call_later(read_s, self._timed_out)
         try:
             answer: tuple[int, list[tuple[bytes, bytes]], bytes] = await done
             return answer
         finally:
             timer.cancel()
-            self._parser, self._done = None, None
+            self._done = None
 
 
 class HttpPool:
@@ -142,12 +153,20 @@ class HttpPool:
         self._waiters: collections.deque[asyncio.Future[_Connection | None]] = collections.deque()
 
     async def request(
-        self, method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes | None,
+        *,
+        lines: bytes = b"",
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """(status, headers, body) of ``method target``. ``target`` and the headers must be
         what a request line and header lines may hold (the caller's: a path it built, headers
-        uvicorn already parsed)."""
-        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._host_header]
+        uvicorn already parsed); ``lines`` are more header lines, each ``name: value\\r\\n``,
+        already encoded (the forwarded request's: its bytes as uvicorn parsed them, not decoded
+        and encoded again)."""
+        head = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), self._host_header, lines]
         head += [f"{name}: {value}\r\n".encode("latin-1") for name, value in headers]
         payload = body or b""
         if payload or method in ("POST", "PUT", "PATCH"):
@@ -164,13 +183,14 @@ class HttpPool:
             self._release(conn, reusable)
 
     async def _acquire(self) -> _Connection:
+        if self._idle:
+            now = self._idle[-1]._loop.time()
+            while self._idle:
+                conn = self._idle.pop()
+                if conn.usable(now, self.idle_s):
+                    return conn
+                self._discard(conn)
         loop = asyncio.get_running_loop()
-        now = loop.time()
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.usable(now, self.idle_s):
-                return conn
-            self._discard(conn)
         if self._count >= self.max_connections:
             waiter: asyncio.Future[_Connection | None] = loop.create_future()
             self._waiters.append(waiter)
@@ -206,7 +226,7 @@ class HttpPool:
         if not reusable or conn.closed:
             self._discard(conn)
             return
-        conn.last_used = asyncio.get_running_loop().time()
+        conn.last_used = conn._loop.time()
         if not self._wake(conn):
             self._idle.append(conn)
 

@@ -49,6 +49,8 @@ REQUEST_ID_HEADER = b"x-request-id"
 _SANE_REQUEST_ID = re.compile(rb"[\x21-\x7e]{1,128}")
 # Where a handler leaves the error it answered, for the edge's log line (scope is per request).
 ERROR_KEY = "hiwallet.error"
+# The labelled series the edge keeps at hand (see Edge.__init__).
+_MAX_SERIES = 1000
 
 Handler = Callable[[Request, Exception], Any]
 
@@ -90,6 +92,9 @@ class Edge:
         self.metrics = metrics
         self.max_bytes = max_bytes
         self.access = access
+        # Each (method, route, status)'s labelled counter and histogram, looked up once:
+        # prometheus_client's ``labels`` (validation, a lock, a dict) was two lookups a request.
+        self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -187,10 +192,19 @@ class Edge:
         )
 
     def _measure(self, scope: Scope, status: int, started: float, request_id: str) -> None:
-        m, route, method = self.metrics, route_label(scope), scope.get("method", "")
+        route, method = route_label(scope), scope.get("method", "")
         elapsed_s = time.perf_counter() - started
-        m.requests.labels(m.service, method, route, str(status)).inc()
-        m.latency.labels(m.service, method, route).observe(elapsed_s)
+        series = self._series.get((method, route, status))
+        if series is None:
+            m = self.metrics
+            series = (
+                m.requests.labels(m.service, method, route, str(status)),
+                m.latency.labels(m.service, method, route),
+            )
+            if len(self._series) < _MAX_SERIES:  # bounded: a client chooses the method
+                self._series[method, route, status] = series
+        series[0].inc()
+        series[1].observe(elapsed_s)
         if self.access is not None:
             self.access(method, route, status, elapsed_s, request_id)
 
