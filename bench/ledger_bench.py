@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -43,6 +44,7 @@ import asyncpg
 import uvloop
 
 import benchlog
+import wallet_api_bench
 from cpu import machine_busy_s, process_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.core import db
@@ -377,7 +379,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "transit_legs": get_ledger_settings().transit_legs,
     }
 
-    full = not args.wallet_api_only
+    full = not (args.wallet_api_only or args.only)
     if full:
         print(f"pgbench tpcb-like, prepared, 8 clients, {args.duration} s ...", flush=True)
         with benchlog.phase("pgbench, 8 clients", args.duration):
@@ -396,6 +398,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         print(f"opening and funding {WALLETS} wallets ...", flush=True)
         wallets = await bench.open_wallets(WALLETS)
         await owner.execute("ANALYZE")
+
+        if args.only == "wallet":
+            report["wallet_rounds"] = await wallet_rounds(bench, wallets, owner, args)
+            report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+            report["ratios"] = {"wallet_rounds": wallet_summary(report["wallet_rounds"])}
+            report["verify"] = await verify(ledger)
+            return report
 
         if full and args.rounds:
             report["interleaved"] = await interleaved(bench, wallets, owner, pool, args)
@@ -435,16 +444,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 report["batched"] = await bench.batched(wallets, 2, args.duration, args.batch, "b")
             print(f"  {report['batched']}", flush=True)
 
-        print("verify ...", flush=True)
-        started = time.perf_counter()
-        verified = await ledger.store.verify()
-        report["verify"] = {
-            "ok": verified.ok,
-            "problems": verified.problems[:20],
-            "lines": verified.lines,
-            "transactions": verified.transactions,
-            "seconds": round(time.perf_counter() - started, 1),
-        }
+        report["verify"] = await verify(ledger)
     finally:
         await pool.close()
         await owner.close()
@@ -456,6 +456,100 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     report["peak_rss_mb"] = round(peak_rss_mb(), 1)
     report["ratios"] = ratios(report)
     return report
+
+
+async def verify(ledger: Ledger) -> dict[str, Any]:
+    print("verify ...", flush=True)
+    started = time.perf_counter()
+    verified = await ledger.store.verify()
+    return {
+        "ok": verified.ok,
+        "problems": verified.problems[:20],
+        "lines": verified.lines,
+        "transactions": verified.transactions,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+async def wallet_rounds(
+    bench: Bench, wallets: list[str], owner: asyncpg.Connection, args: argparse.Namespace
+) -> dict[str, Any]:
+    """wallet-api over HTTP against the ledger's in-process p2p, at each of ``--concurrency``, in
+    short rounds taken in turn (the order rotates each round), each side right after a
+    checkpoint: each ratio compares figures seconds apart. With ``--baseline SRC``, wallet-api
+    from that tree too (the code before, e.g. ``git archive main``), in the same rounds: its
+    ratio to the ledger and the after's to it. The medians of the rounds' ratios, with the
+    spread (min, max)."""
+    levels: list[int] = args.concurrency
+    round_s = args.round_s
+    async with contextlib.AsyncExitStack() as stack:
+        served = {"wallet": await stack.enter_async_context(wallet_api_bench.serving(max(levels)))}
+        if args.baseline:
+            served["before"] = await stack.enter_async_context(
+                wallet_api_bench.serving(max(levels), src=Path(args.baseline))
+            )
+        # Warm, as a wallet-api that has run a while: each side's first transfers to each of the
+        # 1,000 receivers read the parties with a statement of their own (the party cache's
+        # misses), which a cold run's p99 would count.
+        for side in served.values():
+            await side.run(max(levels), round_s)
+        order = ["ledger", *served]
+        runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {k: [] for k in order} for c in levels}
+        print(
+            f"wallet rounds: {args.rounds} of {round_s:g} s a side, {' / '.join(order)}, c{levels} ...",
+            flush=True,
+        )
+        with benchlog.phase("wallet rounds", args.rounds * round_s * len(order) * len(levels)):
+            for n in range(args.rounds):
+                for c in levels:
+                    for side in order[n % len(order) :] + order[: n % len(order)]:
+                        await owner.execute("CHECKPOINT", timeout=600)
+                        if side == "ledger":
+                            run = await bench.spread(wallets, c, round_s, f"w{n}c{c}")
+                        else:
+                            run = await served[side].run(c, round_s)
+                        runs[c][side].append(run)
+                print(
+                    f"  round {n + 1}: "
+                    + "; ".join(
+                        f"c{c} " + " ".join(f"{k} {runs[c][k][-1]['transfers_per_s']:.0f}" for k in order)
+                        for c in levels
+                    ),
+                    flush=True,
+                )
+    return {"rounds": args.rounds, "round_s": round_s, "sides": order, "runs": runs}
+
+
+def wallet_summary(rounds: dict[str, Any]) -> dict[str, Any]:
+    """Per concurrency: the medians and spreads of wallet/ledger (and before/ledger, after/before),
+    p99 (median of the rounds'), wallet-api's CPU a transfer (median)."""
+
+    def ratio(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+        rs = sorted(x["transfers_per_s"] / max(y["transfers_per_s"], 1e-9) for x, y in zip(a, b, strict=True))
+        return {"median": round(statistics.median(rs), 3), "spread": [round(rs[0], 3), round(rs[-1], 3)]}
+
+    def med(runs: list[dict[str, Any]], key: str) -> float:
+        return round(statistics.median(r.get(key, 0) for r in runs), 2)
+
+    out: dict[str, Any] = {}
+    for c, sides in rounds["runs"].items():
+        row: dict[str, Any] = {"wallet_vs_ledger": ratio(sides["wallet"], sides["ledger"])}
+        for side in (s for s in sides if s != "ledger"):
+            row[side] = {
+                "transfers_per_s": med(sides[side], "transfers_per_s"),
+                "p50_ms": med(sides[side], "p50_ms"),
+                "p99_ms": med(sides[side], "p99_ms"),
+                "server_cpu_us": med(sides[side], "server_cpu_us"),
+                "db_cpu_us": med(sides[side], "db_cpu_us"),
+                "machine_cpu_us": med(sides[side], "machine_cpu_us"),
+                "errors": sum(r["errors"] for r in sides[side]),
+            }
+        row["ledger"] = {"transfers_per_s": med(sides["ledger"], "transfers_per_s")}
+        if "before" in sides:
+            row["before_vs_ledger"] = ratio(sides["before"], sides["ledger"])
+            row["after_vs_before"] = ratio(sides["wallet"], sides["before"])
+        out[f"c{c}"] = row
+    return out
 
 
 async def interleaved(
@@ -661,6 +755,18 @@ def cli() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (0: none)")
     parser.add_argument("--round-s", type=float, default=4.0, help="seconds of each side in a round")
     parser.add_argument("--keep", action="store_true", help="keep the bench database")
+    parser.add_argument(
+        "--only",
+        choices=["wallet"],
+        help="wallet: only wallet-api against the ledger's p2p, in --rounds interleaved rounds",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[8, 32], help="with --only wallet (default 8 32)"
+    )
+    parser.add_argument(
+        "--baseline",
+        help="with --only wallet: the src folder of the code before (git archive), in the same rounds",
+    )
     args = parser.parse_args()
     benchlog.to_file()
     # uvloop, as the services run (uvicorn picks it): the client's own loop overhead is part of
@@ -668,6 +774,9 @@ def cli() -> None:
     report = uvloop.run(main(args))
     path = benchlog.save("ledger", report)
     print(json.dumps(report["ratios"], indent=2))
+    if args.only == "wallet":
+        print(f"results: {path}")
+        sys.exit(0 if report["verify"]["ok"] else 1)
     print(f"verify: {'clean' if report['verify']['ok'] else report['verify']['problems']}")
     print(f"results: {path}")
     sys.exit(0 if report["verify"]["ok"] else 1)

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +145,18 @@ async def _wait_ready(client: httpx.AsyncClient, url: str, proc: subprocess.Pope
 SERVICE_LOG = benchlog.LOG
 
 
-def _start(code: str, *args: str) -> subprocess.Popen[bytes]:
+def _start(
+    code: str, *args: str, src: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     # Its own process group: wallet-api's worker processes go with it, however it ends.
+    env = {**os.environ, **(env or {}), **({"PYTHONPATH": str(src)} if src is not None else {})}
     with SERVICE_LOG.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+            [sys.executable, "-c", code, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            env=env,
         )
 
 
@@ -264,14 +272,77 @@ async def _businesses(pool: asyncpg.Pool, count: int) -> list[str]:
     return numbers
 
 
-async def measure(concurrency: int, duration_s: float, *, to_businesses: bool = False) -> dict[str, Any]:
-    """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``;
-    ``to_businesses``: payments to 100 businesses instead of p2p (each writes its event)."""
-    if not 1 <= concurrency <= 256 or not 0 < duration_s <= MAX_DURATION_S:
-        raise ValueError("concurrency must be 1..256 and duration 0..300 s")
+class Served:
+    """identity and wallet-api running, with funded senders and their tokens: ``run`` as many
+    timed runs as wanted (the interleaved rounds of bench/ledger_bench.py)."""
+
+    def __init__(
+        self,
+        api: str,
+        pid: int,
+        client: httpx.AsyncClient,
+        people: list[tuple[str, str, str]],
+        receivers: list[str],
+        pool: asyncpg.Pool,
+        database: str,
+    ) -> None:
+        self.api, self.pid, self.client = api, pid, client
+        self.people, self.receivers = people, receivers
+        self.pool, self.database = pool, database
+
+    async def _backends(self) -> list[int]:
+        """wallet-api's database sessions (its pool's), for their CPU."""
+        rows = await self.pool.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", self.database
+        )
+        return [r["pid"] for r in rows]
+
+    async def run(self, concurrency: int, duration_s: float) -> dict[str, Any]:
+        if not 1 <= concurrency <= len(self.people) or not 0 < duration_s <= MAX_DURATION_S:
+            raise ValueError(f"concurrency must be 1..{len(self.people)} and duration 0..300 s")
+        before = await _server_time(self.client, self.api)
+        backends = await self._backends()
+        db_before = pids_cpu_s(backends)
+        report = await _run(self.api, self.people, self.receivers, concurrency, duration_s, self.pid)
+        # PostgreSQL's CPU a transfer, in wallet-api's sessions (those open at the start)
+        report["db_cpu_us"] = round((pids_cpu_s(backends) - db_before) / max(report["transfers"], 1) * 1e6)
+        after = await _server_time(self.client, self.api)
+        if after[1] > before[1]:
+            # Time inside wallet-api (from its own histogram): the rest of the client's
+            # latency is the HTTP client, the network stack and waiting for a CPU.
+            report["server_mean_ms"] = round(1000 * (after[0] - before[0]) / (after[1] - before[1]), 2)
+        return report
+
+
+async def _migrate_wallet(database: str, src: Path | None) -> None:
+    """The wallet database, migrated by the code that will serve it: ``src`` (another tree's
+    ``src``, e.g. ``git archive main``'s, with its own migrations folder beside) or this one."""
+    if src is None:
+        await databases.migrate("wallet", database=database)
+        return
+    code = "import asyncio, sys; from hiwallet.contracts import databases; "
+    code += "asyncio.run(databases.migrate('wallet', database=sys.argv[1]))"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, database, env={**os.environ, "PYTHONPATH": str(src)}
+    )
+    if await proc.wait() != 0:
+        raise RuntimeError(f"migrating {database} with {src} failed")
+
+
+@asynccontextmanager
+async def serving(
+    senders: int,
+    *,
+    to_businesses: bool = False,
+    src: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Served]:
+    """identity and wallet-api (from ``src`` when given: the code before, for a comparison in
+    the same run; ``env``: more of wallet-api's environment, e.g. a setting) on fresh databases,
+    ``senders`` funded customers; everything stopped and dropped at the end."""
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_wapi_{tag}", f"hiwallet_bench_wapi_idp_{tag}"
-    await databases.migrate("wallet", database=wallet_db)
+    await _migrate_wallet(wallet_db, src)
     await databases.migrate("identity", database=identity_db)
     idp_port, api_port = free_port(), free_port()
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
@@ -279,39 +350,44 @@ async def measure(concurrency: int, duration_s: float, *, to_businesses: bool = 
     pool = await db.create_pool(
         wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
     )
-    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    limits = httpx.Limits(max_connections=senders + 4, max_keepalive_connections=senders + 4)
     try:
         async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
             await _wait_ready(client, idp, procs[0])
-            procs.append(_start(_WALLET_API, str(api_port), wallet_db, idp))
+            procs.append(_start(_WALLET_API, str(api_port), wallet_db, idp, src=src, env=env))
             await _wait_ready(client, api, procs[1])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
-            people = await _customers(client, idp, api, ledger, concurrency)
+            people = await _customers(client, idp, api, ledger, senders)
             # As in the ledger core's spread run, money goes among 1,000 wallets: the senders
             # and receivers opened through onboarding (no login needed to receive).
             receivers = [w for _, _, w in people] + await _receivers(client, idp, api, WALLETS - len(people))
             if to_businesses:
                 receivers = await _businesses(pool, 100)
             # Warm up: every sender's token is verified once (JWKS fetched, plans prepared).
-            for token, wallet, _ in people[:concurrency]:
+            for token, wallet, _ in people:
                 headers = {"Authorization": f"Bearer {token}"}
                 (await client.get(f"{api}/v1/wallets/{wallet}", headers=headers)).raise_for_status()
-            before = await _server_time(client, api)
-            with benchlog.phase(f"wallet-api, concurrency {concurrency}", duration_s):
-                report = await _run(api, people, receivers, concurrency, duration_s, procs[1].pid)
-            after = await _server_time(client, api)
-            if after[1] > before[1]:
-                # Time inside wallet-api (from its own histogram): the rest of the client's
-                # latency is the HTTP client, the network stack and waiting for a CPU.
-                report["server_mean_ms"] = round(1000 * (after[0] - before[0]) / (after[1] - before[1]), 2)
-        verified = await ledger.store.verify()
-        report["ledger_verified"] = verified.ok
-        return report
+            yield Served(api, procs[1].pid, client, people, receivers, pool, wallet_db)
+            verified = await ledger.store.verify()
+            if not verified.ok:
+                raise RuntimeError(f"wallet-api's ledger does not verify: {verified.problems[:5]}")
     finally:
         await pool.close()
         for proc in reversed(procs):
             _stop(proc)
         await _drop(wallet_db, identity_db)
+
+
+async def measure(concurrency: int, duration_s: float, *, to_businesses: bool = False) -> dict[str, Any]:
+    """Transfers per second through wallet-api over HTTP at ``concurrency``, for ``duration_s``;
+    ``to_businesses``: payments to 100 businesses instead of p2p (each writes its event)."""
+    if not 1 <= concurrency <= 256 or not 0 < duration_s <= MAX_DURATION_S:
+        raise ValueError("concurrency must be 1..256 and duration 0..300 s")
+    async with serving(concurrency, to_businesses=to_businesses) as served:
+        with benchlog.phase(f"wallet-api, concurrency {concurrency}", duration_s):
+            report = await served.run(concurrency, duration_s)
+    report["ledger_verified"] = True  # serving raises when it does not verify
+    return report
 
 
 async def _server_time(client: httpx.AsyncClient, api: str) -> tuple[float, float]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import orjson
 
 from hiwallet.core import idempotency
 from hiwallet.wallet_api.domain import Caller
@@ -27,8 +28,37 @@ class Answer:
 
 
 def request_hash(operation: str, payload: Any) -> bytes:
+    """The fingerprint stored with a key's answer: SHA-256 of the compact, key-sorted JSON of
+    ``[operation, payload]`` as the standard library writes it. A flat payload of printable
+    ASCII text, integers and nulls (a transfer's, nearly always) is written by orjson instead:
+    the very same bytes (only ``"`` and ``\\`` escaped, the same way), in a fifth of the time
+    (on every transfer); anything else by the standard library. The bytes must never change: a
+    stored fingerprint would no longer match its own request (tests/wallet_api/test_idempotency_hash.py)."""
+    if _plain(operation, payload):
+        try:
+            return hashlib.sha256(orjson.dumps([operation, payload], option=orjson.OPT_SORT_KEYS)).digest()
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits: the standard library's
+            pass
     content = json.dumps([operation, payload], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(content.encode()).digest()
+
+
+def _text(value: str) -> bool:
+    # printable ASCII (0x20-0x7e): escaped alike by both writers (0x7f and control characters,
+    # and everything beyond ASCII, are not)
+    return value.isascii() and value.isprintable()
+
+
+def _plain(operation: str, payload: Any) -> bool:
+    if type(payload) is not dict or not _text(operation):
+        return False
+    for name, value in payload.items():
+        if type(name) is not str or not _text(name):
+            return False
+        kind = type(value)
+        if not (value is None or kind is int or (kind is str and _text(value))):
+            return False
+    return True
 
 
 # wallet-api's table of the one store (core.idempotency): keyed by bucket first, like every

@@ -3,6 +3,7 @@ case, and reading a transfer back."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -36,8 +37,17 @@ log = structlog.get_logger(__name__)
 TRANSFER_ATTEMPTS = 3  # a transfer decided again after "stale" or "retry" answers
 
 
+# (UTC day number, its month's first day): the month of the limits, worked out once a day
+# rather than on every transfer.
+_month: tuple[int, date] = (-1, date(1970, 1, 1))
+
+
 def _this_month() -> date:
-    return datetime.now(UTC).date().replace(day=1)
+    global _month
+    day = int(time.time() // 86_400)
+    if day != _month[0]:
+        _month = (day, datetime.fromtimestamp(day * 86_400, UTC).date().replace(day=1))
+    return _month[1]
 
 
 @dataclass(frozen=True)
