@@ -83,17 +83,9 @@ class TopupService:
             ) from exc
         if route == "webhook":
             self.metrics.webhooks.labels(provider, outcome.value).inc()
+        # A payment recorded is logged by the store, one line a commit (store._log_recorded).
         payment = notification.payment
-        if outcome is Outcome.RECORDED and payment is not None:
-            log.info(
-                "payment recorded",
-                provider=provider,
-                payment_id=payment.id,
-                event_id=notification.event_id,
-                route=route,
-                attributed=payment.wallet is not None,
-            )
-        elif outcome is Outcome.MISMATCH and payment is not None:
+        if outcome is Outcome.MISMATCH and payment is not None:
             log.warning(
                 "notification disagrees with the payment's record",
                 provider=provider,

@@ -77,6 +77,26 @@ class IngestItem:
     request_id: str | None
 
 
+def _log_recorded(items: Sequence[IngestItem], outcomes: Sequence[Outcome | Exception]) -> None:
+    """One line for the payments a commit recorded, each with its ids and its request's id. One
+    line a commit, not one a payment: a line is a write(2) of its own (core.logging), about
+    20 µs, which one a payment made a tenth of this process's CPU per top-up at 1,000/s."""
+    recorded = [
+        {
+            "provider": item.notification.provider,
+            "payment_id": payment.id,
+            "event_id": item.notification.event_id,
+            "route": item.route,
+            "request_id": item.request_id,
+            "attributed": payment.wallet is not None,
+        }
+        for item, outcome in zip(items, outcomes, strict=True)
+        if outcome is Outcome.RECORDED and (payment := item.notification.payment) is not None
+    ]
+    if recorded:
+        log.info("payments recorded", count=len(recorded), payments=recorded)
+
+
 class TopupStore:
     """``writers`` > 0: concurrent :meth:`ingest` calls share one statement and one commit
     (``topup.ingest_batch``, up to ``max_batch`` notifications; core/coalesce.py). 0: each
@@ -129,9 +149,11 @@ class TopupStore:
         :class:`StoreUnavailable` when it was not."""
         if self._coalescer is not None:
             return await self._coalescer.submit(IngestItem(notification, route, request_id))
-        outcome = await self._ingest_alone(IngestItem(notification, route, request_id))
+        item = IngestItem(notification, route, request_id)
+        outcome = await self._ingest_alone(item)
         if outcome is Outcome.RECORDED and self.on_recorded is not None:
             self.on_recorded()
+        _log_recorded([item], [outcome])
         return outcome
 
     async def _ingest_alone(self, item: IngestItem) -> Outcome:
@@ -178,7 +200,14 @@ class TopupStore:
 
     async def ingest_batch(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
         """Many notifications in one statement (one transaction, one commit); an answer each,
-        in order: its outcome, or :class:`Unstorable` / :class:`StoreUnavailable`.
+        in order: its outcome, or :class:`Unstorable` / :class:`StoreUnavailable`. The payments
+        it recorded are logged in one line (:func:`_log_recorded`)."""
+        outcomes = await self._ingest_batch(items)
+        _log_recorded(items, outcomes)
+        return outcomes
+
+    async def _ingest_batch(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
+        """:meth:`ingest_batch`'s statement and its retries.
 
         A deadlock (or a race's unique violation) is retried whole; a failure a retry can cure
         answers every item StoreUnavailable (503: the provider sends it again); any other

@@ -198,13 +198,19 @@ class TopupHandler:
                 raise self.ledger.error_of(exc) from exc
             if len(raw) != len(creditable):
                 raise RuntimeError(f"ledger.post_batch answered {len(raw)} for {len(creditable)} postings")
+            credited: list[dict[str, Any]] = []
             for i, answer in zip(creditable, raw, strict=True):
                 try:
                     posted = self.ledger.answer(answer)
                 except LedgerError as exc:
                     answers[i] = await self._refused(conn, bodies[i], exc)
                 else:
-                    answers[i] = await self._credited(conn, bodies[i], posted)
+                    answers[i] = await self._credited(conn, bodies[i], posted, logged=False)
+                    credited.append(_credit_fields(bodies[i], posted))
+            if credited:
+                # One line for the batch's credits, not one a top-up: a line is a write(2) of its
+                # own (core.logging), about 20 µs, a tenth of this process's CPU per top-up.
+                log.info("top-ups credited", count=len(credited), credits=credited)
         done: list[dict[str, Any]] = []
         for body, answer in zip(bodies, answers, strict=True):
             done.append(answer if answer is not None else await self.handle(conn, body))
@@ -259,17 +265,16 @@ class TopupHandler:
         raise Unprocessable(f"unknown ledger refusal {exc.code}: a defect") from exc
 
     async def _credited(
-        self, conn: asyncpg.Connection, body: TopupRecorded, posted: PostResult
+        self, conn: asyncpg.Connection, body: TopupRecorded, posted: PostResult, *, logged: bool = True
     ) -> dict[str, Any]:
+        """``logged=False``: the caller logs it (handle_batch, one line a batch)."""
         if not posted.replayed and body.provider == ANNOUNCED_PROVIDER and body.wallet is not None:
             await announce(conn, body, body.wallet, posted, exchange=self.events_exchange)
-        log.info(
-            "top-up credited" if not posted.replayed else "top-up credited before",
-            payment_id=body.payment_id,
-            transaction_id=posted.id,
-            provider=body.provider,
-            route=body.route,
-        )
+        if logged:
+            log.info(
+                "top-up credited" if not posted.replayed else "top-up credited before",
+                **_credit_fields(body, posted),
+            )
         return outcome("replayed" if posted.replayed else "credited", transaction_id=posted.id)
 
     async def _unattributed(
@@ -306,6 +311,16 @@ class TopupHandler:
             raise Unprocessable(f"ledger key {body.payment_id} names another transaction") from exc
         log.info("top-up credited before by another route", payment_id=body.payment_id)
         return outcome("credited-already", transaction_id=seen.id)
+
+
+def _credit_fields(body: TopupRecorded, posted: PostResult) -> dict[str, Any]:
+    return {
+        "payment_id": body.payment_id,
+        "transaction_id": posted.id,
+        "provider": body.provider,
+        "route": body.route,
+        "replayed": posted.replayed,
+    }
 
 
 async def announce(
