@@ -35,13 +35,16 @@ GRANT INSERT, UPDATE (outcome) ON bank.processed_events TO :"app_role";
 -- 5. Everything else is written by these functions, as the owner (SECURITY DEFINER, the search
 --    path pinned so that nothing the caller creates can stand in for what they name). Listed
 --    by name, every overload; a name that no longer exists stops migrate. bank.announce,
---    bank.apply_outcome and bank.lock_reference are theirs alone: granted to nobody.
+--    bank.apply_outcome, bank.lock_reference and bank.lock_references are theirs alone:
+--    granted to nobody.
 DO $$
 DECLARE
-    writers CONSTANT text[] := ARRAY['bank.record_transfer', 'bank.receive_callback',
+    writers CONSTANT text[] := ARRAY['bank.record_transfer', 'bank.record_transfers',
+                                     'bank.receive_callback', 'bank.receive_callbacks',
                                      'bank.reconcile_transfer', 'bank.republish_outcome',
                                      'bank.purge_inbox', 'bank.record_statement'];
-    internal CONSTANT text[] := ARRAY['bank.announce', 'bank.apply_outcome', 'bank.lock_reference'];
+    internal CONSTANT text[] := ARRAY['bank.announce', 'bank.apply_outcome', 'bank.lock_reference',
+                                      'bank.lock_references'];
     missing text;
     f regprocedure;
 BEGIN

@@ -98,6 +98,25 @@ CREATE FUNCTION bank.lock_reference(p_bank_reference text) RETURNS void
     SELECT pg_advisory_xact_lock(hashtextextended('bank-transfer:' || p_bank_reference, 0))
 $$;
 
+-- Name: lock_references(text[]); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.lock_references(p_bank_references text[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+DECLARE
+    k bigint;
+BEGIN
+    FOR k IN
+        SELECT DISTINCT hashtextextended('bank-transfer:' || r, 0)
+          FROM unnest(p_bank_references) AS r
+         WHERE r IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(k);
+    END LOOP;
+END $$;
+
 -- Name: outbox_keeps_unsent(); Type: FUNCTION; Schema: bank; Owner: -
 
 CREATE FUNCTION bank.outbox_keeps_unsent() RETURNS trigger
@@ -159,6 +178,35 @@ BEGIN
         UPDATE bank.inbox SET applied_at = now() WHERE id = v_inbox;
     END IF;
     RETURN v_outcome;
+END $$;
+
+-- Name: receive_callbacks(text[], text[], text[], text[], text[], text[], text); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.receive_callbacks(p_webhook_ids text[], p_types text[], p_bank_references text[], p_bodies text[], p_reasons text[], p_message_ids text[], p_exchange text) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+DECLARE
+    n int := coalesce(cardinality(p_webhook_ids), 0);
+    answers text[] := array_fill(NULL::text, ARRAY[n]);
+BEGIN
+    IF n > 1000 THEN
+        RAISE EXCEPTION 'a batch holds at most 1000 callbacks, not %', n
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF coalesce(cardinality(p_types), 0) <> n OR coalesce(cardinality(p_bank_references), 0) <> n
+       OR coalesce(cardinality(p_bodies), 0) <> n OR coalesce(cardinality(p_reasons), 0) <> n
+       OR coalesce(cardinality(p_message_ids), 0) <> n
+    THEN
+        RAISE EXCEPTION 'bank.receive_callbacks: the arrays differ in length'
+            USING ERRCODE = 'array_subscript_error';
+    END IF;
+    PERFORM bank.lock_references(p_bank_references);
+    FOR i IN 1 .. n LOOP
+        answers[i] := bank.receive_callback(p_webhook_ids[i], p_types[i], p_bank_references[i],
+                                            p_bodies[i]::jsonb, p_reasons[i], p_message_ids[i], p_exchange);
+    END LOOP;
+    RETURN answers;
 END $$;
 
 -- Name: reconcile_transfer(text, boolean, text, text, text); Type: FUNCTION; Schema: bank; Owner: -
@@ -244,6 +292,37 @@ BEGIN
      WHERE bank_reference = p_bank_reference AND applied_at IS NULL
        AND type IN ('transfer.succeeded', 'transfer.failed');
     RETURN CASE WHEN v_early.type = 'transfer.succeeded' THEN 'succeeded' ELSE 'failed' END;
+END $$;
+
+-- Name: record_transfers(text[], text[], bigint[], text[], text[], text[], text[], text[], text, jsonb[]); Type: FUNCTION; Schema: bank; Owner: -
+
+CREATE FUNCTION bank.record_transfers(p_command_ids text[], p_saga_ids text[], p_amounts_minor bigint[], p_currencies text[], p_destination_ibans text[], p_bank_references text[], p_refusals text[], p_message_ids text[], p_exchange text, p_trace_headers jsonb[]) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'bank', 'pg_temp'
+    AS $$
+DECLARE
+    n int := coalesce(cardinality(p_command_ids), 0);
+    answers text[] := array_fill(NULL::text, ARRAY[n]);
+BEGIN
+    IF n > 1000 THEN
+        RAISE EXCEPTION 'a batch holds at most 1000 transfers, not %', n
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF coalesce(cardinality(p_saga_ids), 0) <> n OR coalesce(cardinality(p_amounts_minor), 0) <> n
+       OR coalesce(cardinality(p_currencies), 0) <> n OR coalesce(cardinality(p_destination_ibans), 0) <> n
+       OR coalesce(cardinality(p_bank_references), 0) <> n OR coalesce(cardinality(p_refusals), 0) <> n
+       OR coalesce(cardinality(p_message_ids), 0) <> n OR coalesce(cardinality(p_trace_headers), 0) <> n
+    THEN
+        RAISE EXCEPTION 'bank.record_transfers: the arrays differ in length'
+            USING ERRCODE = 'array_subscript_error';
+    END IF;
+    PERFORM bank.lock_references(p_bank_references);
+    FOR i IN 1 .. n LOOP
+        answers[i] := bank.record_transfer(p_command_ids[i], p_saga_ids[i], p_amounts_minor[i], p_currencies[i],
+                                           p_destination_ibans[i], p_bank_references[i], p_refusals[i],
+                                           p_message_ids[i], p_exchange, p_trace_headers[i]);
+    END LOOP;
+    RETURN answers;
 END $$;
 
 -- Name: republish_outcome(text, text, text); Type: FUNCTION; Schema: bank; Owner: -
@@ -433,6 +512,10 @@ REVOKE ALL ON FUNCTION bank.apply_outcome(p_bank_reference text, p_succeeded boo
 
 REVOKE ALL ON FUNCTION bank.lock_reference(p_bank_reference text) FROM PUBLIC;
 
+-- Name: FUNCTION lock_references(p_bank_references text[]); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.lock_references(p_bank_references text[]) FROM PUBLIC;
+
 -- Name: FUNCTION outbox_keeps_unsent(); Type: ACL; Schema: bank; Owner: -
 
 REVOKE ALL ON FUNCTION bank.outbox_keeps_unsent() FROM PUBLIC;
@@ -446,6 +529,11 @@ GRANT ALL ON FUNCTION bank.purge_inbox(p_older_than interval, p_batch integer) T
 
 REVOKE ALL ON FUNCTION bank.receive_callback(p_webhook_id text, p_type text, p_bank_reference text, p_body jsonb, p_reason text, p_message_id text, p_exchange text) FROM PUBLIC;
 GRANT ALL ON FUNCTION bank.receive_callback(p_webhook_id text, p_type text, p_bank_reference text, p_body jsonb, p_reason text, p_message_id text, p_exchange text) TO hiwallet_bank_app;
+
+-- Name: FUNCTION receive_callbacks(p_webhook_ids text[], p_types text[], p_bank_references text[], p_bodies text[], p_reasons text[], p_message_ids text[], p_exchange text); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.receive_callbacks(p_webhook_ids text[], p_types text[], p_bank_references text[], p_bodies text[], p_reasons text[], p_message_ids text[], p_exchange text) FROM PUBLIC;
+GRANT ALL ON FUNCTION bank.receive_callbacks(p_webhook_ids text[], p_types text[], p_bank_references text[], p_bodies text[], p_reasons text[], p_message_ids text[], p_exchange text) TO hiwallet_bank_app;
 
 -- Name: FUNCTION reconcile_transfer(p_bank_reference text, p_succeeded boolean, p_reason text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 
@@ -461,6 +549,11 @@ GRANT ALL ON FUNCTION bank.record_statement(p_day date, p_currency text, p_amoun
 
 REVOKE ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb) FROM PUBLIC;
 GRANT ALL ON FUNCTION bank.record_transfer(p_command_id text, p_saga_id text, p_amount_minor bigint, p_currency text, p_destination_iban text, p_bank_reference text, p_refusal text, p_message_id text, p_exchange text, p_trace_headers jsonb) TO hiwallet_bank_app;
+
+-- Name: FUNCTION record_transfers(p_command_ids text[], p_saga_ids text[], p_amounts_minor bigint[], p_currencies text[], p_destination_ibans text[], p_bank_references text[], p_refusals text[], p_message_ids text[], p_exchange text, p_trace_headers jsonb[]); Type: ACL; Schema: bank; Owner: -
+
+REVOKE ALL ON FUNCTION bank.record_transfers(p_command_ids text[], p_saga_ids text[], p_amounts_minor bigint[], p_currencies text[], p_destination_ibans text[], p_bank_references text[], p_refusals text[], p_message_ids text[], p_exchange text, p_trace_headers jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION bank.record_transfers(p_command_ids text[], p_saga_ids text[], p_amounts_minor bigint[], p_currencies text[], p_destination_ibans text[], p_bank_references text[], p_refusals text[], p_message_ids text[], p_exchange text, p_trace_headers jsonb[]) TO hiwallet_bank_app;
 
 -- Name: FUNCTION republish_outcome(p_command_id text, p_message_id text, p_exchange text); Type: ACL; Schema: bank; Owner: -
 

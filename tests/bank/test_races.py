@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from hiwallet.bank.store import BankStore
+from hiwallet.bank.store import BankStore, CallbackItem, NewTransfer, Received, Recorded
 from hiwallet.core import db
 from tests.bank.conftest import callback_body, start_command
 from tests.waiting import until
@@ -107,3 +107,122 @@ async def test_the_second_waits_for_the_first_and_sees_its_row(
     )
     assert await owner.fetchval("SELECT count(*) FROM bank.outbox") == 1
     assert await owner.fetchval("SELECT count(*) FROM bank.inbox WHERE applied_at IS NULL") == 0
+
+
+async def _key(owner: asyncpg.Connection, reference: str) -> int:
+    """bank.lock_reference's advisory lock key for ``reference``."""
+    key: int = await owner.fetchval("SELECT hashtextextended('bank-transfer:' || $1, 0)", reference)
+    return key
+
+
+async def _references_in_key_order(owner: asyncpg.Connection) -> tuple[str, str]:
+    """Two references, the first's lock key below the second's."""
+    a, b = "trf_order_a", "trf_order_b"
+    return (a, b) if await _key(owner, a) < await _key(owner, b) else (b, a)
+
+
+async def _advisory_held(owner: asyncpg.Connection, pid: int) -> set[int]:
+    """The advisory lock keys backend ``pid`` holds (granted), as bigints."""
+    rows = await owner.fetch(
+        "SELECT ((classid::bigint << 32) | objid::bigint) AS key FROM pg_locks"
+        " WHERE pid = $1 AND locktype = 'advisory' AND granted",
+        pid,
+    )
+    return {r["key"] for r in rows}
+
+
+def _signed64(key: int) -> int:
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+@pytest.mark.parametrize("waiting", ["callbacks", "records"])
+async def test_a_batch_takes_its_references_locks_in_one_order(
+    bank_db: str, owner: asyncpg.Connection, waiting: str
+) -> None:
+    """A batch of callbacks (bank.receive_callbacks) and a batch of records
+    (bank.record_transfers) take their references' locks in ascending key order, whatever the
+    order of their items: waiting on the lower key, a batch holds nothing above it, so two
+    batches cannot each hold what the other waits for (no deadlock). Made, not hoped for: the
+    lower reference's lock is held open by the other side, the batch names the higher one
+    first, and the test sees it wait holding no lock of the higher one."""
+    low, high = await _references_in_key_order(owner)
+    holder_pool = await db.create_pool(bank_db, role=db.app_role("bank"), min_size=1, max_size=1)
+    batch_pool = await db.create_pool(bank_db, role=db.app_role("bank"), min_size=1, max_size=2)
+    commands = {ref: start_command() for ref in (low, high)}
+    try:
+        async with holder_pool.acquire() as holder_conn:
+            holder_pid = holder_conn.get_server_pid()
+            holder_tx = holder_conn.transaction()
+            await holder_tx.start()
+            if waiting == "callbacks":  # bank-adapter recorded `low`, its commit to come
+                await BankStore(holder_pool, EXCHANGE).record_transfer(
+                    holder_conn,
+                    command_id=commands[low].command_id,
+                    saga_id=commands[low].saga_id,
+                    amount_minor=commands[low].amount_minor,
+                    currency=commands[low].currency,
+                    destination_iban=commands[low].destination_iban,
+                    bank_reference=low,
+                )
+            else:  # a callback of `low` kept, its commit to come
+                await BankStore(_Held(holder_conn), EXCHANGE).receive_callback(  # type: ignore[arg-type]
+                    "msg_order_low",
+                    "transfer.succeeded",
+                    low,
+                    callback_body("transfer.succeeded", low).decode(),
+                    None,
+                )
+            async with batch_pool.acquire() as batch_conn:
+                batch_pid = batch_conn.get_server_pid()
+                store = BankStore(_Held(batch_conn), EXCHANGE)  # type: ignore[arg-type]
+                if waiting == "callbacks":
+                    items = [
+                        CallbackItem(
+                            f"msg_order_{r}",
+                            "transfer.succeeded",
+                            r,
+                            callback_body("transfer.succeeded", r).decode(),
+                            None,
+                        )
+                        for r in (high, low)
+                    ]
+                    second = asyncio.create_task(store.receive_callbacks(items))
+                else:
+
+                    async def records() -> list[Recorded]:
+                        async with batch_conn.transaction():
+                            return await store.record_transfers(
+                                batch_conn,
+                                [
+                                    NewTransfer(
+                                        c.command_id,
+                                        c.saga_id,
+                                        c.amount_minor,
+                                        c.currency,
+                                        c.destination_iban,
+                                        r,
+                                    )
+                                    for r, c in ((high, commands[high]), (low, commands[low]))
+                                ],
+                            )
+
+                    second = asyncio.create_task(records())
+                try:
+                    await until(lambda: _waits_on(owner, batch_pid, holder_pid), 10, "the batch waiting")
+                    assert not second.done()
+                    held = {_signed64(k) for k in await _advisory_held(owner, batch_pid)}
+                    assert await _key(owner, high) not in held
+                finally:
+                    await holder_tx.commit()
+                answers = await asyncio.wait_for(second, 10)
+    finally:
+        await holder_pool.close()
+        await batch_pool.close()
+    states = dict(await owner.fetch("SELECT bank_reference, state FROM bank.transfers"))
+    if waiting == "callbacks":
+        assert answers == [Received.UNKNOWN, Received.RECORDED]
+        assert states == {low: "succeeded"}
+    else:
+        assert answers == [Recorded.PENDING, Recorded.SUCCEEDED]
+        assert states == {low: "succeeded", high: "pending"}
+    assert await owner.fetchval("SELECT count(*) FROM bank.outbox") == 1

@@ -1,5 +1,5 @@
 """The bank database's roles (as tests/core/test_roles.py for the others): the application role
-writes transfers, inbox and outbox only through bank.record_transfer, bank.receive_callback,
+writes transfers, inbox and outbox only through bank.record_transfer(s), bank.receive_callback(s),
 bank.reconcile_transfer and bank.republish_outcome; the outbox only as its relay must; and
 processed_events as core's Consumer does."""
 
@@ -19,7 +19,9 @@ BANK_APP_WRITES: dict[str, set[str]] = {"bank.outbox": {"DELETE"}, "bank.process
 BANK_APP_COLUMNS = {("bank.outbox", "sent_at", "UPDATE"), ("bank.processed_events", "outcome", "UPDATE")}
 BANK_APP_FUNCTIONS = {
     "bank.record_transfer",
+    "bank.record_transfers",
     "bank.receive_callback",
+    "bank.receive_callbacks",
     "bank.reconcile_transfer",
     "bank.republish_outcome",
     "bank.purge_inbox",

@@ -6,6 +6,7 @@ it does."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -284,3 +285,40 @@ async def test_the_metrics_count_outcomes(client: httpx.AsyncClient) -> None:
     text = (await client.get("/metrics")).text
     assert 'hiwallet_bank_webhooks_total{outcome="unknown"} 1.0' in text
     assert 'hiwallet_bank_webhooks_total{outcome="refused"} 1.0' in text
+
+
+async def test_callbacks_at_once_share_commits_and_each_is_answered_for_itself(
+    client: httpx.AsyncClient, bank_db: str, owner: asyncpg.Connection
+) -> None:
+    """Concurrent callbacks are kept together (bank.receive_callbacks, one commit a batch), each
+    as alone: every transfer's outcome recorded and announced once, a replay in the same moment
+    stores nothing new, one early callback waits for its transfer, and a body the database
+    cannot hold is answered 422 on its own while its neighbours are kept (202)."""
+    commands = [start_command() for _ in range(12)]
+    for i, command in enumerate(commands[:10]):
+        await record_pending(bank_db, command, f"trf_many_{i}")
+    bodies = [
+        callback_body("transfer.succeeded", f"trf_many_{i}", c.command_id) for i, c in enumerate(commands)
+    ]
+    # a jsonb cannot hold \u0000: the database refuses that body, not its neighbours
+    bad = orjson.dumps(
+        {"type": "transfer.succeeded", "data": {"reference": "trf_many_bad", "note": "\u0000"}}
+    )
+    answers = await asyncio.gather(
+        *(post_callback(client, b, message_id=f"msg_many_{i}") for i, b in enumerate(bodies)),
+        *(post_callback(client, b, message_id=f"msg_many_{i}") for i, b in enumerate(bodies[:5])),
+        post_callback(client, bad, message_id="msg_many_bad"),
+    )
+    assert [a.status_code for a in answers] == [202] * 17 + [422]
+    assert answers[-1].json()["type"].endswith("/webhook-unreadable")
+    kept = await inbox(owner)
+    assert sorted(r["webhook_id"] for r in kept) == sorted(f"msg_many_{i}" for i in range(12))
+    assert {r["bank_reference"]: r["applied_at"] is not None for r in kept} == {
+        f"trf_many_{i}": i < 10 for i in range(12)
+    }
+    assert sorted(t["state"] for t in await transfers(owner)) == ["succeeded"] * 10
+    assert len(await outbox(owner)) == 10
+    # the two early ones are applied when bank-adapter records their transfers
+    for i in (10, 11):
+        assert await record_pending(bank_db, commands[i], f"trf_many_{i}") is Recorded.SUCCEEDED
+    assert len(await outbox(owner)) == 12

@@ -150,6 +150,16 @@ class BankWebhookSettings(BaseSettings):
     # with HIWALLET_PRODUCTION=true).
     webhook_networks: Annotated[list[IPvAnyNetwork], NON_EMPTY_IN_PRODUCTION] = []
 
+    # Concurrent callbacks share one statement and one commit (bank.receive_callbacks through
+    # core/coalesce.py, as topup-webhook's notifications): how many batches may be in flight at
+    # once (0: each callback alone) and how many callbacks one holds. One writer drains (the
+    # next batch gathers while one runs); another starts only when a batch has been in flight
+    # for callback_spare_after_ms with callbacks waiting: a batch waiting on a transfer's lock
+    # (bank-adapter records it, its commit to come) then no longer holds back the others.
+    callback_writers: int = 4
+    callback_max_batch: int = 64
+    callback_spare_after_ms: int = 5
+
 
 @lru_cache(maxsize=1)
 def get_bank_webhook_settings() -> BankWebhookSettings:

@@ -3,6 +3,7 @@ errors at this edge (what a retry can cure: :class:`StoreUnavailable`)."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ from typing import Any, TypeVar
 
 import asyncpg
 import orjson
+import structlog
 
 from hiwallet.core import tracing
+from hiwallet.core.coalesce import Coalescer
 from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
@@ -21,6 +24,13 @@ from hiwallet.core.queries import load_queries
 Q = load_queries(Path(__file__).parent / "sql" / "queries.sql")
 T = TypeVar("T")
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+log = structlog.get_logger(__name__)
+MAX_CALLBACK_BATCH = 1_000  # as bank.receive_callbacks bounds it
+# A batch of callbacks that deadlocked or raced is sent again whole this many times, then each
+# callback alone. bank.receive_callbacks takes its locks in one order (as bank.record_transfers
+# does), so neither should happen; should one still, the retry cures it, never a 500.
+CALLBACK_BATCH_ATTEMPTS = 3
+_BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError, asyncpg.UniqueViolationError)
 
 
 class StoreUnavailable(Exception):
@@ -104,6 +114,17 @@ class NewTransfer:
     refusal: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CallbackItem:
+    """A verified callback to keep (:meth:`BankStore.receive_callback`)."""
+
+    webhook_id: str
+    kind: str
+    bank_reference: str | None
+    body: str  # JSON text
+    reason: str | None
+
+
 @dataclass(frozen=True)
 class StalePending:
     command_id: str
@@ -119,7 +140,9 @@ OUTBOX_CHANNEL = "bank_outbox"
 class BankStore:
     """``exchange``: where the outcomes are announced (settings.exchange: hiwallet.withdrawals).
     The statements that run inside the consumer's transaction take its ``conn``; the others use
-    the pool."""
+    the pool. ``callback_writers`` > 0: concurrent :meth:`receive_callback` calls share one
+    statement and one commit (bank.receive_callbacks, up to ``callback_max_batch`` callbacks;
+    core/coalesce.py); 0: each callback alone (bank.receive_callback)."""
 
     def __init__(
         self,
@@ -128,6 +151,9 @@ class BankStore:
         *,
         message_id: Callable[[], str] = new_id,
         on_committed: Callable[[], None] | None = None,
+        callback_writers: int = 0,
+        callback_max_batch: int = 64,
+        callback_spare_after_s: float | None = None,
     ) -> None:
         self.pool = pool
         self.exchange = exchange
@@ -135,6 +161,18 @@ class BankStore:
         # After a commit that may have written bank.outbox: wakes the relay (a RelayHint's
         # committed; bank.outbox has no NOTIFY trigger, migrations/bank/0003).
         self.on_committed = on_committed or (lambda: None)
+        # Two callbacks of one webhook id or one transfer may share a batch: bank.receive_callbacks
+        # keeps them one after the other in one transaction, as if sequential (no conflict_key).
+        self._callbacks: Coalescer[CallbackItem, Received] | None = (
+            Coalescer(
+                self.receive_callbacks,
+                writers=callback_writers,
+                max_batch=max(1, min(callback_max_batch, MAX_CALLBACK_BATCH)),
+                spare_after_s=callback_spare_after_s,
+            )
+            if callback_writers > 0
+            else None
+        )
 
     async def transfer(self, conn: asyncpg.Connection | asyncpg.Pool, command_id: str) -> Transfer | None:
         row = await _translated(conn.fetchrow(Q["transfer"], command_id))
@@ -181,8 +219,9 @@ class BankStore:
         self, conn: asyncpg.Connection, items: Sequence[NewTransfer]
     ) -> list[Recorded]:
         """Each of ``items`` recorded as :meth:`record_transfer` records one, in their order, in
-        one statement (a batch's: one round trip instead of one a transfer); the answers in that
-        order."""
+        one statement (a batch's: one round trip instead of one a transfer), their references'
+        locks taken first in one order (bank.record_transfers: no deadlock with a batch of
+        callbacks); the answers in that order."""
         if not items:
             return []
         columns: list[list[Any]] = [[] for _ in range(9)]
@@ -202,11 +241,13 @@ class BankStore:
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
-        rows = await _translated(conn.fetch(Q["record_transfers"], *columns[:8], self.exchange, columns[8]))
-        if len(rows) != len(items):
-            raise AssertionError(f"record_transfers answered {len(rows)} rows for {len(items)} transfers")
+        answers = await _translated(
+            conn.fetchval(Q["record_transfers"], *columns[:8], self.exchange, columns[8])
+        )
+        if len(answers) != len(items):
+            raise AssertionError(f"record_transfers answered {len(answers)} for {len(items)} transfers")
         after_commit(self.on_committed, once=True)  # the caller's transaction (core's consumer)
-        return [Recorded(row["answer"]) for row in rows]
+        return [Recorded(answer) for answer in answers]
 
     async def republish_outcome(self, conn: asyncpg.Connection, command_id: str) -> bool:
         done: bool = await _translated(
@@ -219,20 +260,88 @@ class BankStore:
     async def receive_callback(
         self, webhook_id: str, kind: str, bank_reference: str | None, body: str, reason: str | None
     ) -> Received:
+        """One verified callback kept (committed) when this returns; :class:`Unstorable` or
+        :class:`StoreUnavailable` when it was not."""
+        item = CallbackItem(webhook_id, kind, bank_reference, body, reason)
+        if self._callbacks is not None:
+            return await self._callbacks.submit(item)
+        return await self._receive_alone(item)
+
+    async def _receive_alone(self, item: CallbackItem) -> Received:
         answer = await _translated(
             self.pool.fetchval(
                 Q["receive_callback"],
-                webhook_id,
-                kind,
-                bank_reference,
-                body,
-                reason,
+                item.webhook_id,
+                item.kind,
+                item.bank_reference,
+                item.body,
+                item.reason,
                 self._message_id(),
                 self.exchange,
             )
         )
         self.on_committed()  # one statement in autocommit: committed now
         return Received(answer)
+
+    async def receive_callbacks(self, items: Sequence[CallbackItem]) -> list[Received | Exception]:
+        """Many callbacks in one statement (one transaction, one commit), each kept as
+        :meth:`receive_callback` keeps one, in order; an answer each, in that order: its outcome,
+        or :class:`Unstorable` / :class:`StoreUnavailable` (or, alone, the database's error).
+
+        A deadlock or a race is retried whole; what a retry can cure answers every callback
+        StoreUnavailable (503: the bank sends it again); any other refusal of a batch of many
+        (one body jsonb cannot hold) sends each alone, so that one callback cannot fail its
+        neighbours (each answered for itself: 422 for the bad one, 202 for the others)."""
+        if not 0 < len(items) <= MAX_CALLBACK_BATCH:
+            raise ValueError(f"a batch holds 1 to {MAX_CALLBACK_BATCH} callbacks, not {len(items)}")
+        args = (
+            [i.webhook_id for i in items],
+            [i.kind for i in items],
+            [i.bank_reference for i in items],
+            [i.body for i in items],
+            [i.reason for i in items],
+            [self._message_id() for _ in items],  # each announcement's id, used if it announces
+            self.exchange,
+        )
+        for attempt in range(1, CALLBACK_BATCH_ATTEMPTS + 1):
+            try:
+                answers: list[str] = await self.pool.fetchval(Q["receive_callbacks"], *args)
+            except _BUSY as exc:
+                if attempt == CALLBACK_BATCH_ATTEMPTS:
+                    return await self._each_alone(items)
+                log.info(
+                    "callback batch deadlocked or raced; again",
+                    attempt=attempt,
+                    error=type(exc).__name__,
+                    sqlstate=exc.sqlstate,
+                )
+                await asyncio.sleep(0.005 * attempt)
+                continue
+            except _DRIVER_ERRORS as exc:
+                if is_transient(exc):  # a server away, a timeout: each alone would meet the same
+                    unavailable = StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}")
+                    unavailable.__cause__ = exc
+                    return [unavailable] * len(items)
+                if not isinstance(exc, asyncpg.PostgresError):
+                    raise  # not the database's answer: a defect, for every caller
+                return await self._each_alone(items)
+            if len(answers) != len(items):
+                raise AssertionError(f"receive_callbacks answered {len(answers)} for {len(items)} callbacks")
+            self.on_committed()  # one statement in autocommit: committed now
+            return [Received(a) for a in answers]
+        raise AssertionError("unreachable: the last attempt returns")
+
+    async def _each_alone(self, items: Sequence[CallbackItem]) -> list[Received | Exception]:
+        outcomes: list[Received | Exception] = []
+        for item in items:
+            try:
+                outcome: Received | Exception = await self._receive_alone(item)
+            except (Unstorable, StoreUnavailable) as answer:
+                outcome = answer
+            except asyncpg.PostgresError as defect:  # this one's own failure: a 500 for it alone
+                outcome = defect
+            outcomes.append(outcome)
+        return outcomes
 
     async def reconcile_transfer(
         self, bank_reference: str, succeeded: bool, reason: str | None

@@ -5,7 +5,10 @@ the verifier topup-webhook uses too: constant-time, every configured secret, a t
 way), and only then parsed. A verified callback is kept in one transaction
 (bank.receive_callback): the inbox row (a webhook id seen before: 202, nothing new), the outcome
 recorded on the transfer it names (once per transfer) and its announcement in bank.outbox.
-Forged, stale or altered: 400 problem, nothing stored.
+Forged, stale or altered: 400 problem, nothing stored. Concurrent verified callbacks share that
+transaction and its commit (bank.receive_callbacks, BankStore's coalescer: the transfers' locks
+taken first in one order), each kept as alone, each request answered for its own callback, and
+only once the commit holding it is done.
 
 No broker connection: after each commit a RelayHint wakes bank-adapter's relay (one pg_notify
 in a transaction of its own, coalesced; core.outbox).
@@ -168,19 +171,29 @@ def service_spec(
     no messaging (bank-adapter's relay publishes what it records), and in ``setup`` the store and
     the service."""
 
+    hooks = webhook_settings or get_bank_webhook_settings()
+
     async def setup(rt: Runtime) -> None:
         app, pool = rt.app, rt.db
         # A recorded outcome wakes bank-adapter's relay: one pg_notify after the commits, in a
         # transaction of its own, coalesced (bank.outbox has no NOTIFY trigger: migration 0003).
         hint = app.state.relay_hint = RelayHint(pool, OUTBOX_CHANNEL)
         rt.close(hint.aclose)
-        store = app.state.store = BankStore(pool, settings.exchange, on_committed=hint.committed)
+        spare_after_ms = hooks.callback_spare_after_ms
+        store = app.state.store = BankStore(
+            pool,
+            settings.exchange,
+            on_committed=hint.committed,
+            callback_writers=max(0, hooks.callback_writers),
+            callback_max_batch=hooks.callback_max_batch,
+            callback_spare_after_s=spare_after_ms / 1000 if spare_after_ms > 0 else None,
+        )
         app.state.service = BankWebhookService(store, verifier, app.state.webhook_metrics)
 
     def metrics(app: FastAPI) -> None:
         app.state.webhook_metrics = WebhookMetrics(app.state.metrics_registry)
 
-    networks = (webhook_settings or get_bank_webhook_settings()).webhook_networks
+    networks = hooks.webhook_networks
 
     return ServiceSpec(
         SERVICE,

@@ -82,8 +82,9 @@ class WalletConsumerSettings(BaseSettings):
     # Withdrawal commands in one transaction, up to withdrawals_batch at once, in delivery order
     # (core.consumer's batch path, as the orchestrator's results: one claim, one outcome
     # statement, one commit and one ack for the batch; a batch that fails goes one message at a
-    # time). wallet-consumer's transactions a saga 5.3 -> 2.0 (bench/withdrawal_bench.py).
-    withdrawals_batch: int = 32
+    # time). wallet-consumer's transactions a saga 5.3 -> 2.0 (bench/withdrawal_bench.py). 64
+    # with the orchestrator's consumer_batch (which see), as measured together.
+    withdrawals_batch: int = 64
     # withdrawals_batch 0: the single path instead, this many commands at once, each its own
     # transaction (core.consumer concurrency; the queue's order does not matter: the saga's
     # state and the ledger's row locks decide).

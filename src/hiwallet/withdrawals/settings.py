@@ -66,8 +66,12 @@ class WithdrawalSettings(BaseSettings):
     # result means, so two results of one saga in a batch end as one after the other. Measured
     # (bench/withdrawal_bench.py, with wallet-consumer's withdrawals_batch alike): 60.6/s with
     # 16 single transactions at once, 78.5-87.0/s with batches of 16, 32 and 64; the
-    # orchestrator's transactions a saga 4.6 -> 1.8.
-    consumer_batch: int = 32
+    # orchestrator's transactions a saga 4.6 -> 1.8. 64 since issue 26's callback batches
+    # (docs/performance.md, 2026-12-05): the results queue was then the saga's only backlog
+    # (20-90 results waiting each second in (i), a batch at a time), and 64 (with
+    # withdrawals_batch alike) completed a median 1.16 x the sagas a second of 32 in six
+    # interleaved pairs (0.82-1.24); 128 no more than 64.
+    consumer_batch: int = 64
     # consumer_batch 0: the single path instead, this many results at once, each its own
     # transaction (core.consumer concurrency; the results queue is unordered).
     consumer_concurrency: int = 16

@@ -21,24 +21,23 @@ SELECT command_id, saga_id, amount_minor, currency, destination_iban, state, ban
 SELECT bank.record_transfer($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
 
 -- name: record_transfers
--- A batch's new transfers, each recorded as record_transfer records one, in one statement: the
--- function called for each row of the arrays in their order (a nested loop over the ordered
--- unnest: each call sees the ones before it), the answers in that order. $9: the exchange.
-SELECT r.answer
-  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
-              $8::text[], $10::text[]) WITH ORDINALITY
-       AS u (command_id, saga_id, amount_minor, currency, destination_iban, bank_reference, refusal,
-             message_id, trace_context, ord)
- CROSS JOIN LATERAL bank.record_transfer(u.command_id, u.saga_id, u.amount_minor, u.currency,
-                                         u.destination_iban, u.bank_reference, u.refusal,
-                                         u.message_id, $9, u.trace_context::jsonb) AS r (answer)
- ORDER BY u.ord
+-- A batch's new transfers, each recorded as record_transfer records one, in one statement
+-- (bank.record_transfers, migrations/bank/0006: their references' locks first, in one order),
+-- the answers in the arrays' order. $9: the exchange; $10: each one's trace context.
+SELECT bank.record_transfers($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                             $7::text[], $8::text[], $9, $10::text[]::jsonb[])
 
 -- name: republish_outcome
 SELECT bank.republish_outcome($1, $2, $3)
 
 -- name: receive_callback
 SELECT bank.receive_callback($1, $2, $3, $4::jsonb, $5, $6, $7)
+
+-- name: receive_callbacks
+-- Concurrent callbacks in one statement and one commit (bank.receive_callbacks, migrations/bank/
+-- 0006: the references' locks first, in one order; then each as receive_callback keeps one, in
+-- the arrays' order), an answer each in that order. The bodies as JSON text (cast there).
+SELECT bank.receive_callbacks($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7)
 
 -- name: reconcile_transfer
 SELECT bank.reconcile_transfer($1, $2, $3, $4, $5)
