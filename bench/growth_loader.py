@@ -51,6 +51,10 @@ CURRENCY = "TRY"
 FUNDING_MINOR = 10**12  # no transfer of the loader or the bench is ever refused for funds
 HEAVY_LINES = 100_000
 CUSTOMER_BUCKETS = range(1, BUCKETS)
+# On 2 cores, 3 writers left each backend waiting for the loader's one thread a third of the time
+# (pg_stat_activity: ClientRead); 6 posted 1.6-2x the transfer lines/s of 3, 10 little more than 6
+# (docs/performance.md, "How cost grows").
+WRITERS = 8
 
 
 @dataclass
@@ -244,7 +248,7 @@ async def load(
     lines: int,
     wallets: int,
     heavy_lines: int = HEAVY_LINES,
-    writers: int = 3,
+    writers: int = WRITERS,
     batch: int = 1_000,
     quiet: bool = False,
 ) -> dict[str, Any]:
@@ -361,7 +365,9 @@ def cli() -> None:
     parser.add_argument("--wallets", type=lambda s: int(s.replace("_", "")), default=1_000_000)
     parser.add_argument("--heavy-lines", type=lambda s: int(s.replace("_", "")), default=HEAVY_LINES)
     parser.add_argument("--database", default="hiwallet_growth")
-    parser.add_argument("--writers", type=int, default=3, help="concurrent writers (disjoint bucket groups)")
+    parser.add_argument(
+        "--writers", type=int, default=WRITERS, help="concurrent writers (disjoint bucket groups)"
+    )
     parser.add_argument("--batch", type=int, default=1_000, help="postings per post_batch")
     args = parser.parse_args()
     benchlog.to_file()
