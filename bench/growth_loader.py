@@ -52,8 +52,8 @@ FUNDING_MINOR = 10**12  # no transfer of the loader or the bench is ever refused
 HEAVY_LINES = 100_000
 CUSTOMER_BUCKETS = range(1, BUCKETS)
 # On 2 cores, 3 writers left each backend waiting for the loader's one thread a third of the time
-# (pg_stat_activity: ClientRead); 6 posted 1.6-2x the transfer lines/s of 3, 10 little more than 6
-# (docs/performance.md, "How cost grows").
+# (pg_stat_activity: ClientRead); 8 load 1.20x the lines/s of 3 (4 interleaved rounds, 1.16-1.27;
+# docs/performance.md, "How cost grows"), 10 little more than 6.
 WRITERS = 8
 
 
