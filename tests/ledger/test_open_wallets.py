@@ -57,3 +57,17 @@ async def test_open_wallets_refuses_the_central_bucket(store: LedgerStore, pool:
     assert await pool.fetchval("SELECT count(*) FROM ledger.accounts") == before
     await store.open_wallets([], "TRY", owner="x")
     assert await pool.fetchval("SELECT count(*) FROM ledger.accounts") == before
+
+
+async def test_open_accounts_of_uneven_arrays_opens_nothing(pool: asyncpg.Pool) -> None:
+    # the app role's own call, past the store's checks: a purse or key left out (unnest pads with
+    # NULL) is refused by the table's constraints, not opened half-made
+    before = await pool.fetchval("SELECT count(*) FROM ledger.accounts")
+    for buckets, ids, purses in (
+        ([7, 7], ["0007:w:a:cash", "0007:w:a:promo"], ["cash"]),
+        ([7], ["0007:w:a:cash", "0007:w:a:promo"], ["cash", "promo"]),
+        ([7, 7], ["0007:w:a:cash"], ["cash", "promo"]),
+    ):
+        with pytest.raises(asyncpg.IntegrityConstraintViolationError):
+            await pool.execute("SELECT ledger.open_accounts($1, $2, $3, 'TRY', 'x')", buckets, ids, purses)
+    assert await pool.fetchval("SELECT count(*) FROM ledger.accounts") == before
