@@ -338,7 +338,7 @@ def cli() -> None:
     parser.add_argument("--lines", type=parse_count, default=1_000_000)
     parser.add_argument("--wallets", type=parse_count, default=100_000)
     parser.add_argument("--heavy-lines", type=parse_count, default=growth_loader.HEAVY_LINES)
-    parser.add_argument("--writers", type=int, default=3, help="the loader's writers")
+    parser.add_argument("--writers", type=int, default=growth_loader.WRITERS, help="the loader's writers")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-s", type=float, default=4.0)

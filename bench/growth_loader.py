@@ -17,8 +17,8 @@ Every posting goes through ``LedgerStore.post_batch``, ``--batch`` (1,000) a bat
 money only among its own wallets: their clearing and transit sub-accounts are its own too, so two
 writers' locks never cross (no waits, no deadlocks), as in bench/ledger_bench.py's batched run.
 
-Opening the wallets uses ``LedgerStore.open_wallet`` inside one unit of work per chunk (one
-commit per ``--batch`` wallets, not one per wallet).
+Opening the wallets uses ``LedgerStore.open_wallets``: ``--batch`` wallets in two statements
+and one commit (the same accounts as ``open_wallet`` opens one at a time, three statements each).
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ CURRENCY = "TRY"
 FUNDING_MINOR = 10**12  # no transfer of the loader or the bench is ever refused for funds
 HEAVY_LINES = 100_000
 CUSTOMER_BUCKETS = range(1, BUCKETS)
+# On 2 cores, 3 writers left each backend waiting for the loader's one thread a third of the time
+# (pg_stat_activity: ClientRead); 8 load 1.20x the lines/s of 3 (4 interleaved rounds, 1.16-1.27;
+# docs/performance.md, "How cost grows"), 10 little more than 6.
+WRITERS = 8
 
 
 @dataclass
@@ -106,6 +110,14 @@ class Loader:
     def group_of(self, wallet: str) -> int:
         return bucket_of(wallet) % self.writers
 
+    def groups(self, wallets: list[str]) -> list[list[str]]:
+        """Each writer's wallets, in one pass (a million wallets: one parse each, not one per
+        writer)."""
+        groups: list[list[str]] = [[] for _ in range(self.writers)]
+        for w in wallets:
+            groups[self.group_of(w)].append(w)
+        return groups
+
     def lines_of(self, sender: str, receiver: str) -> int:
         if not self.store.transit_legs:
             return 2
@@ -126,14 +138,12 @@ class Loader:
         task = progress.add_task(f"open + fund {count:,} wallets ({owner})", total=count)
         start = self.rng.randrange(len(CUSTOMER_BUCKETS))
         wallets = [new_wallet_id(CUSTOMER_BUCKETS[(start + i) % len(CUSTOMER_BUCKETS)]) for i in range(count)]
-        groups = [[w for w in wallets if self.group_of(w) == k] for k in range(self.writers)]
+        groups = self.groups(wallets)
 
         async def writer(mine: list[str]) -> None:
             for i in range(0, len(mine), self.batch):
                 chunk = mine[i : i + self.batch]
-                async with self.store.unit_of_work() as conn:
-                    for w in chunk:
-                        await self.store.open_wallet(w, CURRENCY, owner=owner, conn=conn)
+                await self.store.open_wallets(chunk, CURRENCY, owner=owner)
                 await self._post(
                     [
                         rules.topup(
@@ -167,7 +177,7 @@ class Loader:
         its own group). With ``heavy``, every transfer has the heavy wallet on one side (in
         turn sender and receiver) and ``lines`` counts the heavy wallet's lines."""
         task = progress.add_task(label, total=lines)
-        groups = [[w for w in wallets if self.group_of(w) == k] for k in range(self.writers)]
+        groups = self.groups(wallets)
         if heavy is not None:
             k = self.group_of(heavy)
             groups = [groups[k] if i == k else [] for i in range(self.writers)]
@@ -238,7 +248,7 @@ async def load(
     lines: int,
     wallets: int,
     heavy_lines: int = HEAVY_LINES,
-    writers: int = 3,
+    writers: int = WRITERS,
     batch: int = 1_000,
     quiet: bool = False,
 ) -> dict[str, Any]:
@@ -266,8 +276,10 @@ async def load(
         progress = make_progress()
         with progress if not quiet else _Silent():
             _rate_fields(progress)
-            if len(state.wallets) < wallets:
-                state.wallets += await loader.open_wallets(wallets - len(state.wallets), OWNER, progress)
+            opened = wallets - len(state.wallets)
+            if opened > 0:
+                state.wallets += await loader.open_wallets(opened, OWNER, progress)
+            opening = time.perf_counter() - started
             if state.heavy is None:
                 state.heavy = (await loader.open_wallets(1, HEAVY_OWNER, progress))[0]
                 state.heavy_lines = 1
@@ -305,6 +317,13 @@ async def load(
         "refused": loader.refused,
         "seconds": round(elapsed, 1),
         "lines_per_s": round((after.lines - before.lines) / elapsed, 1) if did_work else None,
+        # the two phases apart: opening and funding the wallets, then the transfers
+        "wallets_per_s": round(opened / opening, 1) if opened > 0 else None,
+        "transfer_lines_per_s": (
+            round((after.lines - before.lines - 2 * max(opened, 0)) / (elapsed - opening), 1)
+            if elapsed > opening and did_work
+            else None
+        ),
         "writers": writers,
         "batch": batch,
     }
@@ -346,7 +365,9 @@ def cli() -> None:
     parser.add_argument("--wallets", type=lambda s: int(s.replace("_", "")), default=1_000_000)
     parser.add_argument("--heavy-lines", type=lambda s: int(s.replace("_", "")), default=HEAVY_LINES)
     parser.add_argument("--database", default="hiwallet_growth")
-    parser.add_argument("--writers", type=int, default=3, help="concurrent writers (disjoint bucket groups)")
+    parser.add_argument(
+        "--writers", type=int, default=WRITERS, help="concurrent writers (disjoint bucket groups)"
+    )
     parser.add_argument("--batch", type=int, default=1_000, help="postings per post_batch")
     args = parser.parse_args()
     benchlog.to_file()

@@ -166,6 +166,7 @@ DECLARE
         ['ledger.release_hold', 'app'],
         ['ledger.ensure_system_accounts', 'app'],
         ['ledger.open_account', 'app'],
+        ['ledger.open_accounts', 'app'],
         ['ledger_api.post_batch', 'both'],
         ['wallet.transfer_batch', 'app'],
         ['wallet.count_withdrawal', 'consumer'],

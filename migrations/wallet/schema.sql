@@ -193,6 +193,19 @@ CREATE FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, 
     ON CONFLICT (bucket, id) DO NOTHING
 $$;
 
+-- Name: open_accounts(smallint[], text[], text[], text, text); Type: FUNCTION; Schema: ledger; Owner: -
+
+CREATE FUNCTION ledger.open_accounts(p_buckets smallint[], p_ids text[], p_purses text[], p_currency text, p_owner text) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'ledger', 'wallet', 'pg_temp'
+    AS $$
+    INSERT INTO ledger.accounts (bucket, id, role, purse, currency, owner, created_at)
+    SELECT a.bucket, a.id, 'user_wallet', a.purse::ledger.purse, p_currency, p_owner, clock_timestamp()
+      FROM unnest(p_buckets, p_ids, p_purses) AS a (bucket, id, purse)
+     ORDER BY a.bucket, a.id
+    ON CONFLICT (bucket, id) DO NOTHING
+$$;
+
 -- Name: place_hold(smallint, text, text, bigint); Type: FUNCTION; Schema: ledger; Owner: -
 
 CREATE FUNCTION ledger.place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint) RETURNS jsonb
@@ -2243,6 +2256,11 @@ GRANT ALL ON FUNCTION ledger.line_hash(p_prev bytea, p_account_id text, p_versio
 
 REVOKE ALL ON FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text) FROM PUBLIC;
 GRANT ALL ON FUNCTION ledger.open_account(p_bucket smallint, p_id text, p_purse text, p_currency text, p_owner text) TO hiwallet_wallet_app;
+
+-- Name: FUNCTION open_accounts(p_buckets smallint[], p_ids text[], p_purses text[], p_currency text, p_owner text); Type: ACL; Schema: ledger; Owner: -
+
+REVOKE ALL ON FUNCTION ledger.open_accounts(p_buckets smallint[], p_ids text[], p_purses text[], p_currency text, p_owner text) FROM PUBLIC;
+GRANT ALL ON FUNCTION ledger.open_accounts(p_buckets smallint[], p_ids text[], p_purses text[], p_currency text, p_owner text) TO hiwallet_wallet_app;
 
 -- Name: FUNCTION place_hold(p_bucket smallint, p_account text, p_key text, p_amount bigint); Type: ACL; Schema: ledger; Owner: -
 

@@ -161,6 +161,7 @@ WALLET_APP_FUNCTIONS = {
     "ledger.release_hold",
     "ledger.ensure_system_accounts",
     "ledger.open_account",
+    "ledger.open_accounts",
     "ledger_api.post_batch",
     "wallet.transfer_batch",
     "ledger.line_hash",  # pure (STABLE): verify's queries call it

@@ -469,6 +469,47 @@ class LedgerStore:
             raise translate(exc) from exc
         return await self.wallet_balance(wallet_id)
 
+    async def open_wallets(
+        self, wallet_ids: Sequence[str], currency: str, *, owner: str, conn: asyncpg.Connection | None = None
+    ) -> None:
+        """Open many wallets' accounts as ``open_wallet`` opens each (the same rows), in two
+        statements: their buckets' system sub-accounts, then their accounts. With ``conn`` (in
+        an open transaction) they join the caller's unit of work."""
+        check_currency(currency)
+        buckets = [bucket_of(w) for w in wallet_ids]
+        if CENTRAL_BUCKET in buckets:
+            raise errors.InvalidPosting("bucket 0 is for system accounts", field="wallet")
+        if not wallet_ids:
+            return
+        try:
+            if conn is not None:
+                await self._open_many(conn, wallet_ids, buckets, currency, owner)
+                return
+            async with uow.unit_of_work(self._pool) as own:
+                await self._open_many(own, wallet_ids, buckets, currency, owner)
+        except Exception as exc:
+            raise translate(exc) from exc
+
+    async def _open_many(
+        self,
+        conn: asyncpg.Connection,
+        wallet_ids: Sequence[str],
+        buckets: list[int],
+        currency: str,
+        owner: str,
+    ) -> None:
+        await conn.execute(
+            Q["ensure_system_accounts_of"], sorted({CENTRAL_BUCKET, *buckets}), currency, self.providers
+        )
+        await conn.execute(
+            Q["open_accounts"],
+            buckets + buckets,
+            [cash_account(w) for w in wallet_ids] + [promo_account(w) for w in wallet_ids],
+            ["cash"] * len(wallet_ids) + ["promo"] * len(wallet_ids),
+            currency,
+            owner,
+        )
+
     async def _open_accounts(
         self, conn: asyncpg.Connection, wallet_id: str, b: int, currency: str, owner: str
     ) -> None:

@@ -18,6 +18,14 @@ SELECT ledger.ensure_system_accounts($1, $2, $3)
 -- An empty customer account; opening it again does nothing (migrations/wallet/0009).
 SELECT ledger.open_account($1, $2, $3, $4, $5)
 
+-- name: ensure_system_accounts_of
+-- The system sub-accounts of each bucket of $1, in one statement.
+SELECT ledger.ensure_system_accounts(b, $2, $3) FROM unnest($1::smallint[]) AS b
+
+-- name: open_accounts
+-- Many empty customer accounts, each as open_account opens it (migrations/wallet/0027).
+SELECT ledger.open_accounts($1, $2, $3, $4, $5)
+
 -- name: get_account
 SELECT bucket, id, role, purse, currency, owner, balance, held, version
   FROM ledger.accounts WHERE bucket = $1 AND id = $2
