@@ -24,7 +24,7 @@ the extra writers leave after their batch.
 :func:`whole_or_each` is what a batch call does when its one statement fails: the whole batch
 again while a retry may cure it (a deadlock, a race), every item the same answer when none
 would fare better alone (the server away), else each item alone, so that one item's content
-cannot fail its neighbours (the topup and bank stores' batches).
+cannot fail its neighbours (a store's batch call, each store naming its own failures).
 """
 
 from __future__ import annotations
