@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hiwallet.core.coalesce import Coalescer
+from hiwallet.core.coalesce import Coalescer, WholeOrEach, whole_or_each
 
 SPARE_AFTER_S = 0.05
 
@@ -188,3 +188,133 @@ async def test_the_spares_leave_once_the_stall_is_over() -> None:
     running = False
     await asyncio.gather(*clients)
     assert calls.most_in_flight == 1
+
+
+# whole_or_each: the whole batch, again while a retry may cure it, then one answer for all or each
+# item alone, as WholeOrEach says.
+
+
+class Busy(Exception):
+    """A deadlock, a race: a retry of the whole may cure it."""
+
+
+class Away(Exception):
+    """The server away: each item alone would meet the same."""
+
+
+class Refused(Exception):
+    """The batch refused for an item's content."""
+
+
+class Own(Exception):
+    """An item's own failure alone: its answer."""
+
+
+class Answered(Exception):
+    """What an item answers for a failure of the whole (the store's own error)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
+class Calls:
+    """``whole`` fails with each of ``failures`` in turn, then answers; ``alone`` answers, or
+    fails with what ``alone_failures`` says for that item."""
+
+    def __init__(
+        self, items: Sequence[int], *failures: Exception, alone_failures: dict[int, Exception] | None = None
+    ):
+        self.items = items
+        self.failures = list(failures)
+        self.alone_failures = alone_failures or {}
+        self.wholes = 0
+        self.alone: list[int] = []
+        self.again: list[tuple[int, str]] = []
+
+    async def whole(self) -> list[str]:
+        self.wholes += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return [f"whole-{i}" for i in self.items]
+
+    async def each(self, item: int) -> str:
+        self.alone.append(item)
+        if item in self.alone_failures:
+            raise self.alone_failures[item]
+        return f"alone-{item}"
+
+    def how(self, attempts: int = 3) -> WholeOrEach:
+        return WholeOrEach(
+            attempts=attempts,
+            again=(Busy,),
+            shared=lambda exc: isinstance(exc, Away),
+            refused=(Refused,),
+            own=(Own, Answered),
+            answer=Answered,
+            on_again=lambda attempt, exc: self.again.append((attempt, type(exc).__name__)),
+            backoff_s=0,
+        )
+
+    async def run(self, attempts: int = 3) -> list[str | Exception]:
+        return await whole_or_each(self.items, self.whole, self.each, self.how(attempts))
+
+
+async def test_the_whole_answers_every_item() -> None:
+    calls = Calls([1, 2, 3])
+    assert await calls.run() == ["whole-1", "whole-2", "whole-3"]
+    assert (calls.wholes, calls.alone, calls.again) == (1, [], [])
+
+
+async def test_a_busy_whole_is_sent_again_whole() -> None:
+    calls = Calls([1, 2], Busy(), Busy())
+    assert await calls.run() == ["whole-1", "whole-2"]
+    assert (calls.wholes, calls.alone, calls.again) == (3, [], [(1, "Busy"), (2, "Busy")])
+
+
+@pytest.mark.parametrize("items", [[1, 2, 3], [7]], ids=["many", "one"])
+async def test_a_whole_busy_at_every_attempt_sends_each_alone(items: list[int]) -> None:
+    calls = Calls(items, Busy(), Busy(), Busy())
+    assert await calls.run() == [f"alone-{i}" for i in items]
+    # logged before each retry, not after the last attempt
+    assert (calls.wholes, calls.alone, calls.again) == (3, items, [(1, "Busy"), (2, "Busy")])
+
+
+async def test_a_failure_each_alone_would_meet_answers_every_item_without_sending_any_alone() -> None:
+    away = Away()
+    calls = Calls([1, 2, 3], Busy(), away)
+    answers = await calls.run()
+    assert all(isinstance(a, Answered) and a.cause is away for a in answers) and len(answers) == 3
+    assert (calls.wholes, calls.alone) == (2, [])
+
+
+async def test_a_refused_batch_of_many_sends_each_alone_each_with_its_own_answer() -> None:
+    own = Own()
+    calls = Calls([1, 2, 3], Refused(), alone_failures={2: own})
+    assert await calls.run() == ["alone-1", own, "alone-3"]  # one item cannot fail its neighbours
+    assert (calls.wholes, calls.alone) == (1, [1, 2, 3])
+
+
+async def test_a_refused_batch_of_one_answers_the_refusal_without_sending_it_again() -> None:
+    refused = Refused()
+    calls = Calls([1], refused)
+    [answer] = await calls.run()
+    assert isinstance(answer, Answered) and answer.cause is refused
+    assert (calls.wholes, calls.alone) == (1, [])
+
+
+async def test_any_other_failure_is_raised_for_every_caller() -> None:
+    calls = Calls([1, 2], ValueError("a defect"))
+    with pytest.raises(ValueError, match="a defect"):
+        await calls.run()
+    assert (calls.wholes, calls.alone) == (1, [])
+    # an item's failure alone that is not its own stops the batch too
+    calls = Calls([1, 2], Refused(), alone_failures={1: ValueError("a defect alone")})
+    with pytest.raises(ValueError, match="a defect alone"):
+        await calls.run()
+    assert calls.alone == [1]
+
+
+def test_whole_or_each_needs_an_attempt() -> None:
+    with pytest.raises(ValueError, match="attempts >= 1"):
+        Calls([1]).how(attempts=0)

@@ -12,6 +12,7 @@ customer's own wallet and a real recipient with a small amount, so generation re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from schemathesis.generation.hypothesis.builder import HypothesisTestConfig, Hyp
 from tests import pgtemplate
 from tests.identity.conftest import IdentityServer
 from tests.strength import scaled
-from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, running_api
+from tests.wallet_api.conftest import PROBLEM, TL, Customer, WalletApi, password_token, running_api
 
 # 12 cases per operation and mode, 30 scenarios with `make test`'s profile; eight times as many
 # with HYPOTHESIS_PROFILE=long (tests/strength.py).
@@ -102,11 +103,12 @@ def _positive(case: Any) -> bool:
     return case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
 
 
-def _steer(case: Any, alice: Customer, bob: Customer) -> None:
-    """Point half of the positive cases at real resources of the caller, with an amount that
-    fits and a fresh key per distinct request; the other half stay as generated."""
+def _steer(case: Any, alice: Customer, bob: Customer, *, every: bool = False) -> None:
+    """Point half of the positive cases (``every``: all of them) at real resources of the caller,
+    with an amount that fits and a fresh key per distinct request; the other half stay as
+    generated."""
     digest = _digest(case)
-    if digest[0] % 2:
+    if digest[0] % 2 and not every:
         return
     real = {"wallet_id": alice.wallet_id, "account_id": alice.account_id}
     for name in list(case.path_parameters or {}):
@@ -235,15 +237,29 @@ def test_stateful_scenarios_follow_the_documents_links(
     contract_api: tuple[WalletApi, Customer, Customer],
 ) -> None:
     """Schemathesis' stateful phase: chains of calls along the document's links (a transfer's
-    id to GET and refund it, an account's wallets to their balances and statements)."""
+    id to GET and refund it, an account's wallets to their balances and statements).
+
+    Every positive case is steered, not half: POST /v1/transfers starts chains (no link leads to
+    it: a recipient's wallet number is in no answer to the payer), so only steering makes one a
+    transfer; unsteered, its generated ``from_wallet`` names no wallet: 404. With half, the coin
+    was the case's digest, which holds the ids links filled in from the service's answers (new
+    every run), so which cases were steered, which answered 2xx and so which links could be
+    followed next changed from run to run, derandomized or not: a local run made one transfer
+    of its seven, a CI run none (all 404), two runs on 2026-12-05 six and four. Steering every
+    one, every positive transfer is made: 6 in each of seven runs, 13 in one. The unsteered half
+    is the other phases' (test_the_api_matches_its_document, the coverage phase), and every
+    answer here is still checked against the document (validate_response)."""
     api, alice, bob = contract_api
+    # A token of its own: the module's (5 minutes) may have expired after the other phases on
+    # a loaded machine, and every call would be 401.
+    alice = dataclasses.replace(alice, token=password_token(api.idp, alice.username))
     schema = _schema(api, alice, money_only=True)
     seen: Counter[str] = Counter()
 
     class Scenarios(schema.as_state_machine()):  # type: ignore[misc]
         def before_call(self, case: Any) -> None:
             if _positive(case):  # a negative case keeps what it was built to break
-                _steer(case, alice, bob)
+                _steer(case, alice, bob, every=True)
 
         def after_call(self, response: Any, case: Any) -> None:
             super().after_call(response, case)
@@ -262,13 +278,10 @@ def test_stateful_scenarios_follow_the_documents_links(
             **_SETTINGS,
         )
     )
-    # The scenarios reached the money: transfers were asked for. Whether one of them is made
-    # (201) depends on how the chains fall: a local run makes one of its seven, the others
-    # refused by design (404 for a wallet number the chain did not steer, 401 for a token it
-    # broke), and a CI run under load made none of its seven (all 404), with the same code;
-    # every answer is checked against the document either way (validate_response above).
-    transfers = sorted(f"{k}: {n}" for k, n in seen.items() if k.startswith("POST /v1/transfers "))
-    assert transfers, sorted(seen.items())
+    # The scenarios reached the money: a transfer was made (runs alone and after the module's
+    # other phases, at load 15-20). That a chain then follows its link to GET it (2 in most
+    # runs) is not asserted: one run drew other scenarios and none did.
+    assert seen["POST /v1/transfers 201"], sorted(seen.items())
 
 
 def test_the_document_lists_every_endpoint_and_the_security_scheme(

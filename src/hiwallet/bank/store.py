@@ -3,7 +3,6 @@ errors at this edge (what a retry can cure: :class:`StoreUnavailable`)."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import orjson
 import structlog
 
 from hiwallet.core import tracing
-from hiwallet.core.coalesce import Coalescer
+from hiwallet.core.coalesce import Coalescer, WholeOrEach, whole_or_each
 from hiwallet.core.db import after_commit, is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
@@ -42,18 +41,50 @@ class Unstorable(Exception):
     \\u0000): no retry changes that."""
 
 
+def _store_error(exc: Exception) -> Exception:
+    """The driver's error as this store's (its cause kept): what the content caused
+    (Unstorable), what a retry can cure (StoreUnavailable), else the error itself (a defect)."""
+    error: Exception
+    if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
+        error = Unstorable(f"the database refused the content: {exc.sqlstate}")
+    elif is_transient(exc):
+        error = StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}")
+    else:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
 async def _translated(call: Awaitable[T]) -> T:
-    """``call``'s answer; the driver's errors as this store's (their cause kept): what the
-    content caused (Unstorable), what a retry can cure (StoreUnavailable), else as they are
-    (a defect)."""
+    """``call``'s answer; the driver's errors as this store's (:func:`_store_error`)."""
     try:
         return await call
     except _DRIVER_ERRORS as exc:
-        if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
-            raise Unstorable(f"the database refused the content: {exc.sqlstate}") from exc
-        if is_transient(exc):
-            raise StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}") from exc
-        raise
+        error = _store_error(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def _log_callbacks_again(attempt: int, exc: Exception) -> None:
+    log.info(
+        "callback batch deadlocked or raced; again",
+        attempt=attempt,
+        error=type(exc).__name__,
+        sqlstate=getattr(exc, "sqlstate", None),
+    )
+
+
+# How BankStore.receive_callbacks answers its statement's failure (its docstring says what).
+_CALLBACK_BATCH = WholeOrEach(
+    attempts=CALLBACK_BATCH_ATTEMPTS,
+    again=_BUSY,
+    shared=lambda exc: isinstance(exc, _DRIVER_ERRORS) and is_transient(exc),
+    refused=(asyncpg.PostgresError,),
+    own=(Unstorable, StoreUnavailable, asyncpg.PostgresError),
+    answer=_store_error,
+    on_again=_log_callbacks_again,
+)
 
 
 class Recorded(enum.StrEnum):
@@ -291,7 +322,8 @@ class BankStore:
         A deadlock or a race is retried whole; what a retry can cure answers every callback
         StoreUnavailable (503: the bank sends it again); any other refusal of a batch of many
         (one body jsonb cannot hold) sends each alone, so that one callback cannot fail its
-        neighbours (each answered for itself: 422 for the bad one, 202 for the others)."""
+        neighbours (each answered for itself: 422 for the bad one, 202 for the others); a batch of
+        one answers its refusal, which it would meet again alone (core.coalesce.whole_or_each)."""
         if not 0 < len(items) <= MAX_CALLBACK_BATCH:
             raise ValueError(f"a batch holds 1 to {MAX_CALLBACK_BATCH} callbacks, not {len(items)}")
         args = (
@@ -303,45 +335,15 @@ class BankStore:
             [self._message_id() for _ in items],  # each announcement's id, used if it announces
             self.exchange,
         )
-        for attempt in range(1, CALLBACK_BATCH_ATTEMPTS + 1):
-            try:
-                answers: list[str] = await self.pool.fetchval(Q["receive_callbacks"], *args)
-            except _BUSY as exc:
-                if attempt == CALLBACK_BATCH_ATTEMPTS:
-                    return await self._each_alone(items)
-                log.info(
-                    "callback batch deadlocked or raced; again",
-                    attempt=attempt,
-                    error=type(exc).__name__,
-                    sqlstate=exc.sqlstate,
-                )
-                await asyncio.sleep(0.005 * attempt)
-                continue
-            except _DRIVER_ERRORS as exc:
-                if is_transient(exc):  # a server away, a timeout: each alone would meet the same
-                    unavailable = StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}")
-                    unavailable.__cause__ = exc
-                    return [unavailable] * len(items)
-                if not isinstance(exc, asyncpg.PostgresError):
-                    raise  # not the database's answer: a defect, for every caller
-                return await self._each_alone(items)
+
+        async def whole() -> list[Received]:
+            answers: list[str] = await self.pool.fetchval(Q["receive_callbacks"], *args)
             if len(answers) != len(items):
                 raise AssertionError(f"receive_callbacks answered {len(answers)} for {len(items)} callbacks")
             self.on_committed()  # one statement in autocommit: committed now
             return [Received(a) for a in answers]
-        raise AssertionError("unreachable: the last attempt returns")
 
-    async def _each_alone(self, items: Sequence[CallbackItem]) -> list[Received | Exception]:
-        outcomes: list[Received | Exception] = []
-        for item in items:
-            try:
-                outcome: Received | Exception = await self._receive_alone(item)
-            except (Unstorable, StoreUnavailable) as answer:
-                outcome = answer
-            except asyncpg.PostgresError as defect:  # this one's own failure: a 500 for it alone
-                outcome = defect
-            outcomes.append(outcome)
-        return outcomes
+        return await whole_or_each(items, whole, self._receive_alone, _CALLBACK_BATCH)
 
     async def reconcile_transfer(
         self, bank_reference: str, succeeded: bool, reason: str | None

@@ -20,6 +20,11 @@ writer drains (the next batch gathers while one runs: the biggest batches), and 
 only when a batch has been in flight that long with items waiting, up to ``writers``. A batch
 waiting on a lock held elsewhere then no longer holds back the rest; once no batch is stalled,
 the extra writers leave after their batch.
+
+:func:`whole_or_each` is what a batch call does when its one statement fails: the whole batch
+again while a retry may cure it (a deadlock, a race), every item the same answer when none
+would fare better alone (the server away), else each item alone, so that one item's content
+cannot fail its neighbours (a store's batch call, each store naming its own failures).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 Item = TypeVar("Item")
@@ -167,3 +173,74 @@ class Coalescer(Generic[Item, Result]):
                     future.set_exception(answer)
                 else:
                     future.set_result(answer)
+
+
+@dataclass(frozen=True, slots=True)
+class WholeOrEach:
+    """How :func:`whole_or_each` answers a failure of the whole batch's call.
+
+    - ``again``: what a retry of the whole may cure (a deadlock, a race): the whole again after
+      ``backoff_s`` × the attempt, ``on_again(attempt, error)`` first (a log line), up to
+      ``attempts`` calls in all, then each item alone;
+    - ``shared(error)``: whether each item alone would meet the same (the server away, a
+      timeout): every item answers ``answer(error)``;
+    - ``refused``: the batch refused (its content, say): each item alone; a batch of one
+      answers ``answer(error)``, which it would meet again alone. Any other failure is raised:
+      a defect, every caller's;
+    - ``own``: what an item's own call may fail with: that item's answer, not its neighbours'
+      (anything else raised stops the batch: a defect)."""
+
+    attempts: int
+    again: tuple[type[Exception], ...]
+    shared: Callable[[Exception], bool]
+    refused: tuple[type[Exception], ...]
+    own: tuple[type[Exception], ...]
+    answer: Callable[[Exception], Exception]
+    on_again: Callable[[int, Exception], None]
+    backoff_s: float = 0.005
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"whole_or_each needs attempts >= 1: {self.attempts}")
+
+
+async def whole_or_each(
+    items: Sequence[Item],
+    whole: Callable[[], Awaitable[Sequence[Result]]],
+    alone: Callable[[Item], Awaitable[Result]],
+    how: WholeOrEach,
+) -> list[Result | Exception]:
+    """``whole()``'s answers (one per item, in order: a batch call for :class:`Coalescer`), or,
+    when it fails, what ``how`` says: the whole again, one answer for all, or ``alone(item)``
+    for each item in order, its own failure (``how.own``) its answer."""
+    for attempt in range(1, how.attempts + 1):
+        try:
+            return list(await whole())
+        except Exception as exc:
+            if isinstance(exc, how.again):
+                if attempt == how.attempts:
+                    break  # still deadlocking: alone, each finds its own way
+                how.on_again(attempt, exc)
+                await asyncio.sleep(how.backoff_s * attempt)
+                continue
+            if how.shared(exc):  # each alone would meet the same
+                return [how.answer(exc)] * len(items)
+            if not isinstance(exc, how.refused):
+                raise  # not the refusal of this batch: a defect, for every caller
+            if len(items) == 1:
+                return [how.answer(exc)]
+            break
+    return await _each_alone(items, alone, how.own)
+
+
+async def _each_alone(
+    items: Sequence[Item], alone: Callable[[Item], Awaitable[Result]], own: tuple[type[Exception], ...]
+) -> list[Result | Exception]:
+    answers: list[Result | Exception] = []
+    for item in items:
+        try:
+            answer: Result | Exception = await alone(item)
+        except own as failure:  # this one's own failure: its answer alone
+            answer = failure
+        answers.append(answer)
+    return answers

@@ -3,7 +3,6 @@ driver's errors at this edge (what a retry can cure: :class:`StoreUnavailable`).
 
 from __future__ import annotations
 
-import asyncio
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ import asyncpg
 import structlog
 
 from hiwallet.core.broker import OutgoingMessage
-from hiwallet.core.coalesce import Coalescer
+from hiwallet.core.coalesce import Coalescer, WholeOrEach, whole_or_each
 from hiwallet.core.db import is_transient
 from hiwallet.core.ids import new_id
 from hiwallet.core.outbox import outbox_row
@@ -68,6 +67,28 @@ BATCH_ATTEMPTS = 3
 # winner's row and is answered as the repeat it is (reported, duplicate), never a 500.
 INGEST_ATTEMPTS = 3
 _BUSY = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError, asyncpg.UniqueViolationError)
+
+
+def _log_ingest_again(attempt: int, exc: Exception) -> None:
+    log.info(
+        "ingest batch deadlocked or raced; again",
+        attempt=attempt,
+        error=type(exc).__name__,
+        sqlstate=getattr(exc, "sqlstate", None),
+        constraint=getattr(exc, "constraint_name", None),
+    )
+
+
+# How TopupStore._ingest_batch answers its statement's failure (its docstring says what).
+_INGEST_BATCH = WholeOrEach(
+    attempts=BATCH_ATTEMPTS,
+    again=_BUSY,
+    shared=is_transient,
+    refused=(asyncpg.PostgresError,),
+    own=(Unstorable, StoreUnavailable, asyncpg.PostgresError),
+    answer=_translated,
+    on_again=_log_ingest_again,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,47 +237,12 @@ class TopupStore:
         if not 0 < len(items) <= MAX_BATCH:
             raise ValueError(f"a batch holds 1 to {MAX_BATCH} notifications, not {len(items)}")
         args = self._batch_arguments(items)
-        answers: list[str] | None = None
-        for attempt in range(1, BATCH_ATTEMPTS + 1):
-            try:
-                answers = await self.pool.fetchval(Q["ingest_batch"], *args)
-                break
-            except _BUSY as exc:
-                if attempt == BATCH_ATTEMPTS:
-                    break
-                log.info(
-                    "ingest batch deadlocked or raced; again",
-                    attempt=attempt,
-                    error=type(exc).__name__,
-                    sqlstate=exc.sqlstate,
-                    constraint=getattr(exc, "constraint_name", None),
-                )
-                await asyncio.sleep(0.005 * attempt)
-            except Exception as exc:
-                if is_transient(exc):  # a server away, a timeout: each alone would meet the same
-                    return [_translated(exc)] * len(items)
-                if not isinstance(exc, asyncpg.PostgresError):
-                    raise  # not the database's answer: a defect, for every caller
-                if len(items) == 1:
-                    return [_translated(exc)]
-                return await self._each_alone(items)
-        if answers is None:  # still deadlocking: alone, each finds its own way
-            return await self._each_alone(items)
-        outcomes: list[Outcome | Exception] = [Outcome(a) for a in answers]
-        if Outcome.RECORDED in outcomes and self.on_recorded is not None:
-            self.on_recorded()
-        return outcomes
 
-    async def _each_alone(self, items: Sequence[IngestItem]) -> list[Outcome | Exception]:
-        outcomes: list[Outcome | Exception] = []
-        for item in items:
-            try:
-                outcome: Outcome | Exception = await self._ingest_alone(item)
-            except (Unstorable, StoreUnavailable) as answer:
-                outcome = answer
-            except asyncpg.PostgresError as defect:  # this one's own failure: a 500 for it alone
-                outcome = defect
-            outcomes.append(outcome)
+        async def whole() -> list[Outcome]:
+            answers: list[str] = await self.pool.fetchval(Q["ingest_batch"], *args)
+            return [Outcome(a) for a in answers]
+
+        outcomes = await whole_or_each(items, whole, self._ingest_alone, _INGEST_BATCH)
         if Outcome.RECORDED in outcomes and self.on_recorded is not None:
             self.on_recorded()
         return outcomes

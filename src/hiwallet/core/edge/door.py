@@ -131,26 +131,35 @@ class FrontDoor:
         return relayed(answer, content, raw_extra=decision.raw_headers)
 
 
+# Where the door keeps the body it read, in the request's scope (per request, as Starlette keeps
+# its state there): a second read answers it without receiving again.
+_BODY = "hiwallet.edge.body"
+
+
 async def _body(request: Request) -> bytes:
-    """The request's body, as ``request.body()`` reads it (and keeps it for a later call), without
-    its stream's async generator: a few µs a forwarded request."""
-    if hasattr(request, "_body"):
-        kept: bytes = request._body
+    """The request's body, read from its ASGI receive channel by one loop and kept in its scope:
+    the door is the one reader of a forwarded request's body (a front API's routes read none).
+    Not ``request.body()``: its stream's async generator cost a few µs a forwarded request
+    (docs/performance.md, "the door's own path"). Past the edge's limit, receiving raises
+    PayloadTooLarge (413); a client gone before the end raises ClientDisconnect, as
+    ``request.body()`` does."""
+    scope = request.scope
+    kept: bytes | None = scope.get(_BODY)
+    if kept is not None:
         return kept
-    if request._stream_consumed:
-        raise RuntimeError("Stream consumed")
-    request._stream_consumed = True
+    receive = request.receive
     chunks: list[bytes] = []
     while True:
-        message = await request.receive()
+        message = await receive()
         if message["type"] == "http.request":
-            chunks.append(message.get("body", b""))
+            chunk: bytes = message.get("body", b"")
             if not message.get("more_body", False):
+                body = b"".join((*chunks, chunk)) if chunks else chunk
                 break
+            chunks.append(chunk)
         elif message["type"] == "http.disconnect":
-            request._is_disconnected = True
             raise ClientDisconnect()
-    body = request._body = b"".join(chunks)
+    scope[_BODY] = body
     return body
 
 
