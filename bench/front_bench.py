@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -66,10 +67,20 @@ async def _run(
 ) -> dict[str, Any]:
     """wallet_api_bench's run against ``url`` (the front's CPU from ``pid``), with wallet-api's
     own CPU a transfer over the same seconds (what a hop's transport costs it shows there too)."""
-    before = pids_cpu_s([api_pid])
+    before, switches = pids_cpu_s([api_pid]), _switches(pid)
     run = await wb._run(url, people, receivers, concurrency, duration_s, pid)
-    run["wallet_api_cpu_us"] = round((pids_cpu_s([api_pid]) - before) / max(run["transfers"], 1) * 1e6)
+    per = max(run["transfers"], 1)
+    run["wallet_api_cpu_us"] = round((pids_cpu_s([api_pid]) - before) / per * 1e6)
+    # The server's wake-ups a transfer (voluntary context switches: it slept, waiting for input).
+    run["server_wakeups"] = round((_switches(pid) - switches) / per, 2)
     return run
+
+
+def _switches(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
 
 
 async def _mean_time(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
