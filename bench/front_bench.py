@@ -54,12 +54,25 @@ if baseline and not source:  # as before 2026-12-04: Redis asked on every reques
     limits.LEASE_MAX = 1
 os.environ.update({prefix + "PORT": port, prefix + "ISSUER_BASE": idp, prefix + "WALLET_API_URL": api,
                    prefix + "RATE_LIMIT_SUBJECT": str(10**9)})
+if kind == "personal" and os.environ.get("FRONT_BENCH_LEAN"):  # --lean: the bench's lean server
+    sys.path.insert(0, os.environ["FRONT_BENCH_LEAN"])
+    from lean_server import serve
+    from hiwallet.core.http import settle_heap_once_started
+    from hiwallet.core.logging import configure_logging
+    from hiwallet.personal_mobile_api.app import create_personal_mobile_api_app
+    configure_logging("personal-mobile-api")
+    serve(settle_heap_once_started(create_personal_mobile_api_app()), "127.0.0.1", int(port), lifespan=True)
+    raise SystemExit
 if kind == "personal":
     from hiwallet.personal_mobile_api.app import run_personal_mobile_api as run
 else:
     from hiwallet.business_api.app import run_business_api as run
 run(int(port), "127.0.0.1")
 """
+
+
+# Where bench/lean_server.py is (the --lean front imports it from there).
+_BENCH_DIR = str(Path(__file__).resolve().parent)
 
 
 async def _run(
@@ -103,7 +116,13 @@ async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int)
 
 
 async def measure(
-    concurrency: int, duration_s: float, rounds: int, baseline: bool, source: str = "", uds: bool = False
+    concurrency: int,
+    duration_s: float,
+    rounds: int,
+    baseline: bool,
+    source: str = "",
+    uds: bool = False,
+    lean_server: bool = False,
 ) -> dict[str, Any]:
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
@@ -128,7 +147,8 @@ async def measure(
             await wb._wait_ready(client, idp, procs[0])
             procs.append(wb._start(wb._WALLET_API, str(api_port), wallet_db, idp, env=api_env))
             await wb._wait_ready(client, api, procs[1])
-            procs.append(wb._start(_FRONT, "personal", str(front_port), idp, front_api))
+            lean = {"FRONT_BENCH_LEAN": _BENCH_DIR} if lean_server else None
+            procs.append(wb._start(_FRONT, "personal", str(front_port), idp, front_api, env=lean))
             procs.append(wb._start(_FRONT, "business", str(business_port), idp, api))
             await wb._wait_ready(client, front, procs[2])
             await wb._wait_ready(client, business, procs[3])
@@ -298,13 +318,18 @@ def main() -> None:
         action="store_true",
         help="wallet-api also on a Unix socket, today's personal-mobile-api forwarding through it",
     )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="today's personal-mobile-api served by bench/lean_server.py, not uvicorn (an experiment)",
+    )
     args = parser.parse_args()
     source = os.path.abspath(args.baseline_src) if args.baseline_src else ""
     benchlog.to_file()
     started = datetime.now(UTC)
     baseline = args.baseline or bool(source)
     results = [
-        uvloop.run(measure(c, args.duration, args.rounds, baseline, source, args.uds))
+        uvloop.run(measure(c, args.duration, args.rounds, baseline, source, args.uds, args.lean))
         for c in args.concurrency
     ]
     result = {
@@ -314,6 +339,7 @@ def main() -> None:
         "rounds": args.rounds,
         "baseline_src": source or None,
         "uds": args.uds,
+        "lean": args.lean,
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }
