@@ -6,6 +6,7 @@ path (edge, token, rate limit, forwarding, answer) without uvicorn and without w
 
     .venv/bin/python bench/door_cost.py [--requests 4000] [--rounds 5] 2>/dev/null
     PYTHONPATH=/tmp/base/src .venv/bin/python bench/door_cost.py 2>/dev/null  # another tree's code
+    .venv/bin/python bench/door_cost.py --unix 2>/dev/null  # the upstream on a Unix socket
 
 The figure: this process's CPU (user and system) a request, per round, 8 requests in flight;
 run the two trees alternately and compare the best rounds (docs/performance.md, Front doors).
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from typing import Any
 
@@ -49,6 +52,8 @@ class Canned(asyncio.Protocol):
             self.transport.write(ANSWER)
 async def main():
     await asyncio.get_running_loop().create_server(Canned, "127.0.0.1", int(sys.argv[1]))
+    if len(sys.argv) > 2:  # --unix: on a Unix socket too
+        await asyncio.get_running_loop().create_unix_server(Canned, sys.argv[2])
     await asyncio.sleep(3600)
 uvloop.run(main())
 """
@@ -76,8 +81,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def measure(port: int, requests: int, rounds: int, in_flight: int = 8) -> list[float]:
-    os.environ["HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL"] = f"http://127.0.0.1:{port}"
+async def measure(port: int, requests: int, rounds: int, in_flight: int = 8, unix: str = "") -> list[float]:
+    upstream = f"unix:{unix}" if unix else f"http://127.0.0.1:{port}"
+    os.environ["HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL"] = upstream
     os.environ["HIWALLET_PERSONAL_MOBILE_API_RATE_LIMIT_SUBJECT"] = str(10**9)
     from hiwallet.personal_mobile_api.app import create_personal_mobile_api_app
 
@@ -146,14 +152,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--unix", action="store_true", help="the upstream reached on a Unix socket, not TCP")
     args = parser.parse_args()
     port = _free_port()
-    upstream = subprocess.Popen([sys.executable, "-c", _UPSTREAM, str(port)])
+    directory = tempfile.mkdtemp(prefix="door-cost-")
+    unix = f"{directory}/upstream.sock" if args.unix else ""
+    upstream = subprocess.Popen([sys.executable, "-c", _UPSTREAM, str(port), *([unix] if unix else [])])
     try:
-        rounds = uvloop.run(measure(port, args.requests, args.rounds))
+        rounds = uvloop.run(measure(port, args.requests, args.rounds, unix=unix))
     finally:
         upstream.terminate()
         upstream.wait(timeout=5)
+        shutil.rmtree(directory, ignore_errors=True)
     print(f"µs of CPU a transfer: best {min(rounds):.1f}, rounds {[round(r, 1) for r in rounds]}", flush=True)
     os._exit(0)  # the app's pools are not closed: nothing to wait for
 

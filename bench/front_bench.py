@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +32,7 @@ import uvloop
 
 import benchlog
 import wallet_api_bench as wb
+from cpu import pids_cpu_s
 from hiwallet.contracts import databases
 from hiwallet.core import db
 from hiwallet.ledger.service import Fees, Ledger
@@ -50,12 +54,46 @@ if baseline and not source:  # as before 2026-12-04: Redis asked on every reques
     limits.LEASE_MAX = 1
 os.environ.update({prefix + "PORT": port, prefix + "ISSUER_BASE": idp, prefix + "WALLET_API_URL": api,
                    prefix + "RATE_LIMIT_SUBJECT": str(10**9)})
+if kind == "personal" and os.environ.get("FRONT_BENCH_LEAN"):  # --lean: the bench's lean server
+    sys.path.insert(0, os.environ["FRONT_BENCH_LEAN"])
+    from lean_server import serve
+    from hiwallet.core.http import settle_heap_once_started
+    from hiwallet.core.logging import configure_logging
+    from hiwallet.personal_mobile_api.app import create_personal_mobile_api_app
+    configure_logging("personal-mobile-api")
+    serve(settle_heap_once_started(create_personal_mobile_api_app()), "127.0.0.1", int(port), lifespan=True)
+    raise SystemExit
 if kind == "personal":
     from hiwallet.personal_mobile_api.app import run_personal_mobile_api as run
 else:
     from hiwallet.business_api.app import run_business_api as run
 run(int(port), "127.0.0.1")
 """
+
+
+# Where bench/lean_server.py is (the --lean front imports it from there).
+_BENCH_DIR = str(Path(__file__).resolve().parent)
+
+
+async def _run(
+    url: str, people: Any, receivers: list[str], concurrency: int, duration_s: float, pid: int, api_pid: int
+) -> dict[str, Any]:
+    """wallet_api_bench's run against ``url`` (the front's CPU from ``pid``), with wallet-api's
+    own CPU a transfer over the same seconds (what a hop's transport costs it shows there too)."""
+    before, switches = pids_cpu_s([api_pid]), _switches(pid)
+    run = await wb._run(url, people, receivers, concurrency, duration_s, pid)
+    per = max(run["transfers"], 1)
+    run["wallet_api_cpu_us"] = round((pids_cpu_s([api_pid]) - before) / per * 1e6)
+    # The server's wake-ups a transfer (voluntary context switches: it slept, waiting for input).
+    run["server_wakeups"] = round((_switches(pid) - switches) / per, 2)
+    return run
+
+
+def _switches(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
 
 
 async def _mean_time(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
@@ -78,7 +116,13 @@ async def _business_rss(client: httpx.AsyncClient, idp: str, url: str, pid: int)
 
 
 async def measure(
-    concurrency: int, duration_s: float, rounds: int, baseline: bool, source: str = ""
+    concurrency: int,
+    duration_s: float,
+    rounds: int,
+    baseline: bool,
+    source: str = "",
+    uds: bool = False,
+    lean_server: bool = False,
 ) -> dict[str, Any]:
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
@@ -88,6 +132,11 @@ async def measure(
     base_front = f"http://127.0.0.1:{base_port}"
     idp, api = f"http://127.0.0.1:{idp_port}", f"http://127.0.0.1:{api_port}"
     front, business = f"http://127.0.0.1:{front_port}", f"http://127.0.0.1:{business_port}"
+    # --uds: wallet-api also on a Unix socket, today's personal-mobile-api forwarding through it
+    # (the baseline front and the direct client stay on TCP).
+    sock_dir = tempfile.mkdtemp(prefix="front-bench-") if uds else ""
+    api_env = {"HIWALLET_WALLET_API_UDS": f"{sock_dir}/wallet-api.sock"} if uds else None
+    front_api = f"unix:{sock_dir}/wallet-api.sock" if uds else api
     procs = [wb._start(wb._IDENTITY, str(idp_port), identity_db)]
     pool = await db.create_pool(
         wallet_db, role=db.app_role("wallet"), min_size=1, max_size=2, init=init_connection
@@ -96,9 +145,10 @@ async def measure(
     try:
         async with httpx.AsyncClient(timeout=30.0, limits=limits) as client:
             await wb._wait_ready(client, idp, procs[0])
-            procs.append(wb._start(wb._WALLET_API, str(api_port), wallet_db, idp))
+            procs.append(wb._start(wb._WALLET_API, str(api_port), wallet_db, idp, env=api_env))
             await wb._wait_ready(client, api, procs[1])
-            procs.append(wb._start(_FRONT, "personal", str(front_port), idp, api))
+            lean = {"FRONT_BENCH_LEAN": _BENCH_DIR} if lean_server else None
+            procs.append(wb._start(_FRONT, "personal", str(front_port), idp, front_api, env=lean))
             procs.append(wb._start(_FRONT, "business", str(business_port), idp, api))
             await wb._wait_ready(client, front, procs[2])
             await wb._wait_ready(client, business, procs[3])
@@ -127,14 +177,18 @@ async def measure(
                     f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s
                 ):
                     direct.append(
-                        await wb._run(api, people, receivers, concurrency, duration_s, procs[1].pid)
+                        await _run(
+                            api, people, receivers, concurrency, duration_s, procs[1].pid, procs[1].pid
+                        )
                     )
                 api_before = await _mean_time(client, api)
                 front_before = await _mean_time(client, front)
                 with benchlog.phase(
                     f"through personal-mobile-api, concurrency {concurrency}, round {r + 1}", duration_s
                 ):
-                    run = await wb._run(front, people, receivers, concurrency, duration_s, procs[2].pid)
+                    run = await _run(
+                        front, people, receivers, concurrency, duration_s, procs[2].pid, procs[1].pid
+                    )
                 api_after = await _mean_time(client, api)
                 front_after = await _mean_time(client, front)
                 if api_after[1] > api_before[1] and front_after[1] > front_before[1]:
@@ -149,8 +203,14 @@ async def measure(
                         f"through the baseline front, concurrency {concurrency}, round {r + 1}", duration_s
                     ):
                         based.append(
-                            await wb._run(
-                                base_front, people, receivers, concurrency, duration_s, procs[4].pid
+                            await _run(
+                                base_front,
+                                people,
+                                receivers,
+                                concurrency,
+                                duration_s,
+                                procs[4].pid,
+                                procs[1].pid,
                             )
                         )
             business_rss = await _business_rss(client, idp, business, procs[3].pid)
@@ -164,6 +224,8 @@ async def measure(
         for proc in reversed(procs):
             wb._stop(proc)
         await wb._drop(wallet_db, identity_db)
+        if sock_dir:
+            shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def _total(runs: list[dict[str, Any]], key: str) -> float:
@@ -188,6 +250,8 @@ def _baseline(
         "today_ratio_median": round(statistics.median(ratios(through)), 3),
         "cpu_us_per_transfer_median": round(statistics.median(r["server_cpu_us"] for r in based)),
         "today_cpu_us_per_transfer_median": round(statistics.median(r["server_cpu_us"] for r in through)),
+        "wallet_api_cpu_us_median": round(statistics.median(r["wallet_api_cpu_us"] for r in based)),
+        "today_wallet_api_cpu_us_median": round(statistics.median(r["wallet_api_cpu_us"] for r in through)),
         "p50_ms": round(_total(based, "p50_ms"), 2),
         "p99_ms": round(_total(based, "p99_ms"), 2),
         "rounds": based,
@@ -208,12 +272,14 @@ def _summary(
             "transfers_per_s": round(d_tps, 1),
             "p50_ms": round(_total(direct, "p50_ms"), 2),
             "p99_ms": round(_total(direct, "p99_ms"), 2),
+            "wallet_api_cpu_us_per_transfer": round(_total(direct, "wallet_api_cpu_us")),
         },
         "through_personal_mobile_api": {
             "transfers_per_s": round(t_tps, 1),
             "p50_ms": round(_total(through, "p50_ms"), 2),
             "p99_ms": round(_total(through, "p99_ms"), 2),
             "front_cpu_us_per_transfer": round(_total(through, "server_cpu_us")),
+            "wallet_api_cpu_us_per_transfer": round(_total(through, "wallet_api_cpu_us")),
             "front_own_mean_ms": round(_total(through, "front_own_mean_ms"), 2)
             if all("front_own_mean_ms" in r for r in through)
             else None,
@@ -247,18 +313,33 @@ def main() -> None:
         help="the baseline front runs this source tree's code instead (a directory holding the "
         "hiwallet package, e.g. from `git archive main src`); implies --baseline",
     )
+    parser.add_argument(
+        "--uds",
+        action="store_true",
+        help="wallet-api also on a Unix socket, today's personal-mobile-api forwarding through it",
+    )
+    parser.add_argument(
+        "--lean",
+        action="store_true",
+        help="today's personal-mobile-api served by bench/lean_server.py, not uvicorn (an experiment)",
+    )
     args = parser.parse_args()
     source = os.path.abspath(args.baseline_src) if args.baseline_src else ""
     benchlog.to_file()
     started = datetime.now(UTC)
     baseline = args.baseline or bool(source)
-    results = [uvloop.run(measure(c, args.duration, args.rounds, baseline, source)) for c in args.concurrency]
+    results = [
+        uvloop.run(measure(c, args.duration, args.rounds, baseline, source, args.uds, args.lean))
+        for c in args.concurrency
+    ]
     result = {
         "bench": "front",
         "started": started.isoformat(),
         "duration_s": args.duration,
         "rounds": args.rounds,
         "baseline_src": source or None,
+        "uds": args.uds,
+        "lean": args.lean,
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }

@@ -1,6 +1,6 @@
 """The HTTP server's own cost: CPU per request of a plain endpoint under each server that fits.
 
-    .venv/bin/python bench/server_cost.py [--servers uvicorn one-write granian] [--rounds 6]
+    .venv/bin/python bench/server_cost.py [--servers uvicorn one-write lean granian] [--rounds 6]
         [--round-s 3] [--concurrency 8]
 
 The endpoint is the least an answer can be (a POST whose body is read, a small JSON answer with
@@ -14,6 +14,8 @@ its process's CPU µs per request (``/proc`` times, bench/cpu.py), requests/s, a
 - ``uvicorn``: uvicorn with httptools and uvloop, as the services run it (core.http.serve);
 - ``one-write``: the same with bench/one_write.py's protocol (the head and body in one write: a
   candidate, not adopted);
+- ``lean``: bench/lean_server.py, the least an ASGI server over httptools can be (a bound on
+  what a lean server under the front door could save; a candidate, not adopted);
 - ``granian``: granian's ASGI interface (Rust HTTP/1.1, one worker, uvloop), if installed (it
   is not a dependency: ``pip install granian`` into the venv to measure it).
 
@@ -76,6 +78,13 @@ sys.path.insert(0, sys.argv[2])
 from one_write import OneWriteHttpToolsProtocol
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http=OneWriteHttpToolsProtocol,
             loop="uvloop", log_config=None, access_log=False, lifespan="on")
+""",
+    "lean": _APP
+    + """
+import sys
+sys.path.insert(0, sys.argv[2])
+from lean_server import serve
+serve(app, "127.0.0.1", int(sys.argv[1]))
 """,
     "granian": _APP
     + """

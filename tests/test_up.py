@@ -34,6 +34,7 @@ from hiwallet.up import (
     Deployable,
     RestartPolicy,
     Supervisor,
+    unix_socket_env,
     web_sign_in_env,
 )
 from tests import promql
@@ -69,6 +70,9 @@ def up_process(
     databases: dict[str, str], tmp_path: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Output]]:
     env, ports = system_env(databases)
+    # personal-mobile-api left to up: it reaches wallet-api on up's Unix socket (business-api
+    # stays on the port it is given: both ways are served at once).
+    del env["HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL"]
     with running_up(env, tmp_path / "up.log") as (proc, out):
         yield proc, ports, out
 
@@ -147,9 +151,12 @@ async def test_a_killed_child_comes_back_while_the_others_serve_and_sigterm_stop
         new_pid = out.pids("child started", "wallet-api")[1]
         assert new_pid != wallet_pid and alive(new_pid) and alive(identity_pid)
         assert out.pids("child started", "identity") == [identity_pid]  # not restarted
-        # The new wallet-api fetches identity's keys and serves the same token.
+        # The new wallet-api fetches identity's keys and serves the same token, on its socket too
+        # (the killed one's file replaced), where the front door finds it again.
         accounts = await api.get("/v1/accounts", headers=me)
         assert accounts.status_code == 200
+        front = await api.get(f"http://127.0.0.1:{ports['personal-mobile-api']}/v1/me/accounts", headers=me)
+        assert front.status_code == 200, front.text
         wallet = accounts.json()["accounts"][0]["wallets"][0]["id"]
 
         # A card payment at stripe-fake reaches the wallet through topup-webhook, RabbitMQ and
@@ -339,6 +346,24 @@ def test_the_web_apps_sign_in_follows_where_they_run(monkeypatch: pytest.MonkeyP
     assert load_realm("hiwallet", REALMS_DIR).clients["personal-web-bff"].redirect_uris == {
         "https://web.example/auth/callback"
     }
+
+
+def test_the_front_apis_reach_wallet_api_on_a_unix_socket_unless_configured() -> None:
+    """up: wallet-api also on a socket in up's own directory, the edge's fronts forwarding there;
+    a wallet-api socket or a front's URL set already is kept, an empty one keeps TCP."""
+    here = Path("/tmp/hiwallet-up-x")
+    assert unix_socket_env({}, here) == {
+        "HIWALLET_WALLET_API_UDS": "/tmp/hiwallet-up-x/wallet-api.sock",
+        "HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL": "unix:/tmp/hiwallet-up-x/wallet-api.sock",
+        "HIWALLET_BUSINESS_API_WALLET_API_URL": "unix:/tmp/hiwallet-up-x/wallet-api.sock",
+    }
+    mine = {
+        "HIWALLET_WALLET_API_UDS": "/run/w.sock",
+        "HIWALLET_BUSINESS_API_WALLET_API_URL": "http://10.0.0.2:8010",
+    }
+    assert unix_socket_env(mine, here) == {"HIWALLET_PERSONAL_MOBILE_API_WALLET_API_URL": "unix:/run/w.sock"}
+    assert unix_socket_env({"HIWALLET_WALLET_API_UDS": ""}, here) == {}
+    assert unix_socket_env({}, Path("/" + "d" * 120)) == {}  # too deep for a socket's path: TCP
 
 
 @pytest.mark.parametrize("value", ["not json", '"one"', "[1]", '[""]', '[" http://x "]', "{}"])

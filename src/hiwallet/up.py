@@ -27,10 +27,12 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -605,6 +607,33 @@ def web_sign_in_env(environ: Mapping[str, str], ports: Mapping[str, int], realms
     return {k: v for k, v in added.items() if k not in environ}
 
 
+# The front APIs that forward through core.edge, which can reach wallet-api on a Unix socket.
+_EDGE_FRONTS = ("HIWALLET_PERSONAL_MOBILE_API_", "HIWALLET_BUSINESS_API_")
+# A socket's path is at most 107 bytes (sun_path); a temporary directory deeper than this
+# leaves the stand on TCP rather than failing to start.
+_MAX_SOCKET_PATH = 100
+
+
+def unix_socket_env(environ: Mapping[str, str], directory: Path) -> dict[str, str]:
+    """wallet-api also listening on a Unix socket in ``directory`` (up's own, made private), and
+    the front APIs forwarding to it there rather than over loopback TCP: on one host the kernel
+    does less a request (docs/performance.md, "Front doors"). What the environment sets already
+    is left alone: ``HIWALLET_WALLET_API_UDS`` (a path, or empty: the port only) and each
+    front's ``…_WALLET_API_URL``."""
+    added: dict[str, str] = {}
+    uds = environ.get("HIWALLET_WALLET_API_UDS")
+    if uds is None:
+        uds = str(directory / "wallet-api.sock")
+        if len(uds.encode()) > _MAX_SOCKET_PATH:
+            return added
+        added["HIWALLET_WALLET_API_UDS"] = uds
+    if uds:
+        for prefix in _EDGE_FRONTS:
+            if prefix + "WALLET_API_URL" not in environ:
+                added[prefix + "WALLET_API_URL"] = f"unix:{uds}"
+    return added
+
+
 def _databases() -> dict[str, str]:
     """Each database key and the database it names here (settings may point at clones)."""
     from hiwallet.bank.settings import get_bank_settings
@@ -667,6 +696,9 @@ def up() -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # The stand's Unix sockets: a directory of this run's own (mode 0700), removed at the end.
+    sockets = Path(tempfile.mkdtemp(prefix="hiwallet-up-"))
+    os.environ.update(unix_socket_env(os.environ, sockets))
     supervisor = Supervisor(deployables())
     status = 0
     try:
@@ -707,6 +739,7 @@ def up() -> None:
             log.info("stop requested", signal=signal.Signals(received[0]).name)
         console.print("[bold]stopping[/bold]")
         supervisor.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
         for s, handler in previous.items():
             signal.signal(s, handler)
     if status:

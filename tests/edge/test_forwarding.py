@@ -4,13 +4,19 @@ stopped, refuses, hangs or fails: never a 500, never a hang."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
+from typing import Any
 
 import httpx
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from prometheus_client import CollectorRegistry
 
+from hiwallet.core.edge.forward import Upstream, UpstreamTimeouts
 from tests.core.test_tracing import spans as spans  # the fixture
 from tests.edge.conftest import (
     STUB_PROBLEM,
@@ -21,8 +27,10 @@ from tests.edge.conftest import (
     edge_settings,
     nowhere,
     running_front,
+    stub_app,
     upstreams,
 )
+from tests.servers import serve, stop
 
 PROBLEM = "https://hiwallet.dev/problems/"
 FORGED = {
@@ -211,3 +219,67 @@ async def test_a_traced_request_is_one_trace_through_the_front_to_its_upstream(
     assert call["headers"]["traceparent"].startswith(
         f"00-{server.context.trace_id:032x}-{forward.context.span_id:016x}-"
     )
+
+
+async def test_an_upstream_on_a_unix_socket_is_forwarded_to_and_503_once_it_is_gone(
+    people: People, redis_server: RedisServer
+) -> None:
+    """``unix:/path`` (wallet-api on the same host): the same forwarding, the same 503 with
+    Retry-After once nothing listens there (the stale socket file refused, then no file)."""
+    seen: list[dict[str, Any]] = []
+    directory = tempfile.mkdtemp(prefix="front-")  # short: a socket's path is at most 107 bytes
+    path = f"{directory}/wallet-api.sock"
+    _, server, thread = serve(stub_app(seen), "stub-unix", uds=path, timeout_graceful_shutdown=1)
+    token = people.customer_token()
+    try:
+        settings = edge_settings(
+            people.idp,
+            redis_server.url,
+            **{**upstreams("personal", nowhere()), "wallet_api_url": f"unix:{path}"},
+        )
+        async with (
+            running_front("personal", **settings) as front,
+            httpx.AsyncClient(base_url=front.url) as http,
+        ):
+            sent = {**bearer(token), "X-Request-Id": "req-unix-1", "Content-Type": "application/json"}
+            answer = await http.post("/v1/transfers", content=b'{"as": "sent"}', headers=sent)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-request-id"] == "req-unix-1"
+            [call] = seen
+            assert call["path"] == "/v1/transfers" and call["body"] == '{"as": "sent"}'
+            assert call["headers"]["x-request-id"] == "req-unix-1"
+            assert call["headers"]["authorization"] == f"Bearer {token}"
+            stop(server, thread)
+            _assert_unavailable(await http.post("/v1/transfers", content=b"{}", headers=bearer(token)))
+            os.unlink(path)
+            _assert_unavailable(await http.get("/v1/wallets/w1", headers=bearer(token)))
+            assert await front.metric('edge_upstream_unavailable_total{reason="unreachable"') == 2
+    finally:
+        stop(server, thread)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "unix:relative.sock",
+        "unix://host/x.sock",
+        "unix:/dir/",
+        "unix:/" + "x" * 120,
+        "http+unix://x",
+        "https://a:1",
+    ],
+)
+def test_an_upstream_address_misread_stops_the_front_at_start(url: str) -> None:
+    failures = Upstream.failures_counter(CollectorRegistry())
+    timeouts = UpstreamTimeouts(1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="wallet-api"):
+        Upstream(
+            "wallet-api",
+            url,
+            timeouts,
+            max_connections=1,
+            max_response_bytes=1,
+            retry_after_s=1,
+            failures=failures,
+        )

@@ -5,13 +5,16 @@ read_s), after which the pool still serves."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from hiwallet.core.edge.wire import HttpPool, UpstreamError
-from tests.edge.conftest import Stub
-from tests.servers import free_port
+from tests.edge.conftest import Stub, stub_app
+from tests.servers import free_port, serve, stop
 
 
 def _pool(url: str, **overrides: float) -> HttpPool:
@@ -58,3 +61,47 @@ async def test_a_refused_connection_is_an_upstream_error() -> None:
     with pytest.raises((UpstreamError, OSError)):
         await pool.request("GET", "/", [], None)
     assert pool._count == 0
+
+
+async def test_a_unix_socket_upstream_answers_and_a_missing_one_is_refused() -> None:
+    """An upstream at a Unix socket path (``unix_path``): the same exchange; the Host header
+    names it; a path nothing listens on is an OSError (the front's 503), its slot given back."""
+    seen: list[dict[str, Any]] = []
+    directory = tempfile.mkdtemp(prefix="wire-")  # short: a socket's path is at most 107 bytes
+    path = f"{directory}/up.sock"
+    _, server, thread = serve(stub_app(seen), "stub-unix", uds=path, timeout_graceful_shutdown=1)
+    try:
+        pool = HttpPool(
+            "wallet-api",
+            0,
+            max_connections=2,
+            connect_s=1.0,
+            read_s=5.0,
+            pool_s=1.0,
+            max_response_bytes=1 << 16,
+            unix_path=path,
+        )
+        try:
+            for _ in range(3):
+                status, _, body = await pool.request("POST", "/x/ok", [], b"{}")
+                assert status == 200 and b'"/x/ok"' in body
+            assert pool._count == 1  # kept alive and reused
+        finally:
+            await pool.aclose()
+        assert [call["headers"]["host"] for call in seen] == ["wallet-api"] * 3
+    finally:
+        stop(server, thread)
+        shutil.rmtree(directory, ignore_errors=True)
+    gone = HttpPool(
+        "wallet-api",
+        0,
+        max_connections=1,
+        connect_s=1.0,
+        read_s=1.0,
+        pool_s=1.0,
+        max_response_bytes=1 << 16,
+        unix_path=path,
+    )
+    with pytest.raises(OSError):
+        await gone.request("GET", "/", [], None)
+    assert gone._count == 0

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 import httpx
 
@@ -81,9 +83,16 @@ async def test_health_readiness_and_metrics(api: WalletApi) -> None:
 async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: str) -> None:
     """`hiwallet run wallet-api --workers 2` as its own processes (on a fresh database): health,
     readiness, metrics summed over its workers (the hot route's too), the document, and a clean
-    exit on SIGTERM."""
+    exit on SIGTERM; the same workers on its Unix socket too (``HIWALLET_WALLET_API_UDS``)."""
     port = free_port()
-    env = {**os.environ, "HIWALLET_WALLET_API_PORT": str(port), "HIWALLET_WALLET_API_DATABASE": wallet_db}
+    sockets = tempfile.mkdtemp(prefix="wallet-api-")  # short: a socket's path is at most 107 bytes
+    uds = f"{sockets}/wallet-api.sock"
+    env = {
+        **os.environ,
+        "HIWALLET_WALLET_API_PORT": str(port),
+        "HIWALLET_WALLET_API_DATABASE": wallet_db,
+        "HIWALLET_WALLET_API_UDS": uds,
+    }
     # Its own process group, so that its worker processes can be stopped with it if it fails.
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -120,6 +129,10 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
             metrics = await until(all_counted, 10, "both workers' counts in /metrics")
             assert all(line in metrics for line in expected), metrics
             assert (await http.get("/openapi.json")).json()["info"]["title"] == "wallet-api"
+        transport = httpx.AsyncHTTPTransport(uds=uds)
+        async with httpx.AsyncClient(transport=transport, base_url="http://wallet-api", timeout=5) as unix:
+            assert (await unix.post("/v1/transfers", json={})).status_code == 401
+            assert (await unix.get("/ready")).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) in (0, -signal.SIGTERM)
     finally:
@@ -128,3 +141,4 @@ async def test_hiwallet_run_wallet_api_serves_and_stops_on_sigterm(wallet_db: st
             await proc.wait()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(sockets, ignore_errors=True)

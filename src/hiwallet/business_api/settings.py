@@ -14,6 +14,7 @@ class BusinessApiSettings(EdgeSettings):
     model_config = SettingsConfigDict(env_prefix="HIWALLET_BUSINESS_API_", extra="ignore")
 
     port: int = 8003
+    # http://host:port, or unix:/absolute/path for a service on this host (docs/front-apis.md)
     wallet_api_url: str = "http://127.0.0.1:8010"
     withdrawals_url: str = "http://127.0.0.1:8011"
     # The currencies the document names (as wallet-api's and the orchestrator's settings).

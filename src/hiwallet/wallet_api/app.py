@@ -163,11 +163,14 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
     refuse_insecure_start(settings)  # the workers read the same environment
     workers = settings.workers if workers is None else workers
     port = port or settings.port
+    uds = settings.uds or None
     if workers <= 1:
-        serve(settle_heap_once_started(create_wallet_api_app(settings)), host=host, port=port)
+        serve(settle_heap_once_started(create_wallet_api_app(settings)), host=host, port=port, uds=uds)
         return
     with multiprocess_metrics(SERVICE):
-        serve("hiwallet.wallet_api.app:worker_app", factory=True, workers=workers, host=host, port=port)
+        serve(
+            "hiwallet.wallet_api.app:worker_app", factory=True, workers=workers, host=host, port=port, uds=uds
+        )
 
 
 def worker_app() -> FastAPI:

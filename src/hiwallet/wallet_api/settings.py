@@ -23,6 +23,9 @@ class WalletApiSettings(BaseSettings):
     # two at concurrency 8 and 32 (bench/: its batches are twice as big, and a transfer now
     # costs it ~150 µs of CPU); a machine with more cores would run more.
     workers: int = 1
+    # Also a Unix domain socket at this absolute path, beside the port, for the front APIs on
+    # the same host (their upstream ``unix:<path>``; core.http.runtime.serve). Empty: the port only.
+    uds: str = ""
     # The database name; empty means hiwallet_wallet (core/db.py). Tests and benches use clones.
     database: str = ""
     # Trusted issuers (docs/architecture.md): customers' and staff's identity providers, and the audience

@@ -108,19 +108,17 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.retry_after_s = retry_after_s
         self._failures = failures
-        url = urlsplit(base_url)
-        if url.scheme != "http" or not url.hostname or (url.path or "/") != "/":
-            raise ValueError(
-                f"{name}: an upstream is http://host:port (the internal network), not {base_url!r}"
-            )
+        host, port, unix_path = _address(name, base_url)
+        self._span_address = (None, None) if unix_path is not None else (host, port)
         self.pool = HttpPool(
-            url.hostname,
-            url.port or 80,
+            host,
+            port,
             max_connections=max_connections,
             connect_s=timeouts.connect_s,
             read_s=timeouts.read_s,
             pool_s=timeouts.pool_s,
             max_response_bytes=max_response_bytes,
+            unix_path=unix_path,
         )
 
     @staticmethod
@@ -152,9 +150,9 @@ class Upstream:
         lines: bytes,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """The call as a CLIENT span, its trace context sent with it (core.tracing)."""
-        url = urlsplit(self.base_url)
+        host, port = self._span_address
         with tracing.client_span(
-            tracer, method, url.hostname, url.port, lambda name, value: headers.append((name, value))
+            tracer, method, host, port, lambda name, value: headers.append((name, value))
         ) as span:
             status, raw_headers, content = await self.pool.request(method, target, headers, body, lines=lines)
             span.set_attribute("http.response.status_code", status)
@@ -216,6 +214,27 @@ class Upstream:
             self._failures.labels(self.name, f"status-{status}").inc()
             raise UpstreamFailed(f"{self.name} failed")
         return UpstreamAnswer(status, answer_headers, content)
+
+
+def _address(name: str, base_url: str) -> tuple[str, int, str | None]:
+    """(host, port, Unix socket path) of an upstream's URL: ``http://host:port`` (the internal
+    network), or ``unix:/absolute/path`` (a socket on this host: the service on the same
+    machine, e.g. under ``hiwallet up``; the Host header then names the upstream). Anything
+    else stops the process at start: a misread address must not send requests elsewhere."""
+    if base_url.startswith("unix:"):
+        path = base_url.removeprefix("unix:")
+        # A socket's path is at most 107 bytes on Linux (sun_path): a longer one could never connect.
+        bad = not path.startswith("/") or path.startswith("//") or path.endswith("/")
+        if bad or "\x00" in path or len(path.encode()) > 107:
+            raise ValueError(f"{name}: a Unix socket upstream is unix:/absolute/path, not {base_url!r}")
+        return name, 0, path
+    url = urlsplit(base_url)
+    if url.scheme != "http" or not url.hostname or (url.path or "/") != "/":
+        raise ValueError(
+            f"{name}: an upstream is http://host:port (the internal network) or unix:/absolute/path "
+            f"(a socket on this host), not {base_url!r}"
+        )
+    return url.hostname, url.port or 80, None
 
 
 # The returned headers' names, as a header line has them and as ``UpstreamAnswer.headers`` keys.

@@ -7,12 +7,21 @@ service runs it. Called by each service's process entry point, where it can be s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gc
+import os
+import socket
+import stat
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+
+# uvicorn's exit status when a server does not start.
+STARTUP_FAILURE = 3
 
 # The youngest generation's threshold (CPython's default: 700 allocations). A request allocates
 # a few thousand objects that nearly all die with it; at 700 the collector ran several times per
@@ -55,23 +64,94 @@ def serve(
     workers: int = 1,
     factory: bool = False,
     proxy_headers: bool = False,
+    uds: str | None = None,
 ) -> None:
     """uvicorn as every service runs: its lifespan required (a startup failure, e.g. a misused
     lean route, stops the process rather than serving without it), its logging left to ours
     (core/logging.py; its access line has raw paths, ours route templates, and the level is
     the root logger's), and no proxy-header middleware unless asked (a layer on every request;
-    only a service that reads the clients' addresses needs it)."""
+    only a service that reads the clients' addresses needs it).
+
+    ``uds``: also listen on a Unix domain socket at that path, beside ``host:port``, for callers
+    on the same host (a front API's hop to it costs the kernel less than loopback TCP,
+    docs/performance.md "Front doors"). The socket is the owner's only (mode 0600: anything
+    that can connect to it is an internal caller); a stale file a stopped process left is
+    replaced, one a live server answers on stops this one."""
     import uvicorn
 
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        workers=workers,
-        factory=factory,
-        lifespan="on",
-        log_config=None,
-        log_level=None,
-        access_log=False,
-        proxy_headers=proxy_headers,
-    )
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "factory": factory,
+        "lifespan": "on",
+        "log_config": None,
+        "log_level": None,
+        "access_log": False,
+        "proxy_headers": proxy_headers,
+    }
+    if uds is None:
+        uvicorn.run(app, **options)
+        return
+    _serve_also_on(uvicorn.Config(app, **options), uds)
+
+
+def _serve_also_on(config: Any, uds: str) -> None:
+    """What ``uvicorn.run`` does for one socket, for the TCP socket and the Unix one."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    if config.workers > 1 and not isinstance(config.app, str):
+        raise ValueError("workers need the app as an import string, as uvicorn.run does")
+    unix = bind_unix_socket(uds)
+    try:
+        sockets = [config.bind_socket(), unix]
+        if config.workers > 1:
+            Multiprocess(config, sockets=sockets).run()
+            return
+        config.load_app()
+        server = uvicorn.Server(config=config)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=sockets)
+        if not server.started:
+            sys.exit(STARTUP_FAILURE)
+    finally:
+        unix.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(uds)
+
+
+def bind_unix_socket(path: str) -> socket.socket:
+    """A listening-ready Unix stream socket at ``path``, mode 0600. A file already there is
+    removed if it is a socket nobody answers on (a crashed process's); a live one, or anything
+    that is not a socket, is an error (OSError): two servers on one path, or a path mistyped
+    onto another file, must not start."""
+    if not os.path.isabs(path):
+        raise ValueError(f"a Unix socket's path is absolute, not {path!r}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(mode):
+            raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                os.unlink(path)  # stale
+            else:
+                raise OSError(errno.EADDRINUSE, f"a server already answers on {path}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # Made with no permission for others from the start (no window before a chmod).
+        previous = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(previous)
+        sock.set_inheritable(True)  # the workers' processes serve it too
+    except BaseException:
+        sock.close()
+        raise
+    return sock
