@@ -1288,9 +1288,8 @@ CREATE VIEW ledger_api.transaction_wallet_accounts AS
     t.id AS transaction_id,
     l.bucket AS account_bucket,
     l.account_id
-   FROM (((ledger.transactions t
-     CROSS JOIN LATERAL unnest(t.buckets) b(bucket))
-     JOIN ledger.lines l ON (((l.bucket = b.bucket) AND (l.transaction_id = t.id))))
+   FROM ((ledger.transactions t
+     JOIN ledger.lines l ON (((l.bucket = ANY (t.buckets)) AND (l.transaction_id = t.id))))
      JOIN ledger.accounts a ON (((a.bucket = l.bucket) AND (a.id = l.account_id))))
   WHERE (a.role = 'user_wallet'::ledger.account_role);
 
@@ -1979,7 +1978,7 @@ ALTER TABLE ONLY wallet.withdrawal_counts
 
 -- Name: lines_by_time; Type: INDEX; Schema: ledger; Owner: -
 
-CREATE INDEX lines_by_time ON ledger.lines USING btree (bucket, account_id, posted_at);
+CREATE INDEX lines_by_time ON ledger.lines USING btree (bucket, account_id, posted_at, version);
 
 -- Name: lines_by_transaction; Type: INDEX; Schema: ledger; Owner: -
 

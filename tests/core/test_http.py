@@ -13,7 +13,8 @@ from typing import Annotated, Any
 import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
-from pydantic import BaseModel
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict
 
 from hiwallet.core.http import (
     GC_YOUNG_THRESHOLD,
@@ -280,6 +281,29 @@ async def test_hot_routes_with_an_id_answer_as_the_stack_does() -> None:
             'http_requests_total{method="GET",route="/v1/items/{item_id}",service="id-test",status="200"} 2.0'
         )
         assert counted in metrics[hot], metrics[hot]
+
+
+class FrozenPage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    limit: int = 5
+
+
+def test_query_params_keeps_a_frozen_models_answer_and_refuses_as_before() -> None:
+    def request(query: bytes) -> Request:
+        return Request({"type": "http", "method": "GET", "path": "/", "headers": [], "query_string": query})
+
+    first = query_params(request(b"limit=7&limit=9"), FrozenPage)
+    assert first.limit == 9
+    assert query_params(request(b"limit=7&limit=9"), FrozenPage) is first  # kept
+    assert query_params(request(b"limit=3"), FrozenPage).limit == 3  # another query, its own
+    assert query_params(request(b""), FrozenPage).limit == 5
+    for _ in range(2):  # a refused query is refused each time, never kept
+        with pytest.raises(RequestValidationError) as refused:
+            query_params(request(b"limit=x"), FrozenPage)
+        assert refused.value.errors()[0]["loc"] == ("query", "limit")
+    # A model that is not frozen is validated anew each time (its answer could be changed).
+    assert query_params(request(b"limit=4"), Page) is not query_params(request(b"limit=4"), Page)
 
 
 @pytest.mark.parametrize(

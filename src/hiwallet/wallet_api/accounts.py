@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
 
 import asyncpg
 
@@ -295,10 +296,9 @@ class Accounts:
             for b in row["batches"] or ()
             if b[4] > now  # the live ones only, as _live_batches
         ]
-        history = [
-            {"day": (first + timedelta(days=n)).isoformat(), "balance": cash}
-            for n, cash in enumerate(row["days"])
-        ]
+        days_cash = row["days"]
+        names = _day_names(first, len(days_cash))
+        history = [{"day": day, "balance": cash} for day, cash in zip(names, days_cash, strict=True)]
         return {**view, "batches": batches, "days": history}
 
     async def _history(self, wallet_id: str, days: int) -> list[JSON]:
@@ -369,3 +369,11 @@ def _wallet_view(access: WalletAccess, balance: ledger.WalletBalance) -> JSON:
         "held": balance.held,
         "available": balance.available,
     }
+
+
+@lru_cache(maxsize=16)
+def _day_names(first: date, count: int) -> tuple[str, ...]:
+    """The ISO dates of ``count`` days from ``first``: the same few windows all day (today's last
+    30 days, mostly), so an overview does not date and format its 30 days anew each time (a
+    fifth of the overview's own Python time in py-spy's samples on bench/read_bench.py)."""
+    return tuple((first + timedelta(days=n)).isoformat() for n in range(count))

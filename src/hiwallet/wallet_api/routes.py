@@ -367,13 +367,18 @@ _WALLET_ID_PARAMETER: dict[str, Any] = {
 }
 
 
+# Frozen: query_params keeps a frozen model's answer for the next request with the same query.
 class _StatementQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     purse: Literal["cash", "promo"] = "cash"
     cursor: Annotated[str | None, Field(pattern=r"^[0-9]{1,18}$")] = None
     limit: Annotated[int, Field(ge=1, le=MAX_STATEMENT_PAGE), BeforeValidator(_decimal)] = 50
 
 
 class _DaysQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     days: Annotated[int, Field(ge=1, le=MAX_BALANCE_DAYS), BeforeValidator(_decimal)] = 30
 
 

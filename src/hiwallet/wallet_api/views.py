@@ -13,7 +13,11 @@ JSON = dict[str, Any]
 
 
 def ts(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    # asyncpg's times are in UTC already (its tzinfo is datetime.UTC itself): converting them
+    # again was a fifth of ts()'s time, which a statement page calls 50 times.
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.isoformat().replace("+00:00", "Z")
 
 
 def account_view(account: AccountRow, wallets: list[WalletRow]) -> JSON:

@@ -124,11 +124,14 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
 -- kind and name. The same rows as the ledger's statement and counterparties queries and
 -- counterparty_wallets. One row without lines (NULL version), else one per line in version order;
 -- none for no such wallet. Only the membership of the wallet's columns: each row's columns are
--- decoded by wallet-api, 51 times a page.
+-- decoded by wallet-api, 51 times a page. The counterparty's wallet by its key a line (a LATERAL
+-- with LIMIT 1, which the planner does not pull up into a join: as a join, on a small
+-- wallet.wallets, its generic plan hashed the counterparty of each line anew and scanned the
+-- wallets for it, a third of the page's database CPU on the read bench).
 SELECT m.member,
        l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency AS line_currency,
        l.balance_after, l.posted_at,
-       pw.number AS party_number, pa.kind AS party_kind, pa.name AS party_name
+       p.number AS party_number, p.kind AS party_kind, p.name AS party_name
   FROM wallet.wallets w
  CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
                                      WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
@@ -145,9 +148,12 @@ SELECT m.member,
                         AND c.account_id <> $5 AND NOT starts_with(c.account_id, $8)
                       ORDER BY c.account_id
                       LIMIT 1) c ON true
-  LEFT JOIN (wallet.wallets pw JOIN wallet.accounts pa ON pa.bucket = pw.bucket AND pa.id = pw.account_id)
-         ON pw.bucket = c.account_bucket
-        AND pw.id = left(c.account_id, -strpos(reverse(c.account_id), ':'))
+  LEFT JOIN LATERAL (SELECT pw.number, pa.kind, pa.name
+                       FROM wallet.wallets pw
+                       JOIN wallet.accounts pa ON pa.bucket = pw.bucket AND pa.id = pw.account_id
+                      WHERE pw.bucket = c.account_bucket
+                        AND pw.id = left(c.account_id, -strpos(reverse(c.account_id), ':'))
+                      LIMIT 1) p ON true
  WHERE w.bucket = $1 AND w.id = $2
  ORDER BY l.version
 
@@ -156,8 +162,9 @@ SELECT m.member,
 -- three were (issue 26): the promo account's batches ($6; as the ledger's promo_batches, each a
 -- record: id, funded_by, amount, remaining, expires_at, grant_transaction_id, in expiry order)
 -- and the cash account's balance at the end of each UTC day from $7 to $8 (as the ledger's
--- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day;
--- 0 before its first), in day order.
+-- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
+-- which reads that one line (the index ends with the version since migration 0028); 0 before its
+-- first), in day order.
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
        a.kind, a.tier, a.name,
        m.member,
