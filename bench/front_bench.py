@@ -313,10 +313,23 @@ def main() -> None:
         help="the baseline front runs this source tree's code instead (a directory holding the "
         "hiwallet package, e.g. from `git archive main src`); implies --baseline",
     )
-    parser.add_argument(
+    # The Unix socket is the default because it is what `hiwallet up` deploys (the door and
+    # wallet-api on one host); --tcp measures the door forwarding over loopback TCP, as it does
+    # when wallet-api is on another host.
+    uds = parser.add_mutually_exclusive_group()
+    uds.add_argument(
         "--uds",
+        dest="uds",
         action="store_true",
-        help="wallet-api also on a Unix socket, today's personal-mobile-api forwarding through it",
+        default=True,
+        help="(the default, as `hiwallet up` runs them) wallet-api also on a Unix socket, "
+        "today's personal-mobile-api forwarding through it",
+    )
+    uds.add_argument(
+        "--tcp",
+        dest="uds",
+        action="store_false",
+        help="today's personal-mobile-api forwarding to wallet-api over TCP",
     )
     parser.add_argument(
         "--lean",
