@@ -318,3 +318,67 @@ async def test_any_other_failure_is_raised_for_every_caller() -> None:
 def test_whole_or_each_needs_an_attempt() -> None:
     with pytest.raises(ValueError, match="attempts >= 1"):
         Calls([1]).how(attempts=0)
+
+
+class Recorded(Batches):
+    """Batches that also keep what each call was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[int]] = []
+
+    async def __call__(self, items: Sequence[int]) -> list[str]:
+        self.calls.append(list(items))
+        return await super().__call__(items)
+
+
+async def test_parts_split_a_burst_into_batches_at_once_that_share_no_key() -> None:
+    """A closed loop's burst (every caller sends in the same turn) is sent as ``parts`` batches
+    at once, not one: and two items with a key in common are never in different batches."""
+    calls = Recorded()
+    # items i and i + 1 share the key i // 2: pairs (0, 1), (2, 3), ...; 20 and 21 share 99 too
+    coalescer = Coalescer(
+        calls,
+        writers=4,
+        max_batch=100,
+        parts=2,
+        share_keys=lambda i: [i // 2, 99] if i in (20, 21, 30) else [i // 2],
+    )
+    items = list(range(32))
+    assert await asyncio.gather(*(coalescer.submit(i) for i in items)) == expected(items)
+    assert calls.most_in_flight == 2 and len(calls.calls) == 2
+    assert sorted(len(c) for c in calls.calls) == [16, 16]
+    assert all(c == sorted(c) for c in calls.calls)  # the queue's order within each
+    together = [{i, i + 1} for i in range(0, 32, 2)] + [{20, 21, 30}]
+    for group in together:
+        assert any(group <= set(c) for c in calls.calls), group
+
+
+async def test_parts_keep_a_burst_on_one_key_in_one_batch() -> None:
+    """Every item locks the same row (one clearing account): one batch, as without parts."""
+    calls = Recorded()
+    coalescer = Coalescer(calls, writers=4, max_batch=100, parts=2, share_keys=lambda i: ["hot", i])
+    items = list(range(32))
+    assert await asyncio.gather(*(coalescer.submit(i) for i in items)) == expected(items)
+    assert calls.calls == [items]
+
+
+async def test_parts_leave_small_batches_whole_and_spares_alone() -> None:
+    calls = Recorded()
+    coalescer = Coalescer(calls, writers=4, max_batch=100, parts=2, share_keys=lambda i: [i])
+    assert await asyncio.gather(*(coalescer.submit(i) for i in range(15))) == expected(range(15))
+    assert calls.calls == [list(range(15))]  # fewer than two parts of MIN_PART
+    # with spares (a stalled batch's answer), no parts: one writer gathers the biggest batches
+    calls, clock = Recorded(), ManualClock()
+    await load(
+        Coalescer(
+            calls,
+            writers=4,
+            max_batch=100,
+            spare_after_s=0.5,
+            call_later=clock.call_later,
+            parts=2,
+            share_keys=lambda i: [i],
+        )
+    )
+    assert calls.most_in_flight == 1 and all(len(c) == 8 for c in calls.calls)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pytest
 
 from hiwallet.ledger.errors import InsufficientFunds, LedgerError, LedgerInternalError, LedgerUnavailable
 from hiwallet.ledger.faults import FaultPlan, FaultPoint
-from hiwallet.ledger.model import PostResult
+from hiwallet.ledger.model import Posting, PostResult
 from hiwallet.ledger.service import Ledger
 from hiwallet.ledger.store import LedgerStore
 from tests.ledger.conftest import FEES, TL, assert_verified, cash, funded_wallet, snapshot
@@ -233,7 +235,7 @@ async def test_coalesced_postings_share_batches_and_a_bad_one_fails_alone(
 ) -> None:
     from hiwallet.ledger import rules
     from hiwallet.ledger.accounts import cash_account
-    from hiwallet.ledger.model import Leg, Posting, TxType
+    from hiwallet.ledger.model import Leg, TxType
 
     a = await funded_wallet(ledger, "alice", 100 * TL, bucket=11)
     b = await funded_wallet(ledger, "bob", 0, bucket=12)
@@ -300,7 +302,6 @@ async def test_a_batch_with_options_answers_as_the_same_postings_one_at_a_time(l
 
     from hiwallet.ledger import rules
     from hiwallet.ledger.accounts import cash_account, promo_account
-    from hiwallet.ledger.model import Posting
 
     later = datetime.now(UTC) + timedelta(days=30)
 
@@ -411,4 +412,40 @@ async def test_ledger_post_in_sql_is_a_batch_of_one(
         call, *store._arguments(rules.transfer("sql2", a, b, 8 * TL, "TRY", actor="a", ref="r"))
     )
     assert refused["error"]["sqlstate"] == "HW001"
+    await assert_verified(ledger.store)
+
+
+async def test_a_burst_goes_as_parts_that_share_no_account(ledger: Ledger, pool: asyncpg.Pool) -> None:
+    """32 postings sent in one turn go as two batches at once (coalesce_parts), none locking an
+    account of the other; top-ups through one clearing row stay one batch. Each answered as
+    alone, and verify clean."""
+    from hiwallet.ledger import rules
+
+    spread = [await funded_wallet(ledger, f"s{i}", 0, bucket=100 + i) for i in range(32)]
+    one_row = [await funded_wallet(ledger, f"o{i}", 0, bucket=200) for i in range(16)]
+    store = ledger.store
+    calls: list[list[str]] = []
+    post_batch = store.post_batch
+
+    async def recorded(postings: Sequence[Posting]) -> list[Any]:
+        calls.append([leg.account for p in postings for leg in p.legs])
+        return await post_batch(postings)
+
+    assert store._coalescer is not None
+    store._coalescer._call_batch = recorded  # type: ignore[assignment]
+    for wallets, tag in ((spread, "s"), (one_row + one_row, "o")):
+        calls.clear()
+        postings = [
+            rules.topup(f"burst-{tag}-{i}", w, TL, "TRY", provider="stripe", actor="t", ref="r")
+            for i, w in enumerate(wallets)
+        ]
+        results = await asyncio.gather(*(store.post(p) for p in postings))
+        assert all(isinstance(r, PostResult) and not r.replayed for r in results)
+        if tag == "s":
+            assert sorted(len(c) for c in calls) == [32, 32]  # 16 top-ups of two legs each
+            assert not set(calls[0]) & set(calls[1])
+        else:
+            assert len(calls) == 1  # every top-up credits the bucket's one clearing row
+    assert [await cash(ledger, w) for w in spread] == [TL] * 32
+    assert [await cash(ledger, w) for w in one_row] == [2 * TL] * 16
     await assert_verified(ledger.store)

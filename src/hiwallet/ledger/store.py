@@ -270,6 +270,7 @@ class LedgerStore:
         providers: Sequence[str] = DEFAULT_PROVIDERS,
         coalesce_writers: int = 4,
         coalesce_max_batch: int = 100,
+        coalesce_parts: int = 2,
     ) -> None:
         self._pool = pool
         self._faults = faults
@@ -278,7 +279,13 @@ class LedgerStore:
         # Concurrent plain postings share a round trip and a commit (core/coalesce.py); off under
         # fault injection, whose points sit around one posting's own transaction.
         self._coalescer = (
-            Coalescer(self.post_batch, writers=coalesce_writers, max_batch=coalesce_max_batch)
+            Coalescer(
+                self.post_batch,
+                writers=coalesce_writers,
+                max_batch=coalesce_max_batch,
+                parts=coalesce_parts,
+                share_keys=self._locked_rows,
+            )
             if coalesce_writers > 0 and faults is NO_FAULTS
             else None
         )
@@ -291,11 +298,24 @@ class LedgerStore:
             transit_legs=settings.transit_legs,
             coalesce_writers=settings.coalesce_writers,
             coalesce_max_batch=settings.coalesce_max_batch,
+            coalesce_parts=settings.coalesce_parts,
         )
 
     # -----------------------------------------------------------------------------------------
     # Posting
     # -----------------------------------------------------------------------------------------
+
+    def _locked_rows(self, posting: Posting) -> list[str]:
+        """The accounts a posting locks (an account id names its bucket), and its id: two
+        postings that share one would wait on each other (or, for an id, be answered one by the
+        other as a replay, not by a unique violation between two calls), so the coalescer keeps
+        them in one batch."""
+        keys = [posting.id, *(leg.account for leg in posting.legs)]
+        if self.transit_legs:  # each bucket's transit sub-account, as _arguments adds them
+            parts = {(bucket_of(leg.account), leg.currency) for leg in posting.legs}
+            if len({b for b, _ in parts}) > 1:
+                keys += [system_account(Role.TRANSIT, c, bucket=b) for b, c in parts]
+        return keys
 
     def _arguments(self, posting: Posting) -> _PostCall:
         legs = list(posting.legs)
