@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from hiwallet.core import uow
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import is_transient, store_error
 from tests.core import spine
 
 # A server error with the given SQLSTATE, raised by the server as its own would be.
@@ -250,3 +250,34 @@ async def test_a_snapshot_without_a_bound_is_refused(pool: asyncpg.Pool, timeout
             async with uow.snapshot(conn, statement_timeout_s=timeout_s):
                 pass
         assert not conn.is_in_transaction()
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Away(Exception):
+    pass
+
+
+def _as_store(exc: Exception) -> Exception:
+    return store_error(exc, refused=lambda s: _Refused(s), unavailable=lambda k: _Away(k))
+
+
+@pytest.mark.parametrize(
+    ("state", "kind"),
+    [("22P05", _Refused), ("22003", _Refused), ("40P01", _Away), ("57014", _Away), ("23505", None)],
+)
+async def test_store_error_names_what_the_server_refused_and_what_a_retry_cures(
+    pool: asyncpg.Pool, state: str, kind: type[Exception] | None
+) -> None:
+    """core.db.store_error: class 22 (the value) is the content's refusal, a transient state is
+    unavailable, anything else (a unique violation here) the driver's error itself, a defect."""
+    with pytest.raises(asyncpg.PostgresError) as raised:
+        await pool.execute(_RAISE.format(state=state))
+    error = _as_store(raised.value)
+    if kind is None:
+        assert error is raised.value
+        return
+    assert isinstance(error, kind) and error.__cause__ is raised.value
+    assert str(error) == (state if kind is _Refused else type(raised.value).__name__)

@@ -16,7 +16,7 @@ import structlog
 
 from hiwallet.core import tracing
 from hiwallet.core.coalesce import Coalescer, WholeOrEach, whole_or_each
-from hiwallet.core.db import after_commit, is_transient
+from hiwallet.core.db import after_commit, is_transient, store_error
 from hiwallet.core.ids import new_id
 from hiwallet.core.queries import load_queries
 
@@ -42,17 +42,13 @@ class Unstorable(Exception):
 
 
 def _store_error(exc: Exception) -> Exception:
-    """The driver's error as this store's (its cause kept): what the content caused
-    (Unstorable), what a retry can cure (StoreUnavailable), else the error itself (a defect)."""
-    error: Exception
-    if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
-        error = Unstorable(f"the database refused the content: {exc.sqlstate}")
-    elif is_transient(exc):
-        error = StoreUnavailable(f"the bank database is unavailable: {type(exc).__name__}")
-    else:
-        return exc
-    error.__cause__ = exc
-    return error
+    """The driver's error as this store's (core.db.store_error): Unstorable, StoreUnavailable,
+    else the error itself (a defect)."""
+    return store_error(
+        exc,
+        refused=lambda sqlstate: Unstorable(f"the database refused the content: {sqlstate}"),
+        unavailable=lambda kind: StoreUnavailable(f"the bank database is unavailable: {kind}"),
+    )
 
 
 async def _translated(call: Awaitable[T]) -> T:

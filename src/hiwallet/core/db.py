@@ -140,6 +140,27 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def store_error(
+    exc: Exception,
+    *,
+    refused: Callable[[str], Exception],
+    unavailable: Callable[[str], Exception],
+) -> Exception:
+    """The driver's error ``exc`` as a store's own, its cause kept: what the content caused
+    (class 22, the value and not the moment, which no retry changes) as ``refused(sqlstate)``,
+    what a retry can cure (:func:`is_transient`) as ``unavailable(the error's type name)``, else
+    ``exc`` itself (a defect, to raise as it is)."""
+    error: Exception
+    if isinstance(exc, asyncpg.DataError):
+        error = refused(exc.sqlstate)
+    elif is_transient(exc):
+        error = unavailable(type(exc).__name__)
+    else:
+        return exc
+    error.__cause__ = exc
+    return error
+
+
 def _with_database(url: str, database: str, user: str | None = None) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc

@@ -13,7 +13,7 @@ import structlog
 
 from hiwallet.core.broker import OutgoingMessage
 from hiwallet.core.coalesce import Coalescer, WholeOrEach, whole_or_each
-from hiwallet.core.db import is_transient
+from hiwallet.core.db import is_transient, store_error
 from hiwallet.core.ids import new_id
 from hiwallet.core.outbox import outbox_row
 from hiwallet.core.queries import load_queries
@@ -35,17 +35,13 @@ class Unstorable(Exception):
 
 
 def _translated(exc: Exception) -> Exception:
-    """The driver's error as this store's (its cause kept): what the content caused
-    (Unstorable), what a retry can cure (StoreUnavailable), else the error itself (a defect)."""
-    error: Exception
-    if isinstance(exc, asyncpg.DataError):  # class 22: the value, not the moment
-        error = Unstorable(f"the database refused the notification: {exc.sqlstate}")
-    elif is_transient(exc):
-        error = StoreUnavailable(f"cannot store the notification: {type(exc).__name__}")
-    else:
-        return exc
-    error.__cause__ = exc
-    return error
+    """The driver's error as this store's (core.db.store_error): Unstorable, StoreUnavailable,
+    else the error itself (a defect)."""
+    return store_error(
+        exc,
+        refused=lambda sqlstate: Unstorable(f"the database refused the notification: {sqlstate}"),
+        unavailable=lambda kind: StoreUnavailable(f"cannot store the notification: {kind}"),
+    )
 
 
 class Outcome(enum.StrEnum):
