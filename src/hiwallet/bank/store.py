@@ -7,6 +7,7 @@ import enum
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,14 +42,12 @@ class Unstorable(Exception):
     \\u0000): no retry changes that."""
 
 
-def _store_error(exc: Exception) -> Exception:
-    """The driver's error as this store's (core.db.store_error): Unstorable, StoreUnavailable,
-    else the error itself (a defect)."""
-    return store_error(
-        exc,
-        refused=lambda sqlstate: Unstorable(f"the database refused the content: {sqlstate}"),
-        unavailable=lambda kind: StoreUnavailable(f"the bank database is unavailable: {kind}"),
-    )
+# The driver's errors as this store's (core.db.store_error), the cause kept.
+_store_error = partial(
+    store_error,
+    refused=lambda sqlstate: Unstorable(f"the database refused the content: {sqlstate}"),
+    unavailable=lambda kind: StoreUnavailable(f"the bank database is unavailable: {kind}"),
+)
 
 
 async def _translated(call: Awaitable[T]) -> T:

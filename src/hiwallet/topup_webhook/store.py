@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -34,14 +35,12 @@ class Unstorable(Exception):
     such as a \\u0000): no retry changes that."""
 
 
-def _translated(exc: Exception) -> Exception:
-    """The driver's error as this store's (core.db.store_error): Unstorable, StoreUnavailable,
-    else the error itself (a defect)."""
-    return store_error(
-        exc,
-        refused=lambda sqlstate: Unstorable(f"the database refused the notification: {sqlstate}"),
-        unavailable=lambda kind: StoreUnavailable(f"cannot store the notification: {kind}"),
-    )
+# The driver's errors as this store's (core.db.store_error), the cause kept.
+_translated = partial(
+    store_error,
+    refused=lambda sqlstate: Unstorable(f"the database refused the notification: {sqlstate}"),
+    unavailable=lambda kind: StoreUnavailable(f"cannot store the notification: {kind}"),
+)
 
 
 class Outcome(enum.StrEnum):
