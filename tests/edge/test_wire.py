@@ -63,6 +63,19 @@ async def test_a_refused_connection_is_an_upstream_error() -> None:
     assert pool._count == 0
 
 
+def _unix_pool(path: str, *, max_connections: int, read_s: float) -> HttpPool:
+    return HttpPool(
+        "wallet-api",
+        0,
+        max_connections=max_connections,
+        connect_s=1.0,
+        read_s=read_s,
+        pool_s=1.0,
+        max_response_bytes=1 << 16,
+        unix_path=path,
+    )
+
+
 async def test_a_unix_socket_upstream_answers_and_a_missing_one_is_refused() -> None:
     """An upstream at a Unix socket path (``unix_path``): the same exchange; the Host header
     names it; a path nothing listens on is an OSError (the front's 503), its slot given back."""
@@ -71,16 +84,7 @@ async def test_a_unix_socket_upstream_answers_and_a_missing_one_is_refused() -> 
     path = f"{directory}/up.sock"
     _, server, thread = serve(stub_app(seen), "stub-unix", uds=path, timeout_graceful_shutdown=1)
     try:
-        pool = HttpPool(
-            "wallet-api",
-            0,
-            max_connections=2,
-            connect_s=1.0,
-            read_s=5.0,
-            pool_s=1.0,
-            max_response_bytes=1 << 16,
-            unix_path=path,
-        )
+        pool = _unix_pool(path, max_connections=2, read_s=5.0)
         try:
             for _ in range(3):
                 status, _, body = await pool.request("POST", "/x/ok", [], b"{}")
@@ -92,16 +96,7 @@ async def test_a_unix_socket_upstream_answers_and_a_missing_one_is_refused() -> 
     finally:
         stop(server, thread)
         shutil.rmtree(directory, ignore_errors=True)
-    gone = HttpPool(
-        "wallet-api",
-        0,
-        max_connections=1,
-        connect_s=1.0,
-        read_s=1.0,
-        pool_s=1.0,
-        max_response_bytes=1 << 16,
-        unix_path=path,
-    )
+    gone = _unix_pool(path, max_connections=1, read_s=1.0)
     with pytest.raises(OSError):
         await gone.request("GET", "/", [], None)
     assert gone._count == 0
