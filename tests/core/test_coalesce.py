@@ -363,22 +363,22 @@ async def test_parts_keep_a_burst_on_one_key_in_one_batch() -> None:
     assert calls.calls == [items]
 
 
-async def test_parts_leave_small_batches_whole_and_spares_alone() -> None:
+async def test_parts_leave_small_batches_whole() -> None:
     calls = Recorded()
     coalescer = Coalescer(calls, writers=4, max_batch=100, parts=2, share_keys=lambda i: [i])
     assert await asyncio.gather(*(coalescer.submit(i) for i in range(15))) == expected(range(15))
     assert calls.calls == [list(range(15))]  # fewer than two parts of MIN_PART
-    # with spares (a stalled batch's answer), no parts: one writer gathers the biggest batches
-    calls, clock = Recorded(), ManualClock()
-    await load(
-        Coalescer(
-            calls,
-            writers=4,
-            max_batch=100,
-            spare_after_s=0.5,
-            call_later=clock.call_later,
-            parts=2,
-            share_keys=lambda i: [i],
-        )
-    )
-    assert calls.most_in_flight == 1 and all(len(c) == 8 for c in calls.calls)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"parts": 2},  # no keys to keep items that lock the same rows together
+        {"parts": 2, "share_keys": lambda i: [i], "spare_after_s": 0.5},  # spares answer stalls
+        {"parts": 0, "share_keys": lambda i: [i]},
+    ],
+)
+def test_parts_it_cannot_honour_refuse_to_build(options: dict[str, Any]) -> None:
+    """Asked for parts it would not make, a coalescer refuses rather than run as one batch."""
+    with pytest.raises(ValueError, match="parts"):
+        Coalescer(Recorded(), writers=4, max_batch=100, **options)

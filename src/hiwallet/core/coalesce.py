@@ -87,6 +87,10 @@ class Coalescer(Generic[Item, Result]):
             raise ValueError(f"a coalescer needs writers >= 1 and max_batch >= 1: {writers}, {max_batch}")
         if spare_after_s is not None and spare_after_s <= 0:
             raise ValueError(f"spare_after_s must be positive or None: {spare_after_s}")
+        # Parts need the keys that keep items apart, and are not for spares (a spare is the answer
+        # to a stalled batch there): asked for otherwise, they would be silently one batch.
+        if parts < 1 or (parts > 1 and (share_keys is None or spare_after_s is not None)):
+            raise ValueError(f"parts > 1 needs share_keys and no spare_after_s: parts={parts}")
         self._call_batch = call_batch
         self._queue: deque[tuple[Item, asyncio.Future[Result]]] = deque()
         self._max_writers = writers
@@ -94,8 +98,7 @@ class Coalescer(Generic[Item, Result]):
         self._conflict_key = conflict_key
         self._spare_after_s = spare_after_s
         self._call_later = call_later
-        # Parts only without spares (a spare is the answer to a stalled batch there).
-        self._parts = parts if share_keys is not None and spare_after_s is None else 1
+        self._parts = parts
         self._share_keys = share_keys
         self._calling = 0  # batch calls in flight
         self._active = 0  # writers draining now
