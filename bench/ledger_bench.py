@@ -483,10 +483,15 @@ async def wallet_rounds(
     levels: list[int] = args.concurrency
     round_s = args.round_s
     async with contextlib.AsyncExitStack() as stack:
-        served = {"wallet": await stack.enter_async_context(wallet_api_bench.serving(max(levels)))}
-        if args.baseline:
+        after_env, before_env = _env(args.after_env), _env(args.baseline_env)
+        served = {
+            "wallet": await stack.enter_async_context(wallet_api_bench.serving(max(levels), env=after_env))
+        }
+        if args.baseline or before_env:
             served["before"] = await stack.enter_async_context(
-                wallet_api_bench.serving(max(levels), src=Path(args.baseline))
+                wallet_api_bench.serving(
+                    max(levels), src=Path(args.baseline) if args.baseline else None, env=before_env
+                )
             )
         # Warm, as a wallet-api that has run a while: each side's first transfers to each of the
         # 1,000 receivers read the parties with a statement of their own (the party cache's
@@ -518,6 +523,13 @@ async def wallet_rounds(
                     flush=True,
                 )
     return {"rounds": args.rounds, "round_s": round_s, "sides": order, "runs": runs}
+
+
+def _env(pairs: list[str] | None) -> dict[str, str] | None:
+    """``KEY=VALUE`` arguments as wallet-api's extra environment (None: none)."""
+    if not pairs:
+        return None
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def wallet_summary(rounds: dict[str, Any]) -> dict[str, Any]:
@@ -766,6 +778,20 @@ def cli() -> None:
     parser.add_argument(
         "--baseline",
         help="with --only wallet: the src folder of the code before (git archive), in the same rounds",
+    )
+    parser.add_argument(
+        "--after-env",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="with --only wallet: more of wallet-api's environment (a setting), e.g. "
+        "HIWALLET_WALLET_API_TRANSFER_PARTS=2",
+    )
+    parser.add_argument(
+        "--baseline-env",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="with --only wallet: the before side's environment; without --baseline, the before "
+        "side is this tree with it (a setting against another, in the same rounds)",
     )
     args = parser.parse_args()
     benchlog.to_file()

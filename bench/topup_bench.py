@@ -445,10 +445,19 @@ class Bare:
 
 
 async def interleaved(
-    args: argparse.Namespace, report: dict[str, Any], bare: Shape, topup: Shape | None
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    bare: Shape,
+    topup: Shape | None,
+    after: Shape | None = None,
 ) -> None:
     """(a) in rounds, ABBA (bare, topup, topup, bare, …) so that neither shape always runs
-    first after the other; a round's ratio is its topup over the bare round beside it."""
+    first after the other; a round's ratio is its topup over the bare round beside it. With
+    ``after`` (a second topup-webhook, ``--after-env``), three shapes whose order rotates each
+    round, and its ratios to the bare shape and to the first topup-webhook too."""
+    if topup is not None and after is not None:
+        await three_shapes(args, report, bare, topup, after)
+        return
     label = "bare FastAPI alone" if topup is None else "bare FastAPI and topup-webhook in turn"
     print(
         f"(a) {label}, {args.rounds} rounds of {args.duration / args.rounds:g} s, c{args.concurrency} ...",
@@ -472,6 +481,46 @@ async def interleaved(
     if topup is not None:
         report["topup_webhook_c16"] = topup.merged()
         report["a_rounds"] = {"rounds": args.rounds, "round_s": args.duration / args.rounds, "ratios": ratios}
+
+
+async def three_shapes(
+    args: argparse.Namespace, report: dict[str, Any], bare: Shape, topup: Shape, after: Shape
+) -> None:
+    """(a) with a second topup-webhook (a setting against another): bare, topup, after, the
+    order rotating each round; per round after/bare, topup/bare and after/topup."""
+    print(
+        f"(a) bare, topup-webhook and after in turn, {args.rounds} rounds, c{args.concurrency} ...",
+        flush=True,
+    )
+    shapes = {"bare": bare, "topup": topup, "after": after}
+    names = list(shapes)
+    rounds: dict[str, list[float]] = {"topup_vs_bare": [], "after_vs_bare": [], "after_vs_topup": []}
+    with benchlog.phase("(a)", len(shapes) * (WARM_UP_S + args.duration)):
+        for shape in shapes.values():
+            await shape.warm_up(args)
+        for n in range(args.rounds):
+            got = {}
+            for name in names[n % 3 :] + names[: n % 3]:
+                got[name] = (await shapes[name].round(args))["requests_per_s"]
+            rounds["topup_vs_bare"].append(round(got["topup"] / max(got["bare"], 1e-9), 3))
+            rounds["after_vs_bare"].append(round(got["after"] / max(got["bare"], 1e-9), 3))
+            rounds["after_vs_topup"].append(round(got["after"] / max(got["topup"], 1e-9), 3))
+            print(f"  round {n + 1}: " + ", ".join(f"{k} {v}/s" for k, v in got.items()), flush=True)
+    report["topup_webhook_c16"] = topup.merged()
+    report["after_c16"] = after.merged() | {"env": args.after_env}
+    report["a_rounds"] = {
+        "rounds": args.rounds,
+        "round_s": args.duration / args.rounds,
+        "ratios": rounds["topup_vs_bare"],
+        "after": {
+            k: {
+                "median": round(statistics.median(v), 3),
+                "spread": [min(v), max(v)],
+                "rounds": v,
+            }
+            for k, v in rounds.items()
+        },
+    }
 
 
 class Sampler:
@@ -511,9 +560,10 @@ class Sampler:
 async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare) -> None:
     pid = os.getpid()
     topup_db, wallet_db = f"hiwallet_bench_topup_{pid}", f"hiwallet_bench_wallet_{pid}"
+    after_db = f"hiwallet_bench_topup_after_{pid}"
     vhost = f"hiwallet-bench-{pid}"
     amqp = f"amqp://guest:guest@127.0.0.1:{args.amqp_port}/{vhost}"
-    await drop(topup_db, wallet_db)
+    await drop(topup_db, wallet_db, after_db)
     await databases.migrate("topup", database=topup_db)
     await databases.migrate("wallet", database=wallet_db)
     await rabbitmqctl("add_vhost", vhost)
@@ -525,14 +575,14 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
         print(f"opening {WALLETS} wallets ...", flush=True)
         wallets = await open_wallets(wallet_db, WALLETS)
         stripe_port, bank_port = free_port(), free_port()
+        webhook_env = {
+            **base,
+            "HIWALLET_TOPUP_DATABASE": topup_db,
+            "HIWALLET_TOPUP_STRIPE_URL": f"http://127.0.0.1:{stripe_port}",
+            "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{bank_port}",
+        }
         webhook = hiwallet(
-            "topup-webhook",
-            {
-                **base,
-                "HIWALLET_TOPUP_DATABASE": topup_db,
-                "HIWALLET_TOPUP_STRIPE_URL": f"http://127.0.0.1:{stripe_port}",
-                "HIWALLET_TOPUP_BANK_URL": f"http://127.0.0.1:{bank_port}",
-            },
+            "topup-webhook", {**webhook_env, **dict(kv.split("=", 1) for kv in args.before_env or [])}
         )
         children.append(webhook)
         await webhook.ready()
@@ -540,8 +590,11 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
         def request(i: int) -> tuple[dict[str, str], bytes]:
             return signed_event(wallets[i % len(wallets)], f"pi_bench_{pid}_{i}", secret)
 
-        async def relay_sent() -> None:
-            conn = await asyncpg.connect(db.owner_dsn(topup_db))
+        def relay_sent(database: str) -> Callable[[], Awaitable[None]]:
+            return lambda: _relay_sent(database)
+
+        async def _relay_sent(database: str) -> None:
+            conn = await asyncpg.connect(db.owner_dsn(database))
             try:
                 deadline = time.monotonic() + DRAIN_TIMEOUT_S
                 while await conn.fetchval("SELECT count(*) FROM topup.outbox WHERE sent_at IS NULL"):
@@ -551,11 +604,25 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
             finally:
                 await conn.close()
 
-        topup = Shape(webhook.port, WEBHOOK_PATH, request, webhook.proc.pid, settle=relay_sent)
-        await interleaved(args, report, await bare.start(), topup)
+        topup = Shape(webhook.port, WEBHOOK_PATH, request, webhook.proc.pid, settle=relay_sent(topup_db))
+        after = None
+        if args.after_env:  # a second topup-webhook, on a database of its own, with the setting
+            await databases.migrate("topup", database=after_db)
+            second = hiwallet(
+                "topup-webhook",
+                {
+                    **webhook_env,
+                    "HIWALLET_TOPUP_DATABASE": after_db,
+                    **dict(kv.split("=", 1) for kv in args.after_env),
+                },
+            )
+            children.append(second)
+            await second.ready()
+            after = Shape(second.port, WEBHOOK_PATH, request, second.proc.pid, settle=relay_sent(after_db))
+        await interleaved(args, report, await bare.start(), topup, after)
         await bare.stop(report)  # not idle beside (b)
         print(f"  bare {report['bare_c16']}\n  topup-webhook {report['topup_webhook_c16']}", flush=True)
-        if args.only == "a":
+        if args.only == "a" or args.after_env:
             report["rss_mb"] = {webhook.name: round(webhook.sample(), 1)}
             return
 
@@ -650,7 +717,7 @@ async def services(args: argparse.Namespace, report: dict[str, Any], bare: Bare)
             child.stop()
         with suppress(Exception):
             await rabbitmqctl("delete_vhost", vhost)
-        await drop(topup_db, wallet_db)
+        await drop(topup_db, wallet_db, after_db)
 
 
 async def ledger_latencies(wallet_db: str, due: dict[str, float]) -> dict[str, Any]:
@@ -708,6 +775,10 @@ def ratios(report: dict[str, Any]) -> dict[str, Any]:
             latency["posted"] == latency["answered"]
         )
         checks["posted_once"] = latency["posted_twice"] == 0
+    if "after" in report.get("a_rounds", {}):
+        out["after"] = {k: v["median"] for k, v in report["a_rounds"]["after"].items()} | {
+            k + "_spread": v["spread"] for k, v in report["a_rounds"]["after"].items()
+        }
     if "rss_mb" in report:
         out["rss_mb_max"] = max(report["rss_mb"].values())
         checks["rss_mb"] = out["rss_mb_max"] < TARGETS["rss_mb_max"]
@@ -765,6 +836,16 @@ def cli() -> None:
     )
     parser.add_argument(
         "--rabbit-node", help="that node's name for rabbitmqctl, e.g. hiwallet-saga@localhost"
+    )
+    parser.add_argument(
+        "--after-env",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="(a) only, with a second topup-webhook given this environment (a setting) in the same"
+        " rounds, e.g. HIWALLET_TOPUP_INGEST_PARTS=2",
+    )
+    parser.add_argument(
+        "--before-env", nargs="+", metavar="KEY=VALUE", help="the first topup-webhook's extra environment"
     )
     args = parser.parse_args()
     if args.rabbit_node:
