@@ -306,10 +306,9 @@ DECLARE
     v_hold_amount bigint;
     v_net bigint; v_debit bigint; v_held bigint; v_take bigint; v_left bigint; v_total bigint;
     v_fail   int;
-    -- rows to write: the part rows (of a call of many), the lines
+    -- rows to write: the postings whose part rows are due (of a call of many), the lines
     w_count  int := 0;            -- postings decided since the last write
-    t_bucket smallint[]; t_id text[]; t_home smallint[]; t_buckets text[]; t_type text[]; t_actor text[];
-    t_ref text[]; t_hash bytea[]; t_pb boolean[]; t_refund text[]; t_meta jsonb[];
+    t_at int[]; t_parts text[];   -- the posting's index and its parts (smallint[] as text)
     o_bucket smallint[]; o_acc text[]; o_ver bigint[]; o_tx text[]; o_amt bigint[]; o_cur text[];
     o_bal bigint[]; o_type text[]; o_ref text[]; o_hash bytea[];
     -- the one posting with options since the last write, and its rows
@@ -415,11 +414,17 @@ BEGIN
             ELSE
                 -- A concurrent writer of one of these ids makes this fail, and the caller posts
                 -- the batch again one posting at a time.
+                -- A row a part: the home part carries the refund and the metadata.
                 INSERT INTO ledger.transactions (bucket, id, home_bucket, buckets, type, actor, ref,
                                                  request_hash, parts_balanced, refund_of, metadata, posted_at)
-                SELECT b, id, home, bs::smallint[], ty::ledger.tx_type, act, rf, h, pb, ro, md, v_at
-                  FROM unnest(t_bucket, t_id, t_home, t_buckets, t_type, t_actor, t_ref, t_hash, t_pb,
-                              t_refund, t_meta) AS t(b, id, home, bs, ty, act, rf, h, pb, ro, md);
+                SELECT b.b, p.id, p.home, t.parts::smallint[], p.type::ledger.tx_type, p.actor, p.ref, p.request_hash,
+                       p.parts_balanced,
+                       CASE WHEN b.b = p.home THEN p.refund_of END,
+                       CASE WHEN b.b = p.home THEN coalesce(p.metadata, '{}'::jsonb) ELSE '{}'::jsonb END,
+                       v_at
+                  FROM unnest(t_at, t_parts) AS t(i, parts)
+                  JOIN unnest(p_postings) WITH ORDINALITY AS p ON p.ordinality = t.i,
+                       unnest(t.parts::smallint[]) AS b(b);
             END IF;
             INSERT INTO ledger.lines (bucket, account_id, version, transaction_id, amount, currency,
                                       balance_after, type, ref, posted_at, hash)
@@ -467,8 +472,7 @@ BEGIN
 
             -- What is written is the tables' now; the arrays start again.
             w_count := 0; w_opt := NULL;
-            t_bucket := NULL; t_id := NULL; t_home := NULL; t_buckets := NULL; t_type := NULL;
-            t_actor := NULL; t_ref := NULL; t_hash := NULL; t_pb := NULL; t_refund := NULL; t_meta := NULL;
+            t_at := NULL; t_parts := NULL;
             o_bucket := NULL; o_acc := NULL; o_ver := NULL; o_tx := NULL; o_amt := NULL; o_cur := NULL;
             o_bal := NULL; o_type := NULL; o_ref := NULL; o_hash := NULL;
             a_dheld := array_fill(0::bigint, ARRAY[n_acc]);
@@ -532,7 +536,12 @@ BEGIN
                                    'currency', v_p.currencies[k]));
             CONTINUE;
         END IF;
-        IF cardinality(v_parts) > 1 THEN
+        -- In order: two parts (a transfer between two buckets) by hand, more by a query.
+        IF cardinality(v_parts) = 2 THEN
+            IF v_parts[1] > v_parts[2] THEN
+                v_parts := ARRAY[v_parts[2], v_parts[1]];
+            END IF;
+        ELSIF cardinality(v_parts) > 2 THEN
             v_parts := ARRAY(SELECT b FROM unnest(v_parts) AS b ORDER BY b);
         END IF;
 
@@ -707,19 +716,8 @@ BEGIN
             a_dheld[v_hold_acc] := a_dheld[v_hold_acc] - v_hold_amount;
         END IF;
         IF NOT v_claim THEN
-            FOREACH x IN ARRAY v_parts LOOP
-                t_bucket := t_bucket || x::smallint; t_id := t_id || v_p.id; t_home := t_home || v_p.home;
-                t_buckets := t_buckets || v_parts::text; t_type := t_type || v_p.type;
-                t_actor := t_actor || v_p.actor; t_ref := t_ref || v_p.ref;
-                t_hash := t_hash || v_p.request_hash; t_pb := t_pb || v_p.parts_balanced;
-                IF x = v_p.home THEN
-                    t_refund := t_refund || v_p.refund_of;
-                    t_meta := t_meta || coalesce(v_p.metadata, '{}'::jsonb);
-                ELSE
-                    t_refund := t_refund || NULL::text;
-                    t_meta := t_meta || '{}'::jsonb;
-                END IF;
-            END LOOP;
+            t_at := t_at || i;
+            t_parts := t_parts || v_parts::text;
         END IF;
         IF v_options THEN
             w_opt := i;
