@@ -57,7 +57,7 @@ LEDGER_MIGRATIONS = {
     "0026_post_batch_lookups.sql",  # ledger.post_batch's lookups in a call of many
     "0027_open_accounts.sql",  # ledger.open_accounts, many wallets' accounts in one statement
     "0028_ledger_read_probes.sql",  # lines_by_time with the version; transaction_wallet_accounts by ANY
-    "0030_post_batch_fixed_cost.sql",  # ledger.post_batch: fewer statements a call of a few postings
+    "0029_post_batch_fixed_cost.sql",  # ledger.post_batch: fewer statements a call of a few postings
 }
 # Applied before the rule, and naming ledger objects outside the ledger's own work.
 BEFORE_THE_RULE = {

@@ -1,6 +1,5 @@
 -- The posting function's fixed cost a call (issue 26, docs/performance.md): the same answers,
 -- the same locks in the same order, the same rows written, fewer PL/pgSQL statements a posting.
--- (0030, not 0029: a read-query migration of another branch may take 0029.)
 --
 -- perf of the backend calling it with one or two p2p transfers a call, each call committed
 -- (bench/post_call_cost.py): the function's SQL statements over a third of the call's CPU
