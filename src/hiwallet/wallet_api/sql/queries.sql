@@ -165,6 +165,15 @@ SELECT m.member,
 -- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
 -- which reads that one line (the index ends with the version since migration 0028); 0 before its
 -- first), in day order.
+-- The probes name the cash account by the joined purse's row (c), not by $5: asyncpg prepares
+-- each statement once, and after five runs PostgreSQL keeps the generic plan only if its
+-- estimate is not above the custom plans' (planned with the values). The day series counts as
+-- 1,000 rows in either plan (generate_series over timestamps has no row estimate), so any
+-- difference in the estimate of one probe by $5 (a literal account's statistics against the
+-- average account's) weighed 1,000 times, and on the read bench's fresh ledger the custom plan
+-- won every time: each overview planned anew, ~0.85 ms of the database's CPU for ~0.1 of work
+-- (issue 26, docs/performance.md). By a column, a probe's estimate is the same in both plans, and
+-- tests/wallet_api/test_read_plans.py checks that the generic plan is kept.
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
        a.kind, a.tier, a.name,
        m.member,
@@ -179,7 +188,7 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
        CASE WHEN m.member THEN
            (SELECT array_agg(coalesce(
                        (SELECT l.balance_after FROM ledger_api.lines l
-                         WHERE l.bucket = w.bucket AND l.account_id = $5
+                         WHERE l.bucket = c.bucket AND l.account_id = c.id
                            AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
                          ORDER BY l.posted_at DESC, l.version DESC
                          LIMIT 1), 0) ORDER BY d.day)
