@@ -46,7 +46,7 @@ async def test_the_reads_keep_the_generic_plan_on_a_small_analyzed_ledger(api: W
     reads = {
         "wallet_with_balance": (*who, f"{wallet}:promo"),
         "wallet_overview": (*who, f"{wallet}:promo", today - timedelta(days=29), today),
-        "wallet_statement_page": (*who, 0, 51, f"{wallet}:"),
+        "wallet_statement_page": (*who, 0, 51, f"{wallet}:", [False] * 51),
     }
     async with api.pool.acquire() as conn:
         for name, args in reads.items():

@@ -128,6 +128,12 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
 -- with LIMIT 1, which the planner does not pull up into a join: as a join, on a small
 -- wallet.wallets, its generic plan hashed the counterparty of each line anew and scanned the
 -- wallets for it, a third of the page's database CPU on the read bench).
+-- $9: the lines whose counterparty wallet-api already holds (element i: the line of version
+-- $6 + i; a boolean array, so that its element is found by offset): their counterparty is not
+-- looked up (their party columns NULL). Those lookups, four index probes a line, were ~80 % of the
+-- page's database CPU; what they find never changes (a line, its transaction's lines and an
+-- account's role are never updated; a wallet's number, its account's kind and name are not
+-- updatable: migrations/wallet/grants.sql), so wallet-api keeps it (Accounts.statement).
 SELECT m.member,
        l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency AS line_currency,
        l.balance_after, l.posted_at,
@@ -144,14 +150,15 @@ SELECT m.member,
                       LIMIT $7) l ON true
   LEFT JOIN LATERAL (SELECT c.account_bucket, c.account_id
                        FROM ledger_api.transaction_wallet_accounts c
-                      WHERE c.bucket = w.bucket AND c.transaction_id = l.transaction_id
+                      WHERE NOT coalesce(($9::boolean[])[(l.version - $6)::int], false)
+                        AND c.bucket = w.bucket AND c.transaction_id = l.transaction_id
                         AND c.account_id <> $5 AND NOT starts_with(c.account_id, $8)
                       ORDER BY c.account_id
                       LIMIT 1) c ON true
   LEFT JOIN LATERAL (SELECT pw.number, pa.kind, pa.name
                        FROM wallet.wallets pw
                        JOIN wallet.accounts pa ON pa.bucket = pw.bucket AND pa.id = pw.account_id
-                      WHERE pw.bucket = c.account_bucket
+                      WHERE c.account_id IS NOT NULL AND pw.bucket = c.account_bucket
                         AND pw.id = left(c.account_id, -strpos(reverse(c.account_id), ':'))
                       LIMIT 1) p ON true
  WHERE w.bucket = $1 AND w.id = $2
