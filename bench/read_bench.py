@@ -25,20 +25,28 @@ read (µs) of the server process and of the wallet database's PostgreSQL backend
 times: each side runs alone, so the database's backends' CPU in a round is that side's): on a
 shared machine, throughput drifts from minute to minute, CPU per read much less.
 
+With ``--baseline SRC`` (the ``src`` folder of another tree, e.g. ``git archive main src``), a
+second wallet-api runs that code on the same database, as a third side in the same rounds (the
+three in a rotating order): its ratio to the bare side, and this tree's to it (``vs_baseline``,
+the median of the rounds' ratios). Both serve this tree's schema: a comparison of code that
+migrates differently needs two runs.
+
 Results as JSON in bench/results/read-<time>.json. Everything it starts it stops; it drops its
-databases.
+databases (``--keep-db``: not the wallet database, for EXPLAIN afterwards).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -232,6 +240,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             bare_dsn = db.service_dsn(wallet_db, db.app_role("wallet"))
             procs.append(wb._start(_BARE, str(bare_port), bare_dsn))
             await wb._wait_ready(client, f"http://127.0.0.1:{bare_port}", procs[2])
+            if args.baseline:
+                base_port = wb.free_port()
+                procs.append(
+                    wb._start(wb._WALLET_API, str(base_port), wallet_db, idp, src=Path(args.baseline))
+                )
+                await wb._wait_ready(client, f"http://127.0.0.1:{base_port}", procs[3])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             print(f"{args.concurrency} customers, {args.lines} lines each ...", flush=True)
             people = await wb._customers(client, idp, api, ledger, args.concurrency)
@@ -265,6 +279,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "wallet-api": (api_port, api_paths, api_pids),
                 "bare": (bare_port, bare_paths, bare_pids),
             }
+            if args.baseline:
+                base_pids = [procs[3].pid, *wb._children(procs[3].pid)]
+                sides[read]["baseline"] = (base_port, api_paths, base_pids)
+        names = list(sides[READS[0]])
+        # Two sides: ABBA. Three: each round another of the six orders, so that each side is
+        # first, between and last as often as the others.
+        orders = (
+            [tuple(names), tuple(reversed(names))] if len(names) == 2 else list(itertools.permutations(names))
+        )
         # Warm-up: plans prepared, tokens verified, caches filled, on both sides.
         for read in READS:
             for side, (port, paths, pids) in sides[read].items():
@@ -272,28 +295,41 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 if not warm["reads"]:
                     raise RuntimeError(f"{side}'s {read} answered no 200 in the warm-up: {warm['statuses']}")
         results: dict[str, dict[str, Any]] = {
-            read: {"ratios": [], "wallet-api": [], "bare": [], "lat_api": [], "lat_bare": []}
+            read: {"ratios": [], "base_ratios": [], "vs_baseline": [], "lat": {k: [] for k in names}}
+            | {k: [] for k in names}
             for read in READS
         }
-        total_s = args.rounds * len(READS) * 2 * args.round_s
-        print(f"{args.rounds} rounds of {len(READS)} reads x 2 sides x {args.round_s} s ...", flush=True)
+        total_s = args.rounds * len(READS) * len(names) * args.round_s
+        print(
+            f"{args.rounds} rounds of {len(READS)} reads x {len(names)} sides x {args.round_s} s ...",
+            flush=True,
+        )
         with benchlog.phase("interleaved rounds", total_s):
             for n in range(args.rounds):
                 for read in READS:
-                    order = ("bare", "wallet-api") if n % 2 == 0 else ("wallet-api", "bare")
+                    order = orders[n % len(orders)]
                     got: dict[str, dict[str, Any]] = {}
                     for side in order:
                         port, paths, pids = sides[read][side]
-                        lat = results[read]["lat_api" if side == "wallet-api" else "lat_bare"]
+                        lat = results[read]["lat"][side]
                         got[side] = await side_round(
                             port, paths, args.round_s, pids, observer, wallet_db, lat
                         )
                         results[read][side].append(got[side])
                     ratio = got["wallet-api"]["reads_per_s"] / max(got["bare"]["reads_per_s"], 1e-9)
                     results[read]["ratios"].append(round(ratio, 3))
+                    shown = ""
+                    if "baseline" in got:
+                        base = got["baseline"]["reads_per_s"]
+                        results[read]["base_ratios"].append(
+                            round(base / max(got["bare"]["reads_per_s"], 1e-9), 3)
+                        )
+                        vs = got["wallet-api"]["reads_per_s"] / max(base, 1e-9)
+                        results[read]["vs_baseline"].append(round(vs, 3))
+                        shown = f", baseline {base}/s (after/before {vs:.2f})"
                     print(
                         f"  round {n + 1} {read}: bare {got['bare']['reads_per_s']}/s,"
-                        f" wallet-api {got['wallet-api']['reads_per_s']}/s ({ratio:.2f})",
+                        f" wallet-api {got['wallet-api']['reads_per_s']}/s ({ratio:.2f}){shown}",
                         flush=True,
                     )
         for read in READS:
@@ -302,16 +338,18 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "ratio_median": round(statistics.median(r["ratios"]), 3),
                 "ratio_spread": [min(r["ratios"]), max(r["ratios"])],
                 "ratios": r["ratios"],
-                "wallet-api": merged(r["wallet-api"], r["lat_api"]),
-                "bare": merged(r["bare"], r["lat_bare"]),
+                **{side: merged(r[side], r["lat"][side]) for side in names},
             }
-            api_side, bare_side = report[read]["wallet-api"], report[read]["bare"]
             report[read]["cpu_us_per_read"] = {
-                "wallet-api (process + its db backends)": api_side["server_cpu_us_median"]
-                + api_side["db_cpu_us_median"],
-                "bare (process + its db backends)": bare_side["server_cpu_us_median"]
-                + bare_side["db_cpu_us_median"],
+                f"{side} (process + its db backends)": report[read][side]["server_cpu_us_median"]
+                + report[read][side]["db_cpu_us_median"]
+                for side in names
             }
+            if args.baseline:
+                report[read]["baseline_ratio_median"] = round(statistics.median(r["base_ratios"]), 3)
+                report[read]["vs_baseline_median"] = round(statistics.median(r["vs_baseline"]), 3)
+                report[read]["vs_baseline_spread"] = [min(r["vs_baseline"]), max(r["vs_baseline"])]
+                report[read]["vs_baseline"] = r["vs_baseline"]
         report["rss_mb_wallet_api"] = round(wb.rss_tree_mb(procs[1].pid)[0], 1)
         return report
     finally:
@@ -319,7 +357,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await pool.close()
         for proc in reversed(procs):
             wb._stop(proc)
-        await wb._drop(wallet_db, identity_db)
+        if args.keep_db:  # for EXPLAIN and the like afterwards: the owner drops it
+            print(f"kept the wallet database {wallet_db}", flush=True)
+            report["kept_database"] = wallet_db
+            await wb._drop(identity_db)
+        else:
+            await wb._drop(wallet_db, identity_db)
 
 
 def cli() -> None:
@@ -339,6 +382,16 @@ def cli() -> None:
         type=int,
         default=0,
         help="other wallets' lines loaded before the rounds (bench/growth_loader.py; default 0)",
+    )
+    parser.add_argument(
+        "--baseline",
+        help="the src folder of other code (e.g. `git archive main src`): its wallet-api as a third "
+        "side in the same rounds, on the same database",
+    )
+    parser.add_argument(
+        "--keep-db",
+        action="store_true",
+        help="keep the wallet database (its name printed) for EXPLAIN and the like; drop it yourself",
     )
     args = parser.parse_args()
     if (
@@ -369,6 +422,11 @@ def cli() -> None:
                 report[read]["bare"]["p99_ms"],
             ],
             "target_met": report[read]["ratio_median"] >= TARGET_RATIO,
+            **{
+                k: report[read][k]
+                for k in ("baseline_ratio_median", "vs_baseline_median", "vs_baseline_spread")
+                if k in report[read]
+            },
         }
         for read in READS
         if read in report

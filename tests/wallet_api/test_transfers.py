@@ -4,6 +4,9 @@ reading a transfer with its legs, balances and the statement with its cursor."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
 
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
@@ -79,6 +82,53 @@ async def test_a_payment_and_its_refund_name_the_business_and_the_payer(api: Wal
         "lines"
     ]
     assert {line["counterparty"]["wallet_number"] for line in shop_lines} == {payer.number}
+
+
+@pytest.mark.parametrize(
+    "wallet_api_settings", [{"statement_party_cache_size": 3}]
+)  # the fixture, overridden
+async def test_a_statement_read_again_is_the_same_its_counterparties_kept_or_not(api: WalletApi) -> None:
+    """wallet-api keeps the counterparties it has read (a line's never changes) and does not look
+    them up again: the pages read again, with a cache that holds fewer lines than they have
+    (3: it empties as it fills), are the pages read first, lines without one included."""
+    payer = await api.customer(funds=100 * TL)
+    friend = await api.customer()
+    shop = await api.business("Kahve Dükkanı")
+    for n in range(3):
+        assert (await api.transfer(payer, shop.number, TL, reference=f"order {n}")).status_code == 201
+        assert (await api.transfer(payer, friend.number, TL)).status_code == 201
+    await api.fund(payer.wallet_id, 5 * TL)
+
+    async def pages() -> list[dict[str, Any]]:
+        got, cursor = [], ""
+        while True:
+            r = await api.http.get(
+                f"/v1/wallets/{payer.wallet_id}/statement?limit=3{cursor}", headers=payer.auth
+            )
+            assert r.status_code == 200, r.text
+            got.append(r.json())
+            if r.json()["next_cursor"] is None:
+                return got
+            cursor = f"&cursor={r.json()['next_cursor']}"
+
+    first = await pages()
+    assert [
+        [line["counterparty"] and line["counterparty"]["kind"] for line in p["lines"]] for p in first
+    ] == [
+        [None, "business", "personal"],
+        ["business", "personal", "business"],
+        ["personal", None],
+    ]
+    business = {"wallet_number": shop.number, "kind": "business", "name": "Kahve Dükkanı"}
+    assert first[0]["lines"][1]["counterparty"] == business
+    for _ in range(3):
+        assert await pages() == first
+    whole = (await api.http.get(f"/v1/wallets/{payer.wallet_id}/statement", headers=payer.auth)).json()
+    assert whole["lines"] == [line for p in first for line in p["lines"]]
+    # someone else still reads none of it
+    assert_problem(
+        await api.http.get(f"/v1/wallets/{payer.wallet_id}/statement", headers=friend.auth), "not-found", 404
+    )
 
 
 async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> None:

@@ -19,6 +19,7 @@ from hiwallet.wallet_api.access import (
 )
 from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow, balance_of, wallet_access
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
+from hiwallet.wallet_api.parties import LineParties, LineParty
 from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
@@ -39,6 +40,7 @@ class Accounts:
         self.pool = pool
         self.ledger = the_ledger
         self.settings = settings
+        self.line_parties = LineParties(settings.statement_party_cache_size)
 
     async def open_personal(self, caller: Caller, subject: str) -> tuple[JSON, bool]:
         """Onboarding opens a personal account for the customer ``subject`` (of the customer
@@ -226,18 +228,35 @@ class Accounts:
                 raise errors.InvalidRequest("malformed cursor", field="cursor")
             after = int(cursor)
         account = f"{wallet_id}:{purse}"
+        # The counterparties already read of the lines the page may hold (versions after + 1 to
+        # after + limit + 1: an account's versions have no gaps), which the statement then does
+        # not look up (LineParties). Taken before the read: the cache may be emptied meanwhile.
+        parties = self.line_parties
+        cached = [parties.get((account, v)) for v in range(after + 1, after + limit + 2)]
         rows = await answered(
             Repo(self.pool).wallet_statement_page(
-                domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject, account, after, limit
+                domain.bucket_in(wallet_id),
+                wallet_id,
+                caller.issuer,
+                caller.subject,
+                account,
+                after,
+                limit,
+                [party is not None for party in cached],
             )
         )
         if not rows or not rows[0]["member"]:
             raise errors.NotFound("no such wallet")
         lines = [r for r in rows if r["version"] is not None]
-        return {
-            "wallet_id": wallet_id,
-            "purse": purse,
-            "lines": [
+        out = []
+        for line in lines[:limit]:
+            version = line["version"]
+            party: LineParty | None = cached[version - after - 1] if version - after <= len(cached) else None
+            if party is None and line["party_number"] is not None:
+                kind = line["party_kind"]
+                party = (line["party_number"], kind, line["party_name"] if kind == "business" else None)
+                parties.put((account, version), party)
+            out.append(
                 {
                     "transaction_id": line["transaction_id"],
                     "type": line["type"],
@@ -245,18 +264,17 @@ class Accounts:
                     "amount": line["amount"],
                     "currency": line["line_currency"],
                     "balance_after": line["balance_after"],
-                    "version": line["version"],
+                    "version": version,
                     "posted_at": ts(line["posted_at"]),
                     "counterparty": None
-                    if line["party_number"] is None
-                    else {
-                        "wallet_number": line["party_number"],
-                        "kind": line["party_kind"],
-                        "name": line["party_name"] if line["party_kind"] == "business" else None,
-                    },
+                    if party is None
+                    else {"wallet_number": party[0], "kind": party[1], "name": party[2]},
                 }
-                for line in lines[:limit]
-            ],
+            )
+        return {
+            "wallet_id": wallet_id,
+            "purse": purse,
+            "lines": out,
             "next_cursor": str(lines[limit - 1]["version"]) if len(lines) > limit else None,
         }
 

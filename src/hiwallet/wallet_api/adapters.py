@@ -152,11 +152,20 @@ class Repo:
         return wallet_access(row), balance_of(row, wallet_id)
 
     async def wallet_statement_page(
-        self, bucket: int, wallet_id: str, issuer: str, subject: str, account: str, after: int, limit: int
+        self,
+        bucket: int,
+        wallet_id: str,
+        issuer: str,
+        subject: str,
+        account: str,
+        after: int,
+        limit: int,
+        known: list[bool],
     ) -> list[asyncpg.Record]:
         """Whether the caller is a member of the wallet's account and, for a member, ``account``'s
         lines after version ``after`` (``limit`` and one more), each with its counterparty's
-        wallet: one round trip. No row for no such wallet."""
+        wallet unless ``known`` says the caller has it (``known[i]``: the line of version
+        ``after + 1 + i``): one round trip. No row for no such wallet."""
         rows: list[asyncpg.Record] = await self.db.fetch(
             Q["wallet_statement_page"],
             bucket,
@@ -167,6 +176,7 @@ class Repo:
             after,
             limit + 1,
             f"{wallet_id}:",
+            known,
         )
         return rows
 

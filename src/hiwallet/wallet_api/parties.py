@@ -38,6 +38,20 @@ class _Bounded(Generic[K, V]):
         self._items[key] = value
 
 
+# A statement line's counterparty as its page shows it: the wallet's number, its account's kind
+# and (a business's) name.
+LineParty = tuple[str, str, str | None]
+
+
+class LineParties(_Bounded[tuple[str, int], LineParty]):
+    """Statement lines' counterparties, by the line (its account, its version): what a page's
+    statement looked up in four index probes a line (~80 % of the page's database CPU on
+    bench/read_bench.py), read once. None of it ever changes: a line and its transaction's lines
+    are never updated, nor an account's role, and a wallet's number and its account's kind and
+    name are not updatable (migrations/wallet/grants.sql). A line without one is not kept (looked
+    up again next time)."""
+
+
 class PartyCache:
     """The parties of recent transfers: source wallets by (wallet, caller), recipients by number.
     Only what the transfer's statement checks again may go stale here (membership, tiers);

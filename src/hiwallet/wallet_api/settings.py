@@ -73,6 +73,9 @@ class WalletApiSettings(BaseSettings):
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
     party_cache_size: int = 10_000
+    # Statement lines' counterparties already read (a line's never changes), so a statement page
+    # read again looks none up: at most this many lines (~2 MB).
+    statement_party_cache_size: int = 10_000
 
     # Idempotency records are kept at least this long, then purged by a periodic job.
     idempotency_retention_h: int = 48

@@ -128,6 +128,12 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
 -- with LIMIT 1, which the planner does not pull up into a join: as a join, on a small
 -- wallet.wallets, its generic plan hashed the counterparty of each line anew and scanned the
 -- wallets for it, a third of the page's database CPU on the read bench).
+-- $9: the lines whose counterparty wallet-api already holds (element i: the line of version
+-- $6 + i; a boolean array, so that its element is found by offset): their counterparty is not
+-- looked up (their party columns NULL). Those lookups, four index probes a line, were ~80 % of the
+-- page's database CPU; what they find never changes (a line, its transaction's lines and an
+-- account's role are never updated; a wallet's number, its account's kind and name are not
+-- updatable: migrations/wallet/grants.sql), so wallet-api keeps it (Accounts.statement).
 SELECT m.member,
        l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency AS line_currency,
        l.balance_after, l.posted_at,
@@ -144,14 +150,15 @@ SELECT m.member,
                       LIMIT $7) l ON true
   LEFT JOIN LATERAL (SELECT c.account_bucket, c.account_id
                        FROM ledger_api.transaction_wallet_accounts c
-                      WHERE c.bucket = w.bucket AND c.transaction_id = l.transaction_id
+                      WHERE NOT coalesce(($9::boolean[])[(l.version - $6)::int], false)
+                        AND c.bucket = w.bucket AND c.transaction_id = l.transaction_id
                         AND c.account_id <> $5 AND NOT starts_with(c.account_id, $8)
                       ORDER BY c.account_id
                       LIMIT 1) c ON true
   LEFT JOIN LATERAL (SELECT pw.number, pa.kind, pa.name
                        FROM wallet.wallets pw
                        JOIN wallet.accounts pa ON pa.bucket = pw.bucket AND pa.id = pw.account_id
-                      WHERE pw.bucket = c.account_bucket
+                      WHERE c.account_id IS NOT NULL AND pw.bucket = c.account_bucket
                         AND pw.id = left(c.account_id, -strpos(reverse(c.account_id), ':'))
                       LIMIT 1) p ON true
  WHERE w.bucket = $1 AND w.id = $2
@@ -165,6 +172,15 @@ SELECT m.member,
 -- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
 -- which reads that one line (the index ends with the version since migration 0028); 0 before its
 -- first), in day order.
+-- The probes name the cash account by the joined purse's row (c), not by $5: asyncpg prepares
+-- each statement once, and after five runs PostgreSQL keeps the generic plan only if its
+-- estimate is not above the custom plans' (planned with the values). The day series counts as
+-- 1,000 rows in either plan (generate_series over timestamps has no row estimate), so any
+-- difference in the estimate of one probe by $5 (a literal account's statistics against the
+-- average account's) weighed 1,000 times, and on the read bench's fresh ledger the custom plan
+-- won every time: each overview planned anew, ~0.85 ms of the database's CPU for ~0.1 of work
+-- (issue 26, docs/performance.md). By a column, a probe's estimate is the same in both plans, and
+-- tests/wallet_api/test_read_plans.py checks that the generic plan is kept.
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
        a.kind, a.tier, a.name,
        m.member,
@@ -179,7 +195,7 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
        CASE WHEN m.member THEN
            (SELECT array_agg(coalesce(
                        (SELECT l.balance_after FROM ledger_api.lines l
-                         WHERE l.bucket = w.bucket AND l.account_id = $5
+                         WHERE l.bucket = c.bucket AND l.account_id = c.id
                            AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
                          ORDER BY l.posted_at DESC, l.version DESC
                          LIMIT 1), 0) ORDER BY d.day)
