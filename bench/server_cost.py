@@ -65,7 +65,24 @@ async def app(scope, receive, send):
 """
 
 _SERVE = {
+    # As every service runs it: core.http.serve (uvicorn, httptools, uvloop, no proxy headers).
     "uvicorn": _APP
+    + """
+import sys
+from hiwallet.core.http import serve
+serve(app, host="127.0.0.1", port=int(sys.argv[1]))
+""",
+    # uvicorn's server with core.http.protocol's LeanHttpProtocol, as the front doors run it
+    # (core.http.serve(http="lean")).
+    "uvicorn-lean": _APP
+    + """
+import sys
+from hiwallet.core.http import serve
+serve(app, host="127.0.0.1", port=int(sys.argv[1]), http="lean")
+""",
+    # What this bench called uvicorn before 2026-12-06: uvicorn.run's defaults, which wrap the
+    # app in uvicorn's proxy-header middleware (core.http.serve does not).
+    "uvicorn-proxy": _APP
     + """
 import sys, uvicorn
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop="uvloop",
