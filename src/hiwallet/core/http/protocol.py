@@ -317,7 +317,8 @@ class _Cycle:
             if self.length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
             self.complete = True
-            self.wake()  # a receive waiting now learns the answer is over
+            if self.waiter is not None:
+                self.wake()  # a receive waiting now learns the answer is over
             if not self.keep_alive:
                 self.transport.close()
             protocol.answered(self)
@@ -475,9 +476,10 @@ class LeanHttpProtocol(asyncio.Protocol):
             "headers": self.headers,
             "state": self.app_state.copy(),
         }
-        self.head_since = self.loop.time()
+        now = self.head_since = self.loop.time()
         self.head_bytes = 0
-        self.arm(self.header_timeout_s)
+        if self.timer is None or self.timer_at > now + self.header_timeout_s:
+            self.arm(self.header_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -544,14 +546,16 @@ class LeanHttpProtocol(asyncio.Protocol):
         if cycle.buffered > _HIGH_WATER and not self.paused_for_body:
             self.paused_for_body = True
             self.transport.pause_reading()
-        cycle.wake()
+        if cycle.waiter is not None:
+            cycle.wake()
 
     def on_message_complete(self) -> None:
         cycle = self.cycle
         if cycle is None or cycle.complete:
             return
         cycle.more_body = False
-        cycle.wake()
+        if cycle.waiter is not None:
+            cycle.wake()
 
     # The connection's own work
 
@@ -595,8 +599,9 @@ class LeanHttpProtocol(asyncio.Protocol):
         else:
             if self.paused_for_pipeline:
                 self.resume_after_pipeline()
-            self.idle_since = self.loop.time()
-            self.arm(self.keep_alive_s)
+            now = self.idle_since = self.loop.time()
+            if self.timer is None or self.timer_at > now + self.keep_alive_s:
+                self.arm(self.keep_alive_s)
 
     def resume_after_pipeline(self) -> None:
         self.paused_for_pipeline = False
