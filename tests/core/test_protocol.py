@@ -5,6 +5,7 @@ against uvicorn's own httptools protocol as well), and the bounds uvicorn lacks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import Iterator
 from typing import Any
@@ -15,11 +16,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hiwallet.core.http.protocol import LeanHttpProtocol
 from tests.servers import serve, stop
+from tests.waiting import until
 
 LEAN = functools.partial(LeanHttpProtocol, header_timeout_s=0.5, max_head_bytes=8_192, max_body_bytes=100_000)
 BOTH = pytest.mark.parametrize("protocol", [LEAN, HttpToolsProtocol], ids=["lean", "uvicorn"])
 
 lifespan_log: list[str] = []
+listened: list[str] = []
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -40,6 +43,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 return
     path = scope["path"]
     body = b""
+    if path == "/cancel-receive":  # a receive given up on before the body came: the next one has it
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(receive(), 0.05)
     if path not in ("/no-read", "/slow-read"):
         more = True
         while more:
@@ -69,6 +75,13 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     answer = b"%s %s %d" % (scope["method"].encode(), path.encode(), len(body))
     if path == "/big":
         answer = b"x" * 4_000_000
+    if path == "/listen":  # a listener for the client's end beside the answer (Starlette's, streaming)
+        listener = asyncio.ensure_future(receive())
+        await asyncio.sleep(0)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+        listened.append((await asyncio.wait_for(listener, 5))["type"])
+        return
     if path == "/stream":
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         for part in (b"one ", b"two ", b"three"):
@@ -201,6 +214,22 @@ async def test_expect_100_continue_when_the_app_asks_for_the_body(either: Server
     writer.write(b"POST /no-read HTTP/1.1\r\nhost: test\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n")
     status, _, body = await _answer(reader)
     assert (status, body) == (200, b"POST /no-read 0")
+    writer.close()
+
+
+@BOTH
+async def test_receives_waiting_at_once_or_given_up(either: Server) -> None:
+    reader, writer = await either.connect()
+    writer.write(b"POST /cancel-receive HTTP/1.1\r\nhost: test\r\ncontent-length: 5\r\n\r\n")
+    await asyncio.sleep(0.2)
+    writer.write(b"hello")
+    assert (await _answer(reader))[2] == b"POST /cancel-receive 5"
+    listened.clear()
+    writer.write(_request("/listen", b"body"))
+    assert (await _answer(reader))[2] == b"ok"
+    await until(lambda: listened == ["http.disconnect"], 5, "the listener told the answer is over")
+    writer.write(_request("/echo"))  # the connection goes on
+    assert (await _answer(reader))[2] == b"POST /echo 0"
     writer.close()
 
 

@@ -65,7 +65,6 @@ _FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 _WATCHED = frozenset((b"expect", b"content-length"))
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_DISCONNECT = {"type": "http.disconnect"}
 
 _logger = logging.getLogger("uvicorn.error")
 
@@ -125,7 +124,7 @@ class _Cycle:
         "scope",
         "started",
         "transport",
-        "waiter",
+        "waiters",
     )
 
     def __init__(
@@ -141,7 +140,9 @@ class _Cycle:
         self.received = 0  # the body's bytes so far
         self.more_body = True
         self.delivered = False  # the app was given the body's end
-        self.waiter: asyncio.Future[None] | None = None
+        # The receives waiting for something new (as many as the app has at once, as on an
+        # asyncio.Event: a listener for the client's end beside the body's reader).
+        self.waiters: list[asyncio.Future[None]] | None = None
         self.disconnected = False
         self.started = False
         self.complete = False
@@ -150,9 +151,7 @@ class _Cycle:
         self.head: bytes | None = None  # the answer's head, held for its body
 
     def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
+        for waiter in self.waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -212,10 +211,17 @@ class _Cycle:
             protocol = self.protocol
             if protocol.paused_for_body:
                 protocol.resume_for_body()
-            waiter = self.waiter = protocol.loop.create_future()
-            await waiter
+            waiter = protocol.loop.create_future()
+            if self.waiters is None:
+                self.waiters = [waiter]
+            else:
+                self.waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                self.waiters.remove(waiter)
         if self.disconnected or self.complete:
-            return _DISCONNECT
+            return {"type": "http.disconnect"}
         body = self.body
         self.body = []
         self.buffered = 0
@@ -317,7 +323,7 @@ class _Cycle:
             if self.length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
             self.complete = True
-            if self.waiter is not None:
+            if self.waiters:
                 self.wake()  # a receive waiting now learns the answer is over
             if not self.keep_alive:
                 self.transport.close()
@@ -546,7 +552,7 @@ class LeanHttpProtocol(asyncio.Protocol):
         if cycle.buffered > _HIGH_WATER and not self.paused_for_body:
             self.paused_for_body = True
             self.transport.pause_reading()
-        if cycle.waiter is not None:
+        if cycle.waiters:
             cycle.wake()
 
     def on_message_complete(self) -> None:
@@ -554,7 +560,7 @@ class LeanHttpProtocol(asyncio.Protocol):
         if cycle is None or cycle.complete:
             return
         cycle.more_body = False
-        if cycle.waiter is not None:
+        if cycle.waiters:
             cycle.wake()
 
     # The connection's own work
