@@ -10,6 +10,11 @@ around a connection: the sockets (TCP, Unix, workers), the lifespan's startup an
 the signals and the draining stop (``shutdown()`` below; the tasks waited for up to
 ``timeout_graceful_shutdown``), the ``date`` and ``server`` headers.
 
+It leans on uvicorn's server interface (``Config``, ``ServerState``: connections, tasks, default
+headers, the request count) and on its httptools module's header patterns and status lines;
+tests/core/test_protocol.py runs on the uvicorn installed, so a release that changes them fails
+there first.
+
 What the protocol does, as uvicorn's does unless said (tests/core/test_protocol.py, real sockets):
 
 - keep-alive HTTP/1.1 (HTTP/1.0 closes after the answer); pipelined requests queued, each
@@ -21,10 +26,12 @@ What the protocol does, as uvicorn's does unless said (tests/core/test_protocol.
 - the answer's header names and values checked against uvicorn's own patterns (an invalid one
   fails the app's ``send``); Content-Length or chunked framing, an answer longer or shorter
   than its Content-Length failing the app's ``send``; ``connection: close`` honoured; a HEAD
-  answer without its body; the head written with the body in one write;
+  answer without its body; the head written with the body's first part in one write (unlike
+  uvicorn, an app that sends its head and then waits sends it with that part: a client can
+  use neither without the other);
 - a 500 when the app fails before it answers (or returns without answering), the connection
   closed when it fails mid-answer; writes paused while the client does not read;
-- bounds (uvicorn has neither the second nor the third): an idle connection closed
+- bounds (uvicorn has only the first, and only after an answer): an idle connection closed
   ``timeout_keep_alive`` after its last answer (or its opening); a head not read whole within
   ``header_timeout_s`` closed (a client trickling a head holds no connection for ever); a head
   still not whole once ``max_head_bytes`` more have arrived answered 431 (llhttp keeps a
@@ -357,7 +364,7 @@ class LeanHttpProtocol(asyncio.Protocol):
         self.root_path = config.root_path
         self.asgi_version = config.asgi_version
         self.limit_concurrency = config.limit_concurrency
-        self.fresh_context = config.reset_contextvars
+        self.fresh_context = getattr(config, "reset_contextvars", False)  # uvicorn 0.38+
         self.keep_alive_s = config.timeout_keep_alive
         self.header_timeout_s = header_timeout_s
         self.max_head_bytes = max_head_bytes
