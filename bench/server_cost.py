@@ -1,6 +1,6 @@
 """The HTTP server's own cost: CPU per request of a plain endpoint under each server that fits.
 
-    .venv/bin/python bench/server_cost.py [--servers uvicorn one-write lean granian] [--rounds 6]
+    .venv/bin/python bench/server_cost.py [--servers uvicorn uvicorn-lean lean …] [--rounds 6]
         [--round-s 3] [--concurrency 8]
 
 The endpoint is the least an answer can be (a POST whose body is read, a small JSON answer with
@@ -11,7 +11,11 @@ core's worth of work (one worker) and is loaded in turn by bench/httpload.py's l
 only figures from the same rounds compare). Reported per server: the median over the rounds of
 its process's CPU µs per request (``/proc`` times, bench/cpu.py), requests/s, and each round's.
 
-- ``uvicorn``: uvicorn with httptools and uvloop, as the services run it (core.http.serve);
+- ``uvicorn``: uvicorn with httptools and uvloop, as the services run it (core.http.serve;
+  before 2026-12-06 this was ``uvicorn.run``'s defaults, now ``uvicorn-proxy``: its
+  proxy-header middleware on, which serve leaves off);
+- ``uvicorn-lean``: uvicorn's server with core.http.protocol's LeanHttpProtocol, as the front
+  doors run it (``serve(http="lean")``);
 - ``one-write``: the same with bench/one_write.py's protocol (the head and body in one write: a
   candidate, not adopted);
 - ``lean``: bench/lean_server.py, the least an ASGI server over httptools can be (a bound on
@@ -65,7 +69,24 @@ async def app(scope, receive, send):
 """
 
 _SERVE = {
+    # As every service runs it: core.http.serve (uvicorn, httptools, uvloop, no proxy headers).
     "uvicorn": _APP
+    + """
+import sys
+from hiwallet.core.http import serve
+serve(app, host="127.0.0.1", port=int(sys.argv[1]))
+""",
+    # uvicorn's server with core.http.protocol's LeanHttpProtocol, as the front doors run it
+    # (core.http.serve(http="lean")).
+    "uvicorn-lean": _APP
+    + """
+import sys
+from hiwallet.core.http import serve
+serve(app, host="127.0.0.1", port=int(sys.argv[1]), http="lean")
+""",
+    # What this bench called uvicorn before 2026-12-06: uvicorn.run's defaults, which wrap the
+    # app in uvicorn's proxy-header middleware (core.http.serve does not).
+    "uvicorn-proxy": _APP
     + """
 import sys, uvicorn
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop="uvloop",

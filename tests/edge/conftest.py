@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from hiwallet.business_api.app import create_business_api_app
 from hiwallet.business_api.settings import BusinessApiSettings
+from hiwallet.core.http.runtime import http_protocol
 from hiwallet.personal_mobile_api.app import create_personal_mobile_api_app
 from hiwallet.personal_mobile_api.settings import PersonalMobileApiSettings
 from tests.identity.conftest import IdentityServer
@@ -191,12 +192,22 @@ def edge_settings(idp: IdentityServer, redis_url: str, **overrides: Any) -> dict
 
 @asynccontextmanager
 async def running_front(kind: str, **settings: Any) -> AsyncIterator[Front]:
+    made: PersonalMobileApiSettings | BusinessApiSettings
     if kind == "personal":
-        app = create_personal_mobile_api_app(PersonalMobileApiSettings(**settings))
+        made = PersonalMobileApiSettings(**settings)
+        app = create_personal_mobile_api_app(made)
     else:
-        app = create_business_api_app(BusinessApiSettings(**settings))
-    # proxy_headers=False: as core.http.serve runs a service (a client cannot claim an address)
-    url, server, thread = serve(app, f"{kind}-front", timeout_graceful_shutdown=1, proxy_headers=False)
+        made = BusinessApiSettings(**settings)
+        app = create_business_api_app(made)
+    # proxy_headers=False: as core.http.serve runs a service (a client cannot claim an address);
+    # the HTTP protocol the front's settings name, as its process entry point serves it.
+    url, server, thread = serve(
+        app,
+        f"{kind}-front",
+        timeout_graceful_shutdown=1,
+        proxy_headers=False,
+        http=http_protocol(made.http_server),
+    )
     try:
         yield Front(url, app, server, thread)
     finally:

@@ -58,4 +58,9 @@ def run_business_api(port: int | None, host: str) -> None:
     configure_logging(SERVICE)
     settings = get_business_api_settings()
     refuse_insecure_start(settings)
-    serve(settle_heap_once_started(create_business_api_app(settings)), host=host, port=port or settings.port)
+    serve(
+        settle_heap_once_started(create_business_api_app(settings)),
+        host=host,
+        port=port or settings.port,
+        http=settings.http_server,
+    )

@@ -65,4 +65,5 @@ def run_personal_mobile_api(port: int | None, host: str) -> None:
         settle_heap_once_started(create_personal_mobile_api_app(settings)),
         host=host,
         port=port or settings.port,
+        http=settings.http_server,
     )

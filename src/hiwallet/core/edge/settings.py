@@ -5,6 +5,8 @@ addresses."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -43,3 +45,6 @@ class EdgeSettings(BaseSettings):
     rate_limit_subject: int = 600
     rate_limit_address: int = 30
     max_body_bytes: int = 65_536
+    # The HTTP protocol under uvicorn's server: "lean" (core/http/protocol.py: less CPU a
+    # request, bounds on heads and idle connections) or "uvicorn" (its own httptools protocol).
+    http_server: Literal["lean", "uvicorn"] = "lean"

@@ -65,6 +65,7 @@ def serve(
     factory: bool = False,
     proxy_headers: bool = False,
     uds: str | None = None,
+    http: str = "uvicorn",
 ) -> None:
     """uvicorn as every service runs: its lifespan required (a startup failure, e.g. a misused
     lean route, stops the process rather than serving without it), its logging left to ours
@@ -76,7 +77,11 @@ def serve(
     on the same host (a front API's hop to it costs the kernel less than loopback TCP,
     docs/performance.md "Front doors"). The socket is the owner's only (mode 0600: anything
     that can connect to it is an internal caller); a stale file a stopped process left is
-    replaced, one a live server answers on stops this one."""
+    replaced, one a live server answers on stops this one.
+
+    ``http``: ``"uvicorn"`` (its httptools protocol) or ``"lean"`` (core/http/protocol.py: the
+    same server, lifespan and draining stop, with a leaner protocol and bounds on heads, bodies
+    and idle connections; the front doors' default, docs/performance.md "Front doors")."""
     import uvicorn
 
     options: dict[str, Any] = {
@@ -90,10 +95,24 @@ def serve(
         "access_log": False,
         "proxy_headers": proxy_headers,
     }
+    if http != "uvicorn":
+        options["http"] = http_protocol(http)
     if uds is None:
         uvicorn.run(app, **options)
         return
     _serve_also_on(uvicorn.Config(app, **options), uds)
+
+
+def http_protocol(name: str) -> Any:
+    """uvicorn's ``http`` setting for ``serve(http=name)``: ``"lean"`` core/http/protocol.py's
+    LeanHttpProtocol, ``"uvicorn"`` its own httptools protocol."""
+    if name == "lean":
+        from hiwallet.core.http.protocol import LeanHttpProtocol
+
+        return LeanHttpProtocol
+    if name == "uvicorn":
+        return "httptools"
+    raise ValueError(f"http is 'uvicorn' or 'lean', not {name!r}")
 
 
 def _serve_also_on(config: Any, uds: str) -> None:
