@@ -29,6 +29,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("batched", "hot_c32", "spread_c32", "spread_c8")
+# A worker's database: <prefix>_<side>_<pid>, and its database settings ("name=value;..."):
+# bench/db_setting_ab.py's sides.
+DB_PREFIX_ENV = "HIWALLET_BENCH_AB_PREFIX"
+DB_SET_ENV = "HIWALLET_BENCH_AB_DB_SET"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,8 +51,19 @@ async def worker(side: str, batch: int) -> None:
     from ledger_bench import WALLETS, Bench
 
     settings = get_settings()
-    database = f"hiwallet_bench_ab_{side}_{os.getpid()}"
+    prefix = os.environ.get(DB_PREFIX_ENV) or "hiwallet_bench_ab"
+    database = f"{prefix}_{side}_{os.getpid()}"
     await databases.migrate("wallet", database=database, settings=settings)
+    # A side's database settings (bench/db_setting_ab.py): set as the superuser after migrate,
+    # before the pool opens, so every session of the side starts with them.
+    db_set = [kv.split("=", 1) for kv in os.environ.get(DB_SET_ENV, "").split(";") if kv]
+    if db_set:
+        admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
+        try:
+            for name, value in db_set:
+                await admin.execute(f'ALTER DATABASE "{database}" SET {name} = {value}')
+        finally:
+            await admin.close()
     pool = await db.create_pool(
         database, role=db.app_role("wallet"), settings=settings, min_size=4, max_size=34, init=init_connection
     )
@@ -58,7 +73,12 @@ async def worker(side: str, batch: int) -> None:
         bench = Bench(pool, ledger, f"{side}{datetime.now(UTC):%H%M%S}")
         wallets = await bench.open_wallets(WALLETS)
         await owner.execute("ANALYZE")
-        reply({"ready": True})
+        # what the application role's sessions see (the proof that the setting reached them)
+        shown = {
+            name: await pool.fetchval("SELECT current_setting($1)", name)
+            for name in ("wal_compression", "commit_delay", "commit_siblings")
+        }
+        reply({"ready": True, "settings": shown, "database": database})
         loop = asyncio.get_running_loop()
         n = 0
         while line := await loop.run_in_executor(None, sys.stdin.readline):
@@ -67,8 +87,13 @@ async def worker(side: str, batch: int) -> None:
             n += 1
             if what == "batched":
                 result = await bench.batched(wallets, 2, s, batch, f"b{n}")
-            elif what == "hot_c32":
-                result = await bench.topups(wallets, 32, s, f"h{n}")
+            elif what.startswith("hot_c"):
+                result = await bench.topups(wallets, int(what.removeprefix("hot_c")), s, f"h{n}")
+            elif what == "wal":
+                # right after a checkpoint of its own, so every side's sample meets the same
+                # state: each page's first change logs the whole page
+                await owner.execute("CHECKPOINT", timeout=120)
+                result = await wal_sample(pool, ledger, wallets, int(s), f"w{n}{side}")
             elif what.startswith("spread_c"):
                 result = await bench.spread(wallets, int(what.removeprefix("spread_c")), s, f"s{n}")
             elif what == "verify":
@@ -83,6 +108,49 @@ async def worker(side: str, batch: int) -> None:
         admin = await asyncpg.connect(db.owner_dsn("postgres", settings))
         await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         await admin.close()
+
+
+async def wal_sample(pool: Any, ledger: Any, wallets: list[str], count: int, tag: str) -> dict[str, Any]:
+    """``count`` p2p transfers and ``count`` hot-account top-ups posted one at a time (after a
+    CHECKPOINT: the caller's), each under EXPLAIN (ANALYZE, WAL): what a posting writes to the
+    WAL (records, full-page images, bytes, its nested statements' included). Sums, divided by
+    the postings."""
+    import json as _json
+    import random
+
+    from hiwallet.ledger import rules
+    from hiwallet.ledger.store import Q
+
+    rng = random.Random(tag)
+    out: dict[str, Any] = {}
+    for shape in ("p2p", "hot"):
+        sums = {"wal_records": 0.0, "wal_fpi": 0.0, "wal_bytes": 0.0, "ms": 0.0}
+        for k in range(count):
+            if shape == "p2p":
+                a, b = rng.sample(wallets, 2)
+                posting = rules.transfer(f"{tag}p{k}", a, b, rng.randint(1, 100), "TRY", actor="b", ref="p2p")
+            else:
+                posting = rules.topup(
+                    f"{tag}h{k}",
+                    rng.choice(wallets),
+                    rng.randint(1, 100),
+                    "TRY",
+                    provider="stripe",
+                    actor="b",
+                    ref="pi",
+                )
+            batch = ledger.store.batch_arguments([posting])
+            async with pool.acquire() as conn:
+                plan = _json.loads(
+                    await conn.fetchval("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + Q["post_batch"], batch)
+                )[0]
+            top = plan["Plan"]
+            sums["wal_records"] += top.get("WAL Records", 0)
+            sums["wal_fpi"] += top.get("WAL FPI", 0)
+            sums["wal_bytes"] += top.get("WAL Bytes", 0)
+            sums["ms"] += plan["Execution Time"]
+        out[shape] = {k: round(v / max(count, 1), 3) for k, v in sums.items()}
+    return out
 
 
 def reply(value: dict[str, Any]) -> None:
