@@ -148,7 +148,10 @@ async def introspect(request: Request, realm: Realm = Depends(get_realm)) -> JSO
     return JSONResponse(await tokens.introspect(realm, client, form), headers=NO_STORE)
 
 
-@router.api_route(OIDC + "/userinfo", methods=["GET", "POST"])
+# OpenID Connect Core 5.3.1: userinfo by GET or POST; one operation id each (FastAPI derives the
+# same id for both methods of one route, and warns that the document holds it twice).
+@router.get(OIDC + "/userinfo", operation_id="userinfo_get")
+@router.post(OIDC + "/userinfo", operation_id="userinfo_post")
 async def userinfo(request: Request, realm: Realm = Depends(get_realm)) -> JSONResponse:
     header = request.headers.get("authorization", "")
     if not header.lower().startswith("bearer "):
