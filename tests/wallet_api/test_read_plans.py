@@ -45,7 +45,7 @@ async def test_the_reads_keep_the_generic_plan_on_a_small_analyzed_ledger(api: W
     who = (bucket, wallet, member["issuer"], member["subject"], f"{wallet}:cash")
     reads = {
         "wallet_with_balance": (*who, f"{wallet}:promo"),
-        "wallet_overview": (*who, f"{wallet}:promo", today - timedelta(days=29), today),
+        "wallet_overview": (*who, f"{wallet}:promo", today - timedelta(days=29), today, 28),
         "wallet_statement_page": (*who, 0, 51, f"{wallet}:", [False] * 51),
     }
     async with api.pool.acquire() as conn:

@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 
+from hiwallet.wallet_api import parties
+from hiwallet.wallet_api.accounts import Accounts
+from hiwallet.wallet_api.domain import Caller
+from hiwallet.wallet_api.settings import WalletApiSettings
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
 
 
@@ -379,6 +383,42 @@ async def test_the_balance_at_the_end_of_each_day_for_a_chart(api: WalletApi) ->
         "validation-error",
         422,
     )
+
+
+async def test_an_overview_read_again_keeps_closed_days_only_and_answers_the_same(
+    api: WalletApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overview keeps the closing balances of days over by more than the grace (ClosedDays)
+    and does not probe them again: its answers, with the cache or without, are the same, a line
+    posted today after the kept days included; a day inside the grace is never kept."""
+    alice = await api.customer(funds=100 * TL)
+    bob = await api.customer()
+    caller = Caller(api.idp.issuer, alice.subject, None, False)
+    cash = f"{alice.wallet_id}:cash"
+    settings = WalletApiSettings()
+    kept = Accounts(api.pool, api.ledger, settings)
+    bare = Accounts(api.pool, api.ledger, settings.model_copy(update={"overview_day_cache_size": 0}))
+    # A two-day grace: of five days, the three latest are inside it, whatever the time of day.
+    monkeypatch.setattr(parties, "CLOSED_DAY_GRACE", timedelta(days=2))
+    first = await kept.overview(caller, alice.wallet_id, days=5)
+    assert first == await bare.overview(caller, alice.wallet_id, days=5)
+    today = datetime.now(UTC).date()
+    assert kept.closed_days.get(cash) == (today - timedelta(days=4), (0, 0))
+    assert bare.closed_days.get(cash) is None
+    # No grace: every day before today is kept, today never.
+    monkeypatch.setattr(parties, "CLOSED_DAY_GRACE", timedelta(0))
+    assert await kept.overview(caller, alice.wallet_id, days=5) == first
+    assert kept.closed_days.get(cash) == (today - timedelta(days=4), (0, 0, 0, 0))
+    # a line posted today, after the kept days: today's balance is read, the kept days are not
+    assert (await api.transfer(alice, bob.number, 30 * TL)).status_code == 201
+    again = await kept.overview(caller, alice.wallet_id, days=5)
+    assert again == await bare.overview(caller, alice.wallet_id, days=5)
+    assert again["days"][-1]["balance"] == 70 * TL and again["cash"] == 70 * TL
+    days = (await api.http.get(f"/v1/wallets/{alice.wallet_id}/balances?days=5", headers=alice.auth)).json()
+    assert again["days"] == days["days"]
+    # what is kept is answered as kept (not probed again): a planted value shows through
+    kept.closed_days.put(cash, (today - timedelta(days=4), (0, 0, 0, 7)))
+    assert (await kept.overview(caller, alice.wallet_id, days=5))["days"][-2]["balance"] == 7
 
 
 async def test_the_overview_is_the_wallet_its_live_promos_and_its_days_in_one_answer(api: WalletApi) -> None:

@@ -19,7 +19,7 @@ from hiwallet.wallet_api.access import (
 )
 from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow, balance_of, wallet_access
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
-from hiwallet.wallet_api.parties import LineParties, LineParty
+from hiwallet.wallet_api.parties import ClosedDays, LineParties, LineParty
 from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
@@ -41,6 +41,7 @@ class Accounts:
         self.ledger = the_ledger
         self.settings = settings
         self.line_parties = LineParties(settings.statement_party_cache_size)
+        self.closed_days = ClosedDays(settings.overview_day_cache_size)
 
     async def open_personal(self, caller: Caller, subject: str) -> tuple[JSON, bool]:
         """Onboarding opens a personal account for the customer ``subject`` (of the customer
@@ -286,11 +287,23 @@ class Accounts:
         the database out of reach 503."""
         if not 1 <= days <= ledger.MAX_BALANCE_DAYS:  # the ledger's daily_balances' own check
             raise errors.InvalidRequest(f"1 to {ledger.MAX_BALANCE_DAYS} days", field="days")
-        today = datetime.now(UTC).date()
+        # Taken before the read: its snapshot is later, so every day before closed_before(now)
+        # it reads is closed (ClosedDays). The days' balances kept are not probed; taken before
+        # the read too (the cache may be emptied meanwhile).
+        started = datetime.now(UTC)
+        today = started.date()
         first = today - timedelta(days=days - 1)
+        cash_account = ledger.cash_account(wallet_id)
+        known = self.closed_days.known(cash_account, first, days)
         row = await answered(
             Repo(self.pool).wallet_overview(
-                domain.bucket_in(wallet_id), wallet_id, caller.issuer, caller.subject, first, today
+                domain.bucket_in(wallet_id),
+                wallet_id,
+                caller.issuer,
+                caller.subject,
+                first,
+                today,
+                len(known),
             )
         )
         if row is None or not row["member"]:
@@ -314,7 +327,8 @@ class Accounts:
             for b in row["batches"] or ()
             if b[4] > now  # the live ones only, as _live_batches
         ]
-        days_cash = row["days"]
+        days_cash = [*known, *row["days"][len(known) :]]
+        self.closed_days.keep(cash_account, first, days_cash, ClosedDays.closed_before(started))
         names = _day_names(first, len(days_cash))
         history = [{"day": day, "balance": cash} for day, cash in zip(names, days_cash, strict=True)]
         return {**view, "batches": batches, "days": history}

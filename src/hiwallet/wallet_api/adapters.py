@@ -181,10 +181,18 @@ class Repo:
         return rows
 
     async def wallet_overview(
-        self, bucket: int, wallet_id: str, issuer: str, subject: str, first: date, last: date
+        self,
+        bucket: int,
+        wallet_id: str,
+        issuer: str,
+        subject: str,
+        first: date,
+        last: date,
+        known: int,
     ) -> asyncpg.Record | None:
         """wallet_with_balance's row and, for a member, the promo account's batches and the
-        cash account's balance at the end of each day from ``first`` to ``last``: one round trip."""
+        cash account's balance at the end of each day from ``first`` to ``last`` (null for the
+        first ``known`` days, which the caller has): one round trip."""
         row: asyncpg.Record | None = await self.db.fetchrow(
             Q["wallet_overview"],
             bucket,
@@ -195,6 +203,7 @@ class Repo:
             ledger.promo_account(wallet_id),
             first,
             last,
+            known,
         )
         return row
 

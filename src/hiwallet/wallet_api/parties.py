@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import date, datetime, timedelta
 from typing import Generic, TypeVar
 
 import asyncpg
 
+from hiwallet.ledger import MAX_BALANCE_DAYS
 from hiwallet.wallet_api import adapters, errors
 from hiwallet.wallet_api.adapters import Q, WalletAccess
 from hiwallet.wallet_api.domain import Caller
@@ -50,6 +52,63 @@ class LineParties(_Bounded[tuple[str, int], LineParty]):
     are never updated, nor an account's role, and a wallet's number and its account's kind and
     name are not updatable (migrations/wallet/grants.sql). A line without one is not kept (looked
     up again next time)."""
+
+
+# How long after a UTC day's end its closing balance may still change. A line's posted_at is
+# clock_timestamp() taken inside its posting (ledger.post / post_batch, after the accounts'
+# locks), and the line is seen from its transaction's commit: a line dated in a day can appear
+# after the day's end for as long as a posting transaction lives after its posting. Every
+# service's session has statement_timeout 5 s and idle_in_transaction_session_timeout 60 s
+# (core/db.server_settings; no role or database overrides them); a posting is one autocommit
+# statement or one of the few statements of a caller's unit of work (staff money, promos,
+# withdrawals), so it commits within a few minutes at worst. An hour is many times that, and
+# covers any skew between wallet-api's clock and the database's (NTP: milliseconds).
+CLOSED_DAY_GRACE = timedelta(hours=1)
+
+
+class ClosedDays(_Bounded[str, tuple[date, tuple[int, ...]]]):
+    """Cash accounts' balances at the end of UTC days that ended more than CLOSED_DAY_GRACE
+    before a read that found them began: then no transaction that could still commit a line
+    dated in the day is left, and lines are never updated or deleted, so the balance never
+    changes (0 before the account's first line, as the ledger's daily_balances). By account,
+    one run of consecutive days (its first day, their balances): a few comparisons and a slice
+    a read, not a look-up a day. The overview's 30 daily probes were most of its database work
+    (issue 26): read again, it probes only the days not kept (today, and yesterday in the
+    grace's hour)."""
+
+    @staticmethod
+    def closed_before(now: datetime) -> date:
+        """The first day whose balance may still change for a read begun at ``now``: every
+        day before it ended at least CLOSED_DAY_GRACE before ``now``."""
+        return (now - CLOSED_DAY_GRACE).date()
+
+    def known(self, account: str, first: date, days: int) -> tuple[int, ...]:
+        """The kept balances of the days from ``first`` on, as many as are kept in a row (at
+        most ``days``)."""
+        run = self.get(account)
+        if run is None or run[0] > first:
+            return ()
+        offset = (first - run[0]).days
+        return run[1][offset : offset + days]
+
+    def keep(self, account: str, first: date, balances: list[int], closed_before: date) -> None:
+        """Keep, of ``balances`` (the days from ``first`` on, just read or kept), those of the
+        days before ``closed_before``, after the account's run if they continue it."""
+        closed = min(len(balances), (closed_before - first).days)
+        if closed <= 0 or self.size <= 0:
+            return
+        run = self.get(account)
+        if run is not None and run[0] <= first and len(run[1]) >= (first - run[0]).days:
+            if len(run[1]) >= (first - run[0]).days + closed:
+                return  # nothing new
+            start, before = run[0], run[1][: (first - run[0]).days]
+        else:
+            start, before = first, ()
+        kept = before + tuple(balances[:closed])
+        drop = len(kept) - MAX_BALANCE_DAYS  # no read asks further back
+        if drop > 0:
+            start, kept = start + timedelta(days=drop), kept[drop:]
+        self.put(account, (start, kept))
 
 
 class PartyCache:

@@ -76,6 +76,10 @@ class WalletApiSettings(BaseSettings):
     # Statement lines' counterparties already read (a line's never changes), so a statement page
     # read again looks none up: at most this many lines (~2 MB).
     statement_party_cache_size: int = 10_000
+    # Cash accounts' closing balances of days long over (parties.ClosedDays: such a day's never
+    # changes), so an overview read again probes only the last day or two: of at most this many
+    # accounts (~1 KB each for 30 days: ~5 MB; 0: off).
+    overview_day_cache_size: int = 5_000
 
     # Idempotency records are kept at least this long, then purged by a periodic job.
     idempotency_retention_h: int = 48

@@ -171,7 +171,8 @@ SELECT m.member,
 -- and the cash account's balance at the end of each UTC day from $7 to $8 (as the ledger's
 -- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
 -- which reads that one line (the index ends with the version since migration 0028); 0 before its
--- first), in day order.
+-- first), in day order; the first $9 days, whose balances wallet-api keeps (closed days,
+-- parties.ClosedDays), are not probed: null in their place.
 -- The probes name the cash account by the joined purse's row (c), not by $5: asyncpg prepares
 -- each statement once, and after five runs PostgreSQL keeps the generic plan only if its
 -- estimate is not above the custom plans' (planned with the values). The day series counts as
@@ -193,13 +194,14 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
              WHERE b.bucket = w.bucket AND b.account_id = $6)
        END AS batches,
        CASE WHEN m.member THEN
-           (SELECT array_agg(coalesce(
+           (SELECT array_agg(CASE WHEN d.i <= $9::int THEN NULL ELSE coalesce(
                        (SELECT l.balance_after FROM ledger_api.lines l
                          WHERE l.bucket = c.bucket AND l.account_id = c.id
                            AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
                          ORDER BY l.posted_at DESC, l.version DESC
-                         LIMIT 1), 0) ORDER BY d.day)
-              FROM generate_series($7::date::timestamp, $8::date::timestamp, interval '1 day') AS d (day))
+                         LIMIT 1), 0) END ORDER BY d.day)
+              FROM generate_series($7::date::timestamp, $8::date::timestamp, interval '1 day')
+                   WITH ORDINALITY AS d (day, i))
        END AS days
   FROM wallet.wallets w
   JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
