@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import pytest
+
 from hiwallet.ledger import MAX_BALANCE_DAYS
 from hiwallet.wallet_api import parties
 from hiwallet.wallet_api.parties import ClosedDays
+
+pytestmark = pytest.mark.in_process
 
 D = date(2026, 12, 1)
 

@@ -6,7 +6,11 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from hiwallet.wallet_api.views import ts
+
+pytestmark = pytest.mark.in_process
 
 
 def test_times_read_as_isoformat_in_utc_with_a_z() -> None:
