@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+import pydantic
 import pytest
 
 from hiwallet.ledger import MAX_BALANCE_DAYS
 from hiwallet.wallet_api import parties
 from hiwallet.wallet_api.parties import ClosedDays
+from hiwallet.wallet_api.settings import WalletApiSettings
 
 pytestmark = pytest.mark.in_process
 
@@ -59,3 +61,12 @@ def test_a_run_keeps_no_more_days_than_a_read_can_ask() -> None:
     cache.keep("w:cash", day(10), later, closed_before=day(MAX_BALANCE_DAYS + 10))
     run = cache.get("w:cash")
     assert run is not None and run[0] == day(10) and run[1] == tuple(range(10, MAX_BALANCE_DAYS + 10))
+
+
+@pytest.mark.parametrize(
+    "name", ["party_cache_size", "statement_party_cache_size", "overview_day_cache_size"]
+)
+def test_a_negative_cache_size_refuses_to_start(name: str) -> None:
+    # 0 turns a cache off; a negative size is a misconfiguration, refused rather than read as 0
+    with pytest.raises(pydantic.ValidationError):
+        WalletApiSettings(**{name: -1})

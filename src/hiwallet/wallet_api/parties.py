@@ -1,4 +1,6 @@
-"""The parties of recent transfers, cached: a transfer usually needs no statement to find them."""
+"""What wallet-api keeps of what it read, each bounded: the parties of recent transfers (a
+transfer usually needs no statement to find them), statement lines' counterparties and cash
+accounts' closed days' balances (neither ever changes)."""
 
 from __future__ import annotations
 

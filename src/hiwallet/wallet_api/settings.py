@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property, lru_cache
 from typing import Annotated
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hiwallet.contracts.merchant_events import DEV_SECRET_KEYS
@@ -72,14 +72,14 @@ class WalletApiSettings(BaseSettings):
     transfer_max_batch: int = 50
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
-    party_cache_size: int = 10_000
+    party_cache_size: int = Field(default=10_000, ge=0)
     # Statement lines' counterparties already read (a line's never changes), so a statement page
-    # read again looks none up: at most this many lines (~2 MB).
-    statement_party_cache_size: int = 10_000
+    # read again looks none up: at most this many lines (~2 MB; 0: off).
+    statement_party_cache_size: int = Field(default=10_000, ge=0)
     # Cash accounts' closing balances of days long over (parties.ClosedDays: such a day's never
     # changes), so an overview read again probes only the last day or two: of at most this many
     # accounts (~1 KB each for 30 days: ~5 MB; 0: off).
-    overview_day_cache_size: int = 5_000
+    overview_day_cache_size: int = Field(default=5_000, ge=0)
 
     # Idempotency records are kept at least this long, then purged by a periodic job.
     idempotency_retention_h: int = 48
