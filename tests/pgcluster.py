@@ -5,13 +5,20 @@ Debian's postgresql-common makes it: ``pg_createcluster VERSION hiwallet2 -- --a
 first free port after the others' clusters; local connections trusted, as the main one's), then
 ``pg_ctlcluster --skip-systemctl-redirect VERSION hiwallet2 start``,
 once per machine, under a file lock (two xdist workers may ask at once), and left running for the
-next run; a stopped one is started. Without pg_createcluster (not Debian), the caller skips."""
+next run; a stopped one is started. Without pg_createcluster (not Debian), the caller skips.
+
+``pg_lsclusters`` calls a cluster online while its postmaster lives, which is not the same as
+taking connections on 127.0.0.1 (a CI run once found the port refusing right after): the port is
+asked until it answers, the cluster restarted once if it does not, and the cluster's log quoted
+if it still does not."""
 
 from __future__ import annotations
 
 import fcntl
 import shutil
+import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +27,7 @@ import pytest
 CLUSTER = "hiwallet2"
 _LOCK = Path("/tmp/hiwallet-pgcluster.lock")
 _TIMEOUT_S = 120
+_ACCEPT_WAIT_S = 30.0
 _VERSIONS = Path("/usr/lib/postgresql")
 
 
@@ -57,6 +65,39 @@ def _run(*command: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _log_tail(version: str, name: str, lines: int = 20) -> str:
+    log = Path(f"/var/log/postgresql/postgresql-{version}-{name}.log")
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def wait_accepting(version: str, name: str, port: int) -> None:
+    """Return once the cluster takes TCP connections on 127.0.0.1:port; restart it once if it
+    does not within _ACCEPT_WAIT_S; raise, quoting its log, if it still does not. The caller
+    holds the cluster's lock (no other maker starts or restarts it meanwhile)."""
+    for attempt in range(2):
+        deadline = time.monotonic() + _ACCEPT_WAIT_S
+        while time.monotonic() < deadline:
+            if _accepts(port):
+                return
+            time.sleep(0.2)
+        if attempt == 0:
+            _run("pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart")
+    raise RuntimeError(
+        f"the PostgreSQL cluster {name} (port {port}) takes no connection; its log:\n{_log_tail(version, name)}"
+    )
+
+
 def second_cluster_port() -> int:
     """The port of the cluster ``hiwallet2``, made and started if need be (its superuser is
     ``postgres``, trusted on local connections). Skips the test without pg_createcluster."""
@@ -76,4 +117,5 @@ def second_cluster_port() -> int:
         made = next((c for c in _clusters() if c.name == CLUSTER), None)
         if made is None or not made.online:
             raise RuntimeError(f"the PostgreSQL cluster {CLUSTER} is not online: {made}")
+        wait_accepting(made.version, CLUSTER, made.port)
         return made.port

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hiwallet.core.settings import get_settings
+from tests.pgcluster import wait_accepting
 
 __all__ = ["CLUSTER", "NODE", "PrivateServers", "Unavailable", "ensure", "settings_on"]
 
@@ -112,6 +113,8 @@ def _postgres() -> tuple[str, int]:
         found = _cluster()
         if found is None or not found[2]:
             raise RuntimeError(f"the PostgreSQL cluster {CLUSTER} is not online: {found}")
+    # online (its postmaster lives) is not yet taking connections on 127.0.0.1
+    wait_accepting(version, CLUSTER, port)
     return version, port
 
 
