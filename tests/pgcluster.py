@@ -93,9 +93,8 @@ def wait_accepting(version: str, name: str, port: int) -> None:
             time.sleep(0.2)
         if attempt == 0:
             _run("pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart")
-    raise RuntimeError(
-        f"the PostgreSQL cluster {name} (port {port}) takes no connection; its log:\n{_log_tail(version, name)}"
-    )
+    log = _log_tail(version, name)
+    raise RuntimeError(f"the PostgreSQL cluster {name} (port {port}) takes no connection; its log:\n{log}")
 
 
 def second_cluster_port() -> int:
