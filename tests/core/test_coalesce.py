@@ -382,3 +382,49 @@ def test_parts_it_cannot_honour_refuse_to_build(options: dict[str, Any]) -> None
     """Asked for parts it would not make, a coalescer refuses rather than run as one batch."""
     with pytest.raises(ValueError, match="parts"):
         Coalescer(Recorded(), writers=4, max_batch=100, **options)
+
+
+async def _turns(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def test_linger_waits_for_the_callers_of_the_last_batch_to_come_back() -> None:
+    """Closed-loop callers answered one after another come back one after another: with
+    ``linger_s`` the writer waits for as many as were outstanding at once, one batch, not two
+    halves; the wait ends as soon as they are all there (no timer fires)."""
+    clock = ManualClock()
+    calls = Recorded()
+    coalescer = Coalescer(calls, writers=1, max_batch=50, linger_s=0.002, call_later=clock.call_later)
+    assert await asyncio.gather(*(coalescer.submit(i) for i in range(4))) == expected(range(4))
+    first = asyncio.create_task(coalescer.submit(10))
+    await _turns()
+    assert calls.calls == [[0, 1, 2, 3]]  # the writer lingers for the other three
+    rest = [asyncio.create_task(coalescer.submit(i)) for i in (11, 12, 13)]
+    assert await asyncio.gather(first, *rest) == expected([10, 11, 12, 13])
+    assert calls.calls == [[0, 1, 2, 3], [10, 11, 12, 13]]
+    assert clock.pending == 0  # the timer was cancelled
+
+
+async def test_linger_ends_at_its_timer_when_fewer_come_back() -> None:
+    clock = ManualClock()
+    calls = Recorded()
+    coalescer = Coalescer(calls, writers=1, max_batch=50, linger_s=0.002, call_later=clock.call_later)
+    await asyncio.gather(*(coalescer.submit(i) for i in range(4)))
+    alone = asyncio.create_task(coalescer.submit(20))
+    await _turns()
+    assert not alone.done()
+    clock.advance(0.002)
+    assert await alone == "answer-20"
+    assert calls.calls == [[0, 1, 2, 3], [20]]
+    # Fewer callers from then on: the next batch of one does not wait.
+    assert await coalescer.submit(21) == "answer-21"
+    assert calls.calls[-1] == [21]
+
+
+async def test_without_linger_a_lone_caller_is_sent_at_once() -> None:
+    calls = Recorded()
+    coalescer = Coalescer(calls, writers=1, max_batch=50)
+    await asyncio.gather(*(coalescer.submit(i) for i in range(4)))
+    assert await coalescer.submit(10) == "answer-10"
+    assert calls.calls == [[0, 1, 2, 3], [10]]

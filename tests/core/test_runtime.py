@@ -32,7 +32,10 @@ async def where() -> dict[str, str]:
 _SERVE = """
 import sys
 from hiwallet.core.http.runtime import serve
-serve("served_app:app", host="127.0.0.1", port=int(sys.argv[1]), uds=sys.argv[2], workers=int(sys.argv[3]))
+serve(
+    "served_app:app", host="127.0.0.1", port=int(sys.argv[1]), uds=sys.argv[2], workers=int(sys.argv[3]),
+    http=sys.argv[4],
+)
 """
 
 
@@ -51,8 +54,12 @@ def _answers(transport: httpx.HTTPTransport | None, url: str) -> bool:
         return False
 
 
+# wallet-api serves with the lean protocol (its HTTP_SERVER), the port and the socket alike.
+@pytest.mark.parametrize("http", ["uvicorn", "lean"])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_served_on_the_port_and_the_socket_which_is_the_owners_only(directory: Path, workers: int) -> None:
+def test_served_on_the_port_and_the_socket_which_is_the_owners_only(
+    directory: Path, workers: int, http: str
+) -> None:
     path = directory / "api.sock"
     path_text = str(path)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stale:
@@ -60,7 +67,7 @@ def test_served_on_the_port_and_the_socket_which_is_the_owners_only(directory: P
     (directory / "served_app.py").write_text(_APP)
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(port), path_text, str(workers)],
+        [sys.executable, "-c", _SERVE, str(port), path_text, str(workers), http],
         env={**os.environ, "PYTHONPATH": f"{directory}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
     )
     try:

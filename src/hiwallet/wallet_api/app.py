@@ -165,11 +165,23 @@ def run_wallet_api(port: int | None, host: str, workers: int | None = None) -> N
     port = port or settings.port
     uds = settings.uds or None
     if workers <= 1:
-        serve(settle_heap_once_started(create_wallet_api_app(settings)), host=host, port=port, uds=uds)
+        serve(
+            settle_heap_once_started(create_wallet_api_app(settings)),
+            host=host,
+            port=port,
+            uds=uds,
+            http=settings.http_server,
+        )
         return
     with multiprocess_metrics(SERVICE):
         serve(
-            "hiwallet.wallet_api.app:worker_app", factory=True, workers=workers, host=host, port=port, uds=uds
+            "hiwallet.wallet_api.app:worker_app",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            uds=uds,
+            http=settings.http_server,
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property, lru_cache
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +26,10 @@ class WalletApiSettings(BaseSettings):
     # Also a Unix domain socket at this absolute path, beside the port, for the front APIs on
     # the same host (their upstream ``unix:<path>``; core.http.runtime.serve). Empty: the port only.
     uds: str = ""
+    # The HTTP protocol under uvicorn's server: "lean" (core/http/protocol.py: the answer's head
+    # and body in one write, a request's work done once, bounds on heads and idle connections;
+    # less CPU a transfer, docs/performance.md) or "uvicorn" (its own httptools protocol).
+    http_server: Literal["lean", "uvicorn"] = "lean"
     # The database name; empty means hiwallet_wallet (core/db.py). Tests and benches use clones.
     database: str = ""
     # Trusted issuers (docs/architecture.md): customers' and staff's identity providers, and the audience
@@ -70,6 +74,12 @@ class WalletApiSettings(BaseSettings):
     transfer_writers: int = 4
     transfer_spare_after_ms: int = 50
     transfer_max_batch: int = 50
+    # Before a batch is taken, wait at most this long for as many transfers as were in flight at
+    # once lately (core/coalesce.py's linger; 0: off). Callers whose answers just went out then
+    # join the next batch instead of the clients splitting into two alternating half batches,
+    # each paying the statement's fixed cost (bench/: −25 % of the database's CPU a transfer at
+    # 8 clients, docs/performance.md). At most this much latency added to a batch.
+    transfer_linger_ms: float = Field(default=2.0, ge=0)
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
     party_cache_size: int = Field(default=10_000, ge=0)
