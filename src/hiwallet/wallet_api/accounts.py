@@ -17,7 +17,7 @@ from hiwallet.wallet_api.access import (
     own_wallet_balance,
     require_onboarding,
 )
-from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow, balance_of, wallet_access
+from hiwallet.wallet_api.adapters import Q, Repo, WalletRow, balance_of, wallet_row
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
 from hiwallet.wallet_api.parties import ClosedDays, LineParty, StatementLine, StatementLines
 from hiwallet.wallet_api.retry import answered, in_transaction
@@ -211,7 +211,8 @@ class Accounts:
     # -- wallets ----------------------------------------------------------------------------------
 
     async def wallet(self, caller: Caller, wallet_id: str) -> JSON:
-        return _wallet_view(*await own_wallet_balance(self.pool, caller, wallet_id))
+        access, balance = await own_wallet_balance(self.pool, caller, wallet_id)
+        return _wallet_view(access.wallet, balance)
 
     async def statement(
         self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
@@ -336,7 +337,7 @@ class Accounts:
             # What the ledger's wallet_balance raises for a wallet it does not hold.
             missing = ledger.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
             raise errors.from_ledger(missing) or errors.NotFound("no such wallet")
-        view = _wallet_view(wallet_access(row), balance)
+        view = _wallet_view(wallet_row(row), balance)
         now = datetime.now(UTC)
         batches = [
             {
@@ -415,10 +416,10 @@ async def counterparties(
     return {tx: wallets[w] for tx, w in found.items() if w in wallets}
 
 
-def _wallet_view(access: WalletAccess, balance: ledger.WalletBalance) -> JSON:
+def _wallet_view(wallet: WalletRow, balance: ledger.WalletBalance) -> JSON:
     return {
-        **wallet_ref(access.wallet),
-        "account_id": access.wallet.account_id,
+        **wallet_ref(wallet),
+        "account_id": wallet.account_id,
         "cash": balance.cash,
         "promo": balance.promo_live,  # never expired promo, even before the job returned it
         "held": balance.held,

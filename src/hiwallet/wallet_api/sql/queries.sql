@@ -191,16 +191,18 @@ SELECT m.member, n.lines, n.last
                               LIMIT $7) l) n ON true
 
 -- name: wallet_overview
--- wallet_with_balance ($1 to $6 as there), and for a member only, in the same round trip where
--- three were (issue 26): the promo account's batches ($6; as the ledger's promo_batches, each a
--- record: id, funded_by, amount, remaining, expires_at, grant_transaction_id, in expiry order)
--- and the cash account's balance at the end of each UTC day from $7 to $8 (as the ledger's
--- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
--- which reads that one line (the index ends with the version since migration 0028); 0 before its
--- first), in day order (an ARRAY of the ordered days: an aggregate's own ORDER BY sorted them
--- again in a sort of its own, ~10 µs of the database's CPU a read more). The days before $7,
--- whose balances wallet-api keeps (closed days, parties.ClosedDays), are not asked for: neither
--- probed nor sent (they were a series of 30 days with a null for each kept one).
+-- wallet_with_balance's wallet, membership and purses ($1 to $6 as there), and for a member only,
+-- in the same round trip where three were (issue 26): the promo account's batches ($6; as the
+-- ledger's promo_batches, each a record: id, funded_by, amount, remaining, expires_at,
+-- grant_transaction_id, in expiry order) and the cash account's balance at the end of each UTC day
+-- from $7 to $8 (as the ledger's daily_balances: its last line before the day's end, one backward
+-- probe of lines_by_time a day, which reads that one line (the index ends with the version since
+-- migration 0028); 0 before its first), in day order (an ARRAY of the ordered days: an aggregate's
+-- own ORDER BY sorted them again in a sort of its own, ~10 µs of the database's CPU a read more).
+-- The days before $7, whose balances wallet-api keeps (closed days, parties.ClosedDays), are not
+-- asked for: neither probed nor sent (they were a series of 30 days with a null for each kept one).
+-- Not the account's kind, tier and name (wallet_with_balance's): the overview shows none of them
+-- (the account's row was one more probe, and their decoding a fifth of the overview's own Python).
 -- The membership is a subquery evaluated once (OFFSET 0 keeps the planner from pulling it up
 -- into the expressions that read it: the member column and the two CASEs each probed
 -- wallet.members again, three probes a read).
@@ -214,7 +216,6 @@ SELECT m.member, n.lines, n.last
 -- (issue 26, docs/performance.md). By a column, a probe's estimate is the same in both plans, and
 -- tests/wallet_api/test_read_plans.py checks that the generic plan is kept.
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
-       a.kind, a.tier, a.name,
        m.member,
        c.currency AS cash_currency, c.balance AS cash, c.held AS held,
        p.balance AS promo, p.expired AS promo_expired,
@@ -235,7 +236,6 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
                   ORDER BY d.day)
        END AS days
   FROM wallet.wallets w
-  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
                                      WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
                                        AND mm.issuer = $3 AND mm.subject = $4) AS member
