@@ -45,8 +45,9 @@ async def test_the_reads_keep_the_generic_plan_on_a_small_analyzed_ledger(api: W
     who = (bucket, wallet, member["issuer"], member["subject"], f"{wallet}:cash")
     reads = {
         "wallet_with_balance": (*who, f"{wallet}:promo"),
-        "wallet_overview": (*who, f"{wallet}:promo", today - timedelta(days=29), today, 28),
+        "wallet_overview": (*who, f"{wallet}:promo", today - timedelta(days=1), today),
         "wallet_statement_page": (*who, 0, 51, f"{wallet}:", [False] * 51),
+        "wallet_statement_known": (*who, 0, 51),
     }
     async with api.pool.acquire() as conn:
         for name, args in reads.items():

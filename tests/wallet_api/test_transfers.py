@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
-from hiwallet.wallet_api import parties
+from hiwallet.wallet_api import errors, parties
 from hiwallet.wallet_api.accounts import Accounts
+from hiwallet.wallet_api.adapters import Repo
 from hiwallet.wallet_api.domain import Caller
 from hiwallet.wallet_api.settings import WalletApiSettings
 from tests.wallet_api.conftest import TL, WalletApi, assert_problem
@@ -133,6 +135,56 @@ async def test_a_statement_read_again_is_the_same_its_counterparties_kept_or_not
     assert_problem(
         await api.http.get(f"/v1/wallets/{payer.wallet_id}/statement", headers=friend.auth), "not-found", 404
     )
+
+
+async def test_a_statement_page_whose_lines_are_all_kept_is_counted_with_the_membership(
+    api: WalletApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page whose lines wallet-api holds (StatementLines, top-ups' lines included: they have no
+    counterparty for good) is answered from them, byte for byte as read in full, after the
+    caller's membership and the lines' count in one statement (wallet_statement_known): a
+    stranger is refused as before, and a line posted since shows as a next page."""
+    payer = await api.customer(funds=100 * TL)
+    friend = await api.customer()
+    shop = await api.business("Kahve Dükkanı")
+    for n in range(2):
+        assert (await api.transfer(payer, shop.number, TL, reference=f"order {n}")).status_code == 201
+        assert (await api.transfer(payer, friend.number, TL)).status_code == 201
+    me = Caller(api.idp.issuer, payer.subject, None, False)
+    stranger = Caller(api.idp.issuer, friend.subject, None, False)
+    settings = WalletApiSettings()
+    kept = Accounts(api.pool, api.ledger, settings)
+    bare = Accounts(api.pool, api.ledger, settings.model_copy(update={"statement_party_cache_size": 0}))
+
+    async def pages(accounts: Accounts) -> list[bytes]:
+        return [
+            orjson.dumps(await accounts.statement(me, payer.wallet_id, purse="cash", cursor=cursor, limit=2))
+            for cursor in (None, "2", "4")
+        ]
+
+    first = await pages(bare)
+    assert await pages(kept) == first
+    assert [orjson.loads(p)["next_cursor"] for p in first] == ["2", "4", None]
+    # read again: only the last page is read in full (short: whether it ends there is not known)
+    full = Repo.wallet_statement_page
+    read_in_full: list[int] = []
+
+    async def counted(self: Repo, *args: Any) -> Any:
+        read_in_full.append(args[5])
+        return await full(self, *args)
+
+    monkeypatch.setattr(Repo, "wallet_statement_page", counted)
+    assert await pages(kept) == first and read_in_full == [4]
+    with pytest.raises(errors.NotFound):
+        await kept.statement(stranger, payer.wallet_id, purse="cash", cursor=None, limit=2)
+    with pytest.raises(errors.NotFound):
+        await kept.statement(me, friend.wallet_id, purse="cash", cursor=None, limit=2)
+    # a line posted since: the kept page of lines 3 and 4 now has a next page
+    assert (await api.transfer(payer, friend.number, TL)).status_code == 201
+    read_in_full.clear()
+    again = await kept.statement(me, payer.wallet_id, purse="cash", cursor="2", limit=2)
+    assert again["next_cursor"] == "4" and read_in_full == []
+    assert again == await bare.statement(me, payer.wallet_id, purse="cash", cursor="2", limit=2)
 
 
 async def test_payment_takes_the_fee_and_spends_promo_first(api: WalletApi) -> None:

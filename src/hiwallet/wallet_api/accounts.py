@@ -17,9 +17,9 @@ from hiwallet.wallet_api.access import (
     own_wallet_balance,
     require_onboarding,
 )
-from hiwallet.wallet_api.adapters import Q, Repo, WalletAccess, WalletRow, balance_of, wallet_access
+from hiwallet.wallet_api.adapters import Q, Repo, WalletRow, balance_of, wallet_row
 from hiwallet.wallet_api.domain import AccountKind, Caller, Tier
-from hiwallet.wallet_api.parties import ClosedDays, LineParties, LineParty
+from hiwallet.wallet_api.parties import ClosedDays, LineParty, StatementLine, StatementLines
 from hiwallet.wallet_api.retry import answered, in_transaction
 from hiwallet.wallet_api.settings import WalletApiSettings
 from hiwallet.wallet_api.views import JSON, account_view, ts, wallet_ref
@@ -40,7 +40,7 @@ class Accounts:
         self.pool = pool
         self.ledger = the_ledger
         self.settings = settings
-        self.line_parties = LineParties(settings.statement_party_cache_size)
+        self.statement_lines = StatementLines(settings.statement_party_cache_size)
         self.closed_days = ClosedDays(settings.overview_day_cache_size)
 
     async def open_personal(self, caller: Caller, subject: str) -> tuple[JSON, bool]:
@@ -211,15 +211,17 @@ class Accounts:
     # -- wallets ----------------------------------------------------------------------------------
 
     async def wallet(self, caller: Caller, wallet_id: str) -> JSON:
-        return _wallet_view(*await own_wallet_balance(self.pool, caller, wallet_id))
+        access, balance = await own_wallet_balance(self.pool, caller, wallet_id)
+        return _wallet_view(access.wallet, balance)
 
     async def statement(
         self, caller: Caller, wallet_id: str, *, purse: str, cursor: str | None, limit: int
     ) -> JSON:
         """A page of the purse's statement, each line with its counterparty: one round trip
-        (``wallet_statement_page``), refused as the four reads were: not the caller's wallet
-        404, a limit or cursor the ledger refuses 422 (its own checks, before the read), the
-        database out of reach 503."""
+        (``wallet_statement_page``; ``wallet_statement_known`` when wallet-api holds all of the
+        page's lines: the membership and their count only), refused as the four reads were: not
+        the caller's wallet 404, a limit or cursor the ledger refuses 422 (its own checks,
+        before the read), the database out of reach 503."""
         # The ledger's statement's own checks, answered as its refusals were (errors.from_ledger).
         if not 1 <= limit <= ledger.MAX_STATEMENT_PAGE:
             raise errors.InvalidRequest(f"limit must be 1..{ledger.MAX_STATEMENT_PAGE}", field="limit")
@@ -229,49 +231,72 @@ class Accounts:
                 raise errors.InvalidRequest("malformed cursor", field="cursor")
             after = int(cursor)
         account = f"{wallet_id}:{purse}"
-        # The counterparties already read of the lines the page may hold (versions after + 1 to
-        # after + limit + 1: an account's versions have no gaps), which the statement then does
-        # not look up (LineParties). Taken before the read: the cache may be emptied meanwhile.
-        parties = self.line_parties
-        cached = [parties.get((account, v)) for v in range(after + 1, after + limit + 2)]
+        bucket = domain.bucket_in(wallet_id)
+        repo = Repo(self.pool)
+        # The lines already read of the page (versions after + 1 to after + limit: an account's
+        # versions have no gaps, and a line is never deleted). Taken before the read: the cache
+        # may be emptied meanwhile.
+        kept = self.statement_lines
+        cached: list[StatementLine | None] = [
+            kept.get((account, v)) for v in range(after + 1, after + limit + 1)
+        ]
+        if all(cached):
+            # All kept: the membership and how many lines there are (the page's and one more).
+            known = await answered(
+                repo.wallet_statement_known(
+                    bucket, wallet_id, caller.issuer, caller.subject, account, after, limit
+                )
+            )
+            if not known["member"]:
+                raise errors.NotFound("no such wallet")
+            count = known["lines"]
+            if count >= limit and known["last"] == after + count:
+                return {
+                    "wallet_id": wallet_id,
+                    "purse": purse,
+                    "lines": [_line_view(after + 1 + n, line) for n, line in enumerate(cached) if line],
+                    "next_cursor": str(after + limit) if count > limit else None,
+                }
+            # Not the lines kept (never on one PostgreSQL): the page is read as if none were.
+            cached = [None] * limit
         rows = await answered(
-            Repo(self.pool).wallet_statement_page(
-                domain.bucket_in(wallet_id),
+            repo.wallet_statement_page(
+                bucket,
                 wallet_id,
                 caller.issuer,
                 caller.subject,
                 account,
                 after,
                 limit,
-                [party is not None for party in cached],
+                # the line after the page shows only that there is a next page: no counterparty
+                [line is not None for line in cached] + [True],
             )
         )
         if not rows or not rows[0]["member"]:
             raise errors.NotFound("no such wallet")
         lines = [r for r in rows if r["version"] is not None]
         out = []
-        for line in lines[:limit]:
-            version = line["version"]
-            party: LineParty | None = cached[version - after - 1] if version - after <= len(cached) else None
-            if party is None and line["party_number"] is not None:
-                kind = line["party_kind"]
-                party = (line["party_number"], kind, line["party_name"] if kind == "business" else None)
-                parties.put((account, version), party)
-            out.append(
-                {
-                    "transaction_id": line["transaction_id"],
-                    "type": line["type"],
-                    "reference": line["ref"],
-                    "amount": line["amount"],
-                    "currency": line["line_currency"],
-                    "balance_after": line["balance_after"],
-                    "version": version,
-                    "posted_at": ts(line["posted_at"]),
-                    "counterparty": None
-                    if party is None
-                    else {"wallet_number": party[0], "kind": party[1], "name": party[2]},
-                }
-            )
+        for row in lines[:limit]:
+            version = row["version"]
+            line = cached[version - after - 1] if version - after <= limit else None
+            if line is None:
+                party: LineParty | None = None
+                if row["party_number"] is not None:
+                    kind = row["party_kind"]
+                    party = (row["party_number"], kind, row["party_name"] if kind == "business" else None)
+                line = (
+                    row["transaction_id"],
+                    row["type"],
+                    row["ref"],
+                    row["amount"],
+                    row["line_currency"],
+                    row["balance_after"],
+                    ts(row["posted_at"]),
+                    party,
+                )
+                if party is not None or row["no_party"]:
+                    kept.put((account, version), line)
+            out.append(_line_view(version, line))
         return {
             "wallet_id": wallet_id,
             "purse": purse,
@@ -288,8 +313,8 @@ class Accounts:
         if not 1 <= days <= ledger.MAX_BALANCE_DAYS:  # the ledger's daily_balances' own check
             raise errors.InvalidRequest(f"1 to {ledger.MAX_BALANCE_DAYS} days", field="days")
         # Taken before the read: its snapshot is later, so every day before closed_before(now)
-        # it reads is closed (ClosedDays). The days' balances kept are not probed; taken before
-        # the read too (the cache may be emptied meanwhile).
+        # it reads is closed (ClosedDays). The days' balances kept are not asked for (the read
+        # begins after them); taken before the read too (the cache may be emptied meanwhile).
         started = datetime.now(UTC)
         today = started.date()
         first = today - timedelta(days=days - 1)
@@ -301,9 +326,8 @@ class Accounts:
                 wallet_id,
                 caller.issuer,
                 caller.subject,
-                first,
+                first + timedelta(days=len(known)),
                 today,
-                len(known),
             )
         )
         if row is None or not row["member"]:
@@ -313,7 +337,7 @@ class Accounts:
             # What the ledger's wallet_balance raises for a wallet it does not hold.
             missing = ledger.AccountNotFound(f"no wallet {wallet_id}", account=wallet_id)
             raise errors.from_ledger(missing) or errors.NotFound("no such wallet")
-        view = _wallet_view(wallet_access(row), balance)
+        view = _wallet_view(wallet_row(row), balance)
         now = datetime.now(UTC)
         batches = [
             {
@@ -327,7 +351,7 @@ class Accounts:
             for b in row["batches"] or ()
             if b[4] > now  # the live ones only, as _live_batches
         ]
-        days_cash = [*known, *row["days"][len(known) :]]
+        days_cash = [*known, *(row["days"] or ())]
         self.closed_days.keep(cash_account, first, days_cash, ClosedDays.closed_before(started))
         names = _day_names(first, len(days_cash))
         history = [{"day": day, "balance": cash} for day, cash in zip(names, days_cash, strict=True)]
@@ -392,14 +416,32 @@ async def counterparties(
     return {tx: wallets[w] for tx, w in found.items() if w in wallets}
 
 
-def _wallet_view(access: WalletAccess, balance: ledger.WalletBalance) -> JSON:
+def _wallet_view(wallet: WalletRow, balance: ledger.WalletBalance) -> JSON:
     return {
-        **wallet_ref(access.wallet),
-        "account_id": access.wallet.account_id,
+        **wallet_ref(wallet),
+        "account_id": wallet.account_id,
         "cash": balance.cash,
         "promo": balance.promo_live,  # never expired promo, even before the job returned it
         "held": balance.held,
         "available": balance.available,
+    }
+
+
+def _line_view(version: int, line: StatementLine) -> JSON:
+    """A statement line as its page shows it (StatementOut's line, field for field)."""
+    party = line[7]
+    return {
+        "transaction_id": line[0],
+        "type": line[1],
+        "reference": line[2],
+        "amount": line[3],
+        "currency": line[4],
+        "balance_after": line[5],
+        "version": version,
+        "posted_at": line[6],
+        "counterparty": None
+        if party is None
+        else {"wallet_number": party[0], "kind": party[1], "name": party[2]},
     }
 
 

@@ -180,6 +180,25 @@ class Repo:
         )
         return rows
 
+    async def wallet_statement_known(
+        self,
+        bucket: int,
+        wallet_id: str,
+        issuer: str,
+        subject: str,
+        account: str,
+        after: int,
+        limit: int,
+    ) -> asyncpg.Record:
+        """Whether the caller is a member of the wallet's account and, for a member, how many of
+        ``account``'s lines after version ``after`` there are (``limit`` and one more at most)
+        and the last one's version: one round trip, one row (member false for no such
+        wallet)."""
+        row: asyncpg.Record = await self.db.fetchrow(
+            Q["wallet_statement_known"], bucket, wallet_id, issuer, subject, account, after, limit + 1
+        )
+        return row
+
     async def wallet_overview(
         self,
         bucket: int,
@@ -188,11 +207,10 @@ class Repo:
         subject: str,
         first: date,
         last: date,
-        known: int,
     ) -> asyncpg.Record | None:
         """wallet_with_balance's row and, for a member, the promo account's batches and the
-        cash account's balance at the end of each day from ``first`` to ``last`` (null for the
-        first ``known`` days, which the caller has): one round trip."""
+        cash account's balance at the end of each day from ``first`` to ``last`` (the days the
+        caller does not have): one round trip."""
         row: asyncpg.Record | None = await self.db.fetchrow(
             Q["wallet_overview"],
             bucket,
@@ -203,7 +221,6 @@ class Repo:
             ledger.promo_account(wallet_id),
             first,
             last,
-            known,
         )
         return row
 

@@ -1,6 +1,6 @@
 """What wallet-api keeps of what it read, each bounded: the parties of recent transfers (a
-transfer usually needs no statement to find them), statement lines' counterparties and cash
-accounts' closed days' balances (neither ever changes)."""
+transfer usually needs no statement to find them), statement lines with their counterparties and
+cash accounts' closed days' balances (neither ever changes)."""
 
 from __future__ import annotations
 
@@ -46,14 +46,23 @@ class _Bounded(Generic[K, V]):
 # and (a business's) name.
 LineParty = tuple[str, str, str | None]
 
+# A statement line as its page shows it, but for its version (the key's): its transaction's id,
+# type, reference, amount, currency, the balance after it, its time as ts() writes it and its
+# counterparty (None: its transaction moved money on no other customer wallet, as a top-up).
+StatementLine = tuple[str, str, str, int, str, int, str, LineParty | None]
 
-class LineParties(_Bounded[tuple[str, int], LineParty]):
-    """Statement lines' counterparties, by the line (its account, its version): what a page's
-    statement looked up in four index probes a line (~80 % of the page's database CPU on
-    bench/read_bench.py), read once. None of it ever changes: a line and its transaction's lines
-    are never updated, nor an account's role, and a wallet's number and its account's kind and
-    name are not updatable (migrations/wallet/grants.sql). A line without one is not kept (looked
-    up again next time)."""
+
+class StatementLines(_Bounded[tuple[str, int], StatementLine]):
+    """Statement lines as their pages show them, by the line (its account, its version), read
+    once. None of it ever changes: a line and its transaction's lines are never updated or
+    deleted, nor an account's role, and a wallet's number and its account's kind and name are not
+    updatable (migrations/wallet/grants.sql). Their counterparties were four index probes a line,
+    ~80 % of a page's database CPU on bench/read_bench.py; a page whose lines are all kept is not
+    read at all, only counted, with the caller's membership (wallet_statement_known): the 51
+    rows' decoding and ts() were most of what wallet-api's process spent on a page beyond the
+    bare endpoint's. A line whose counterparty was looked up and not found as a wallet (its
+    transaction names another customer wallet's account that has no wallet row) is not kept
+    (looked up again next time)."""
 
 
 # How long after a UTC day's end its closing balance may still change. A line's posted_at is

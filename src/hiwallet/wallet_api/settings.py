@@ -83,8 +83,9 @@ class WalletApiSettings(BaseSettings):
     # Parties of recent transfers (wallet, account, kind, currency; membership and tiers are
     # checked again in the transfer's own statement), so a transfer needs one statement.
     party_cache_size: int = Field(default=10_000, ge=0)
-    # Statement lines' counterparties already read (a line's never changes), so a statement page
-    # read again looks none up: at most this many lines (~2 MB; 0: off).
+    # Statement lines already read with their counterparties (parties.StatementLines: a line's
+    # never changes), so a statement page read again is only counted, its lines not read nor
+    # looked up: at most this many lines (~6 MB; 0: off).
     statement_party_cache_size: int = Field(default=10_000, ge=0)
     # Cash accounts' closing balances of days long over (parties.ClosedDays: such a day's never
     # changes), so an overview read again probes only the last day or two: of at most this many

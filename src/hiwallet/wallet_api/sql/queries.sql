@@ -133,11 +133,14 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
 -- looked up (their party columns NULL). Those lookups, four index probes a line, were ~80 % of the
 -- page's database CPU; what they find never changes (a line, its transaction's lines and an
 -- account's role are never updated; a wallet's number, its account's kind and name are not
--- updatable: migrations/wallet/grants.sql), so wallet-api keeps it (Accounts.statement).
+-- updatable: migrations/wallet/grants.sql), so wallet-api keeps it (parties.StatementLines).
+-- no_party: a line looked up whose transaction moved money on no other customer wallet (as a
+-- top-up): its counterparty is none, for good.
 SELECT m.member,
        l.version, l.transaction_id, l.type, l.ref, l.amount, l.currency AS line_currency,
        l.balance_after, l.posted_at,
-       p.number AS party_number, p.kind AS party_kind, p.name AS party_name
+       p.number AS party_number, p.kind AS party_kind, p.name AS party_name,
+       c.account_id IS NULL AS no_party
   FROM wallet.wallets w
  CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
                                      WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
@@ -164,15 +167,45 @@ SELECT m.member,
  WHERE w.bucket = $1 AND w.id = $2
  ORDER BY l.version
 
+-- name: wallet_statement_known
+-- A statement page whose lines wallet-api holds (parties.StatementLines, $6 + 1 to $6 + $7 - 1):
+-- whether the wallet exists and the caller is a member of its account (as wallet_with_access),
+-- then, for a member only, how many of the lines of $5 after version $6 there are, $7 at most
+-- (the page and one more: there is a next page), and the last one's version (wallet-api checks
+-- that they are the versions it holds). One row, read at one snapshot; member false for no such
+-- wallet. The lines' own columns and their counterparties are not read nor sent: on the read
+-- bench that was 51 rows decoded by wallet-api and ~150 µs of the database's CPU a page more
+-- than the bare endpoint's one query (issue 26, docs/performance.md).
+SELECT m.member, n.lines, n.last
+  FROM (SELECT EXISTS (SELECT 1
+                         FROM wallet.wallets w
+                         JOIN wallet.members mm ON mm.bucket = w.bucket AND mm.account_id = w.account_id
+                        WHERE w.bucket = $1 AND w.id = $2 AND mm.issuer = $3 AND mm.subject = $4)
+               AS member
+        OFFSET 0) m
+  LEFT JOIN LATERAL (SELECT count(*) AS lines, max(l.version) AS last
+                       FROM (SELECT l.version
+                               FROM ledger_api.lines l
+                              WHERE m.member AND l.bucket = $1 AND l.account_id = $5 AND l.version > $6
+                              ORDER BY l.version
+                              LIMIT $7) l) n ON true
+
 -- name: wallet_overview
--- wallet_with_balance ($1 to $6 as there), and for a member only, in the same round trip where
--- three were (issue 26): the promo account's batches ($6; as the ledger's promo_batches, each a
--- record: id, funded_by, amount, remaining, expires_at, grant_transaction_id, in expiry order)
--- and the cash account's balance at the end of each UTC day from $7 to $8 (as the ledger's
--- daily_balances: its last line before the day's end, one backward probe of lines_by_time a day,
--- which reads that one line (the index ends with the version since migration 0028); 0 before its
--- first), in day order; the first $9 days, whose balances wallet-api keeps (closed days,
--- parties.ClosedDays), are not probed: null in their place.
+-- wallet_with_balance's wallet, membership and purses ($1 to $6 as there), and for a member only,
+-- in the same round trip where three were (issue 26): the promo account's batches ($6; as the
+-- ledger's promo_batches, each a record: id, funded_by, amount, remaining, expires_at,
+-- grant_transaction_id, in expiry order) and the cash account's balance at the end of each UTC day
+-- from $7 to $8 (as the ledger's daily_balances: its last line before the day's end, one backward
+-- probe of lines_by_time a day, which reads that one line (the index ends with the version since
+-- migration 0028); 0 before its first), in day order (an ARRAY of the ordered days: an aggregate's
+-- own ORDER BY sorted them again in a sort of its own, ~10 µs of the database's CPU a read more).
+-- The days before $7, whose balances wallet-api keeps (closed days, parties.ClosedDays), are not
+-- asked for: neither probed nor sent (they were a series of 30 days with a null for each kept one).
+-- Not the account's kind, tier and name (wallet_with_balance's): the overview shows none of them
+-- (the account's row was one more probe, and their decoding a fifth of the overview's own Python).
+-- The membership is a subquery evaluated once (OFFSET 0 keeps the planner from pulling it up
+-- into the expressions that read it: the member column and the two CASEs each probed
+-- wallet.members again, three probes a read).
 -- The probes name the cash account by the joined purse's row (c), not by $5: asyncpg prepares
 -- each statement once, and after five runs PostgreSQL keeps the generic plan only if its
 -- estimate is not above the custom plans' (planned with the values). The day series counts as
@@ -183,7 +216,6 @@ SELECT m.member,
 -- (issue 26, docs/performance.md). By a column, a probe's estimate is the same in both plans, and
 -- tests/wallet_api/test_read_plans.py checks that the generic plan is kept.
 SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
-       a.kind, a.tier, a.name,
        m.member,
        c.currency AS cash_currency, c.balance AS cash, c.held AS held,
        p.balance AS promo, p.expired AS promo_expired,
@@ -194,20 +226,20 @@ SELECT w.id, w.bucket, w.account_id, w.currency, w.number, w.created_at,
              WHERE b.bucket = w.bucket AND b.account_id = $6)
        END AS batches,
        CASE WHEN m.member THEN
-           (SELECT array_agg(CASE WHEN d.i <= $9::int THEN NULL ELSE coalesce(
-                       (SELECT l.balance_after FROM ledger_api.lines l
-                         WHERE l.bucket = c.bucket AND l.account_id = c.id
-                           AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
-                         ORDER BY l.posted_at DESC, l.version DESC
-                         LIMIT 1), 0) END ORDER BY d.day)
-              FROM generate_series($7::date::timestamp, $8::date::timestamp, interval '1 day')
-                   WITH ORDINALITY AS d (day, i))
+           ARRAY(SELECT coalesce(
+                            (SELECT l.balance_after FROM ledger_api.lines l
+                              WHERE l.bucket = c.bucket AND l.account_id = c.id
+                                AND l.posted_at < (d.day + interval '1 day') AT TIME ZONE 'UTC'
+                              ORDER BY l.posted_at DESC, l.version DESC
+                              LIMIT 1), 0)
+                   FROM generate_series($7::date::timestamp, $8::date::timestamp, interval '1 day') AS d (day)
+                  ORDER BY d.day)
        END AS days
   FROM wallet.wallets w
-  JOIN wallet.accounts a ON a.bucket = w.bucket AND a.id = w.account_id
  CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM wallet.members mm
                                      WHERE mm.bucket = w.bucket AND mm.account_id = w.account_id
-                                       AND mm.issuer = $3 AND mm.subject = $4) AS member) m
+                                       AND mm.issuer = $3 AND mm.subject = $4) AS member
+                     OFFSET 0) m
   LEFT JOIN ledger_api.wallet_purses c ON c.bucket = w.bucket AND c.id = $5 AND c.purse = 'cash'
   LEFT JOIN ledger_api.wallet_purses p ON p.bucket = w.bucket AND p.id = $6 AND p.purse = 'promo'
  WHERE w.bucket = $1 AND w.id = $2
