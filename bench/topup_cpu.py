@@ -66,12 +66,17 @@ async def backend_pids(owner: asyncpg.Connection, database: str) -> list[int]:
 
 
 async def open_loop(
-    port: int, rate: int, duration_s: float, request: Any, timings: dict[str, list[float]]
+    port: int,
+    rate: int,
+    duration_s: float,
+    request: Any,
+    timings: dict[str, list[float]],
+    connections: int = tb.CONNECTIONS_OPEN_LOOP,
 ) -> tuple[dict[int, float], dict[int, int]]:
     """topup_bench.open_loop, also timing each request: ``late`` (sent after it was due: no
     free connection, or this client late) and ``answer`` (sent -> answered), in ms."""
     free: asyncio.Queue[tb.httpload.Connection] = asyncio.Queue()
-    for _ in range(tb.CONNECTIONS_OPEN_LOOP):
+    for _ in range(connections):
         free.put_nowait(tb.httpload.Connection("127.0.0.1", port))
     due: dict[int, float] = {}
     statuses: dict[int, int] = {}
@@ -174,7 +179,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             started = time.monotonic()
             timings: dict[str, list[float]] = {"late": [], "answer": []}
             due, statuses = await open_loop(
-                webhook.port, args.rate, args.duration, lambda i: request(offset + i), timings
+                webhook.port,
+                args.rate,
+                args.duration,
+                lambda i: request(offset + i),
+                timings,
+                args.connections,
             )
             due_by_ref = {f"pi_bench_{pid}_{offset + i}": t for i, t in due.items()}
             latency = await tb.ledger_latencies(wallet_db, due_by_ref)
@@ -227,6 +237,12 @@ def cli() -> None:
     parser.add_argument("--rate", type=int, default=600)
     parser.add_argument("--duration", type=float, default=20)
     parser.add_argument("--profile", help="a folder: py-spy's raw stacks of both services")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=tb.CONNECTIONS_OPEN_LOOP,
+        help="the open loop's connections at most",
+    )
     result = uvloop.run(main(parser.parse_args()))
     print(json.dumps(result, indent=1))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ import aio_pika
 import aio_pika.abc
 import aiormq
 import aiormq.exceptions
+import pamqp.constants
 import pamqp.exceptions
+import pamqp.frame
 import structlog
 from aiormq.abc import ChannelFrame, DeliveredMessage
 from pamqp.body import ContentBody
@@ -202,6 +205,130 @@ def _properties_headers(message: OutgoingMessage) -> dict[str, Any]:
             tracer, headers, message.exchange, message.routing_key, message.correlation_id
         )
     return headers
+
+
+# A published message's frames, marshalled here rather than by pamqp: its generic encoder (a
+# type looked up per property and per header value) was ~19 µs of CPU a message, the largest
+# part of a relay's per-message work (topup-webhook's relay: docs/performance.md, top-ups,
+# 2026-12-06). This writes the same bytes (tests/core/test_broker_frames.py compares them with
+# pamqp's for every shape) for what this module publishes: a persistent JSON message whose
+# header values are all text. Anything else (a header value of another type, a text past its
+# AMQP length, an exchange name pamqp refuses) is left to pamqp, which encodes or refuses it.
+_FRAME = struct.Struct(">BHI")
+_FRAME_END = pamqp.constants.FRAME_END_CHAR
+_PUBLISH_METHOD = struct.pack(">IH", aiormq.spec.Basic.Publish.index, 0)  # the method, ticket 0
+_MANDATORY = b"\x01"  # the bits after the routing key: mandatory, not immediate
+_CONTENT_HEADER = struct.Struct(">HHQH")  # class, weight, body size, property flags
+_PROPERTY_FLAGS = aiormq.spec.Basic.Properties.flags
+_TIMESTAMP = struct.Struct(">Q")
+_LONG = struct.Struct(">I")
+_EXCHANGE_NAME = pamqp.constants.DOMAIN_REGEX["exchange-name"]
+_JSON = b"\x10application/json"
+_PERSISTENT = b"\x02"
+
+
+class _NotOurs(Exception):
+    """A message this module's encoder leaves to pamqp."""
+
+
+def _shortstr(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise _NotOurs
+    return bytes((len(raw),)) + raw
+
+
+def _header_table(headers: Mapping[str, Any]) -> bytes:
+    parts = []
+    for key, value in sorted(headers.items()):
+        if not isinstance(value, str) or not isinstance(key, str) or len(key.encode()) > 128:
+            raise _NotOurs  # pamqp encodes other types, and truncates a long key with a warning
+        raw = value.encode()
+        parts.append(_shortstr(key) + b"S" + _LONG.pack(len(raw)) + raw)
+    table = b"".join(parts)
+    return _LONG.pack(len(table)) + table
+
+
+def _frame(kind: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME.pack(kind, channel, len(payload)) + payload + _FRAME_END
+
+
+def publish_frames(
+    channel: int,
+    message: OutgoingMessage,
+    headers: Mapping[str, Any],
+    timestamp_s: int,
+    app_id: str,
+    max_content_size: int,
+) -> bytes:
+    """``message``'s Basic.Publish (mandatory), content header and body frames on ``channel``,
+    as pamqp marshals them for :meth:`Broker._properties` (``timestamp_s``: its timestamp's
+    whole seconds, as pamqp encodes it)."""
+    try:
+        if len(message.exchange) > 127 or not _EXCHANGE_NAME.fullmatch(message.exchange):
+            raise _NotOurs  # pamqp refuses it (ValueError), as before
+        method = _PUBLISH_METHOD + _shortstr(message.exchange) + _shortstr(message.routing_key) + _MANDATORY
+        # The properties in pamqp's order, each present unless None or empty, as pamqp omits them.
+        flags = (
+            _PROPERTY_FLAGS["content_type"] | _PROPERTY_FLAGS["headers"] | _PROPERTY_FLAGS["delivery_mode"]
+        )
+        parts = [_JSON, _header_table(headers), _PERSISTENT]
+        if message.correlation_id:
+            flags |= _PROPERTY_FLAGS["correlation_id"]
+            parts.append(_shortstr(message.correlation_id))
+        if message.message_id:
+            flags |= _PROPERTY_FLAGS["message_id"]
+            parts.append(_shortstr(message.message_id))
+        flags |= _PROPERTY_FLAGS["timestamp"]
+        parts.append(_TIMESTAMP.pack(timestamp_s))
+        if message.type:
+            flags |= _PROPERTY_FLAGS["message_type"]
+            parts.append(_shortstr(message.type))
+        if app_id:
+            flags |= _PROPERTY_FLAGS["app_id"]
+            parts.append(_shortstr(app_id))
+    except _NotOurs:
+        return _pamqp_frames(channel, message, headers, timestamp_s, app_id, max_content_size)
+    body = message.body
+    content = _CONTENT_HEADER.pack(aiormq.spec.Basic.frame_id, 0, len(body), flags) + b"".join(parts)
+    out = [
+        _frame(pamqp.constants.FRAME_METHOD, channel, method),
+        _frame(pamqp.constants.FRAME_HEADER, channel, content),
+    ]
+    out.extend(
+        _frame(pamqp.constants.FRAME_BODY, channel, body[i : i + max_content_size])
+        for i in range(0, len(body), max_content_size)
+    )
+    return b"".join(out)
+
+
+def _pamqp_frames(
+    channel: int,
+    message: OutgoingMessage,
+    headers: Mapping[str, Any],
+    timestamp_s: int,
+    app_id: str,
+    max_content_size: int,
+) -> bytes:
+    """:func:`publish_frames` by pamqp: the message's frames as the encoder above writes them,
+    for what it leaves to pamqp (and for the tests' comparison)."""
+    properties = aiormq.spec.Basic.Properties(
+        content_type="application/json",
+        delivery_mode=2,  # persistent
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        message_type=message.type,
+        timestamp=datetime.fromtimestamp(timestamp_s, UTC),
+        headers=dict(headers),
+        app_id=app_id,
+    )
+    body = message.body
+    frames: list[Any] = [
+        aiormq.spec.Basic.Publish(exchange=message.exchange, routing_key=message.routing_key, mandatory=True),
+        ContentHeader(properties=properties, body_size=len(body)),
+    ]
+    frames.extend(ContentBody(body[i : i + max_content_size]) for i in range(0, len(body), max_content_size))
+    return b"".join(pamqp.frame.marshal(frame, channel) for frame in frames)
 
 
 class Broker:
@@ -449,16 +576,19 @@ class Broker:
         where the channel's reader resolves it (acks, nacks, returns by message id), queue
         one marshalled payload, wait for it to be written. Written against aiormq 7.2
         (requirements.lock); tests/core/test_broker.py holds what it must keep."""
-        frames: list[Any] = []
-        for message in messages:
-            frames.append(
-                aiormq.spec.Basic.Publish(
-                    exchange=message.exchange, routing_key=message.routing_key, mandatory=True
-                )
+        # One timestamp for the batch: AMQP's is in whole seconds.
+        now_s = int(time.time())
+        payload = b"".join(
+            publish_frames(
+                underlay.number,
+                message,
+                _properties_headers(message),
+                now_s,
+                self.client_name,
+                underlay.max_content_size,
             )
-            frames.append(ContentHeader(properties=self._properties(message), body_size=len(message.body)))
-            body, size = message.body, underlay.max_content_size
-            frames.extend(ContentBody(body[i : i + size]) for i in range(0, len(body), size))
+            for message in messages
+        )
         confirmations: list[asyncio.Future[Any]] = []
         async with underlay.lock:
             first_tag = underlay.delivery_tag + 1
@@ -474,7 +604,7 @@ class Broker:
             queued = False
             try:
                 await underlay.write_queue.put(
-                    ChannelFrame.marshall(channel_number=underlay.number, frames=frames, drain_future=written)
+                    ChannelFrame(payload=payload, should_close=False, drain_future=written)
                 )
                 queued = True
                 await written
