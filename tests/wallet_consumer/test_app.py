@@ -20,7 +20,7 @@ from hiwallet.core.broker import Broker
 from hiwallet.core.consumer import DEAD_REASON_HEADER, Consumer
 from hiwallet.core.deadletters import list_dead_letters, replay_dead_letters
 from hiwallet.core.settings import Settings
-from hiwallet.ledger import Ledger, LedgerStore, cash_account
+from hiwallet.ledger import MAX_BATCH, Ledger, LedgerStore, cash_account
 from hiwallet.wallet_consumer.app import topology_of
 from hiwallet.wallet_consumer.settings import WalletConsumerSettings
 from tests.core.spine import collect
@@ -43,6 +43,19 @@ async def processed(pool: asyncpg.Pool) -> int:
 def test_the_default_topology_is_the_contracts() -> None:
     contracts = topups_topology() + withdrawals_topology() + events_topology()
     assert topology_of(WalletConsumerSettings()) == contracts
+
+
+def test_a_batch_larger_than_the_ledger_takes_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch is one call of the ledger's batched posting (at most MAX_BATCH postings): a larger
+    # setting would fail every full batch, so it is refused at start.
+    assert WalletConsumerSettings(max_batch=MAX_BATCH).max_batch == MAX_BATCH
+    for name in ("MAX_BATCH", "WITHDRAWALS_BATCH"):
+        monkeypatch.setenv(f"HIWALLET_WALLET_CONSUMER_{name}", str(MAX_BATCH + 1))
+        with pytest.raises(ValueError, match=name.lower()):
+            WalletConsumerSettings()
+        monkeypatch.delenv(f"HIWALLET_WALLET_CONSUMER_{name}")
+    with pytest.raises(ValueError, match="prefetch"):
+        WalletConsumerSettings(prefetch=0)
 
 
 async def test_the_app_credits_each_wallets_topups_once_and_in_order(

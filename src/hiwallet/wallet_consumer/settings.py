@@ -21,6 +21,7 @@ from hiwallet.contracts.withdrawals import (
     WITHDRAWALS_DEAD_LETTER_QUEUE,
     WITHDRAWALS_EXCHANGE,
 )
+from hiwallet.ledger import MAX_BATCH
 
 
 class WalletConsumerSettings(BaseSettings):
@@ -44,10 +45,12 @@ class WalletConsumerSettings(BaseSettings):
     # per transaction carried ~260-320/s end to end, short of 1,000/s (docs/spine.md, figures).
     # Twice max_batch: the next batch is delivered while one is handled (with prefetch =
     # max_batch, a full batch leaves the broker nothing to send until its ack).
-    prefetch: int = 200
+    prefetch: int = Field(default=200, ge=1)
     # The most messages handled in one transaction (what is already delivered, never waited
-    # for); 1 = one message per transaction (the single path, still in order).
-    max_batch: int = 100
+    # for); 1 = one message per transaction (the single path, still in order). A batch is one
+    # call of the ledger's batched posting, which takes at most ledger.MAX_BATCH postings: a
+    # larger setting refuses to start rather than failing every batch.
+    max_batch: int = Field(default=100, ge=1, le=MAX_BATCH)
     # The partitions' batches take turns (one transaction at a time in the process): wallets of
     # every partition share a bucket's clearing sub-account, and concurrent batches waited on
     # each other's lock of it until each commit (core.consumer, batch_turns).
@@ -84,7 +87,7 @@ class WalletConsumerSettings(BaseSettings):
     # statement, one commit and one ack for the batch; a batch that fails goes one message at a
     # time). wallet-consumer's transactions a saga 5.3 -> 2.0 (bench/withdrawal_bench.py). 64
     # with the orchestrator's consumer_batch (which see), as measured together.
-    withdrawals_batch: int = 64
+    withdrawals_batch: int = Field(default=64, ge=0, le=MAX_BATCH)
     # withdrawals_batch 0: the single path instead, this many commands at once, each its own
     # transaction (core.consumer concurrency; the queue's order does not matter: the saga's
     # state and the ledger's row locks decide).
