@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from uuid6 import uuid7
+from uuid_utils import uuid7
 
 # A fixed namespace so that an id derived from (scope, key) is the same on every machine.
 HIWALLET_NAMESPACE = uuid.UUID("6f1c3a52-0b7e-4c3e-9d56-2a7e1f9b8c40")
@@ -13,6 +13,14 @@ _NAMESPACE_BYTES = HIWALLET_NAMESPACE.bytes
 
 
 def new_id() -> str:
+    """A UUIDv7 whose timestamp is the time it was made (RFC 9562, with a counter under the
+    millisecond, so ids made in one process sort in the order they were made).
+
+    uuid_utils (the Rust ``uuid`` crate's ``ContextV7``), not ``uuid6``: uuid6 keeps its ids in
+    order by moving the timestamp one millisecond on for each id of the same millisecond, so
+    above 1,000 ids a second a process's ids ran ahead of the clock for as long as the rate
+    lasted (196 s ahead after 200,000 ids made in 4 s), and a restarted process then made ids
+    that sorted before its old ones. It cost 18 µs a call too, against 2.6."""
     return str(uuid7())
 
 
