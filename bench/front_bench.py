@@ -123,6 +123,7 @@ async def measure(
     source: str = "",
     uds: bool = False,
     lean_server: bool = False,
+    baseline_uds: bool = False,
 ) -> dict[str, Any]:
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
     wallet_db, identity_db = f"hiwallet_bench_front_{tag}", f"hiwallet_bench_front_idp_{tag}"
@@ -154,7 +155,10 @@ async def measure(
             await wb._wait_ready(client, business, procs[3])
             if baseline:
                 base_args = ("baseline", source) if source else ("baseline",)
-                procs.append(wb._start(_FRONT, "personal", str(base_port), idp, api, *base_args))
+                # --baseline-uds: the baseline forwards over the same socket as today's (a
+                # comparison of the doors' code alone); otherwise over TCP.
+                base_api = front_api if baseline_uds else api
+                procs.append(wb._start(_FRONT, "personal", str(base_port), idp, base_api, *base_args))
                 await wb._wait_ready(client, base_front, procs[4])
             ledger = Ledger(LedgerStore.from_settings(pool), Fees.from_settings())
             people = await wb._customers(client, idp, api, ledger, concurrency)
@@ -172,6 +176,17 @@ async def measure(
             direct: list[dict[str, Any]] = []
             through: list[dict[str, Any]] = []
             based: list[dict[str, Any]] = []
+
+            async def through_baseline(r: int) -> None:
+                with benchlog.phase(
+                    f"through the baseline front, concurrency {concurrency}, round {r + 1}", duration_s
+                ):
+                    based.append(
+                        await _run(
+                            base_front, people, receivers, concurrency, duration_s, procs[4].pid, procs[1].pid
+                        )
+                    )
+
             for r in range(rounds):
                 with benchlog.phase(
                     f"wallet-api alone, concurrency {concurrency}, round {r + 1}", duration_s
@@ -181,6 +196,10 @@ async def measure(
                             api, people, receivers, concurrency, duration_s, procs[1].pid, procs[1].pid
                         )
                     )
+                if baseline and r % 2 == 1:
+                    # Every other round the baseline goes before today's door (a side that always
+                    # ran last would meet the database and the machine a few seconds older).
+                    await through_baseline(r)
                 api_before = await _mean_time(client, api)
                 front_before = await _mean_time(client, front)
                 with benchlog.phase(
@@ -198,21 +217,8 @@ async def measure(
                     run["front_server_mean_ms"] = round(front_ms, 2)
                     run["front_own_mean_ms"] = round(front_ms - api_ms, 2)
                 through.append(run)
-                if baseline:
-                    with benchlog.phase(
-                        f"through the baseline front, concurrency {concurrency}, round {r + 1}", duration_s
-                    ):
-                        based.append(
-                            await _run(
-                                base_front,
-                                people,
-                                receivers,
-                                concurrency,
-                                duration_s,
-                                procs[4].pid,
-                                procs[1].pid,
-                            )
-                        )
+                if baseline and r % 2 == 0:
+                    await through_baseline(r)
             business_rss = await _business_rss(client, idp, business, procs[3].pid)
         verified = await ledger.store.verify()
         summary = _summary(concurrency, direct, through, business_rss, verified.ok)
@@ -254,6 +260,14 @@ def _baseline(
         "today_wallet_api_cpu_us_median": round(statistics.median(r["wallet_api_cpu_us"] for r in through)),
         "p50_ms": round(_total(based, "p50_ms"), 2),
         "p99_ms": round(_total(based, "p99_ms"), 2),
+        # Paired by round: today's CPU a transfer minus the baseline's, and each side's ratio.
+        "cpu_us_diff_by_round": [
+            t["server_cpu_us"] - b["server_cpu_us"] for t, b in zip(through, based, strict=True)
+        ],
+        "ratio_by_round": {
+            "baseline": [round(x, 3) for x in ratios(based)],
+            "today": [round(x, 3) for x in ratios(through)],
+        },
         "rounds": based,
     }
 
@@ -332,6 +346,12 @@ def main() -> None:
         help="today's personal-mobile-api forwarding to wallet-api over TCP",
     )
     parser.add_argument(
+        "--baseline-uds",
+        action="store_true",
+        help="the baseline front forwards over the same Unix socket as today's (with --uds; "
+        "otherwise it forwards over TCP, as main's did before 2026-12-06)",
+    )
+    parser.add_argument(
         "--lean",
         action="store_true",
         help="today's personal-mobile-api served by bench/lean_server.py, not uvicorn (an experiment)",
@@ -341,8 +361,9 @@ def main() -> None:
     benchlog.to_file()
     started = datetime.now(UTC)
     baseline = args.baseline or bool(source)
+    same_hop = args.baseline_uds and args.uds
     results = [
-        uvloop.run(measure(c, args.duration, args.rounds, baseline, source, args.uds, args.lean))
+        uvloop.run(measure(c, args.duration, args.rounds, baseline, source, args.uds, args.lean, same_hop))
         for c in args.concurrency
     ]
     result = {
@@ -353,6 +374,7 @@ def main() -> None:
         "baseline_src": source or None,
         "uds": args.uds,
         "lean": args.lean,
+        "baseline_uds": same_hop,
         "machine": {"cpus": os.cpu_count()},
         "results": results,
     }

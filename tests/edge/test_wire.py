@@ -56,6 +56,26 @@ async def test_bounds_and_the_pool_serves_after_them(stub: Stub) -> None:
         await pool.aclose()
 
 
+async def test_the_read_bound_counts_from_each_request_on_a_kept_connection(stub: Stub) -> None:
+    """One timer a connection watches its answers' deadlines: a request sent on a kept
+    connection, while the timer armed for an earlier answer is still pending, has its own
+    read_s (not the earlier request's, and not none)."""
+    pool = _pool(stub.url, max_connections=1, read_s=0.4)
+    try:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):  # answered at once: the timer armed by the first stays pending
+            assert (await pool.request("GET", "/x/ok", [], None))[0] == 200
+        await asyncio.sleep(0.25)  # the first request's deadline is now 0.15 s away
+        started = loop.time()
+        with pytest.raises(TimeoutError, match="no whole answer in time"):  # the pool's, not wait_for's
+            await asyncio.wait_for(pool.request("GET", "/x/hang", [], None), 10)
+        assert loop.time() - started >= 0.35  # its own 0.4 s, not what was left of the first's
+        status, _, _ = await pool.request("GET", "/x/ok", [], None)  # a new connection serves
+        assert status == 200
+    finally:
+        await pool.aclose()
+
+
 async def test_a_refused_connection_is_an_upstream_error() -> None:
     pool = _pool(f"http://127.0.0.1:{free_port()}")
     with pytest.raises((UpstreamError, OSError)):

@@ -86,7 +86,7 @@ class UpstreamTimeouts:
 @dataclass(frozen=True)
 class UpstreamAnswer:
     status: int
-    headers: Mapping[str, str]  # names in lower case
+    headers: Mapping[str, str]  # those returned and the content type; names in lower case
     content: bytes
 
 
@@ -178,34 +178,35 @@ class Upstream:
             for name, value in scope["headers"]
             if name in FORWARDED_REQUEST_HEADERS
         ]
-        headers: list[tuple[str, str]] = []
+        # The request id and the client's address as header lines too, made here at once (the
+        # same bytes the pool would make of them).
         request_id = REQUEST_ID.get()
         if isinstance(request_id, str):
-            headers.append(("x-request-id", request_id))
+            forwarded.append(b"x-request-id: %s\r\n" % request_id.encode("latin-1"))
         client = scope.get("client")
         if client is not None:
-            headers.append(("x-forwarded-for", client[0]))
+            forwarded.append(b"x-forwarded-for: %s\r\n" % client[0].encode("latin-1"))
         lines = b"".join(forwarded)
         target = f"{path}?{urlencode(params)}" if params else path
         tracer = tracing.STATE.tracer
         try:
             if tracer is None:
-                status, raw_headers, content = await self.pool.request(
-                    method, target, headers, body, lines=lines
-                )
+                status, raw_headers, content = await self.pool.request(method, target, (), body, lines=lines)
             else:
-                status, raw_headers, content = await self._traced(
-                    tracer, method, target, headers, body, lines
-                )
+                status, raw_headers, content = await self._traced(tracer, method, target, [], body, lines)
         except TimeoutError as exc:
             log.warning("upstream timed out", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("timeout") from exc
         except (UpstreamError, OSError) as exc:
             log.warning("upstream not reachable", upstream=self.name, error=type(exc).__name__)
             raise self._unavailable("unreachable") from exc
-        answer_headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw_headers
-        }
+        # Only the headers the door reads or returns, decoded (not the upstream's date, server,
+        # length or request id: a few µs a request decoded for nothing).
+        answer_headers: dict[str, str] = {}
+        for name, value in raw_headers:
+            key = _KEPT.get(name.lower())
+            if key is not None:
+                answer_headers[key] = value.decode("latin-1")
         if status in _UNAVAILABLE_STATUSES:
             log.warning("upstream unavailable", upstream=self.name, status=status)
             raise self._unavailable(f"status-{status}", answer_headers.get("retry-after"))
@@ -239,6 +240,9 @@ def _address(name: str, base_url: str) -> tuple[str, int, str | None]:
 
 # The returned headers' names, as a header line has them and as ``UpstreamAnswer.headers`` keys.
 _RETURNED = tuple((name, name.encode("latin-1")) for name in RETURNED_HEADERS)
+# The answer's headers an ``UpstreamAnswer`` keeps (those returned, and the content type), by
+# their lower-case name's bytes.
+_KEPT = {key: name for name, key in (*_RETURNED, ("content-type", b"content-type"))}
 
 
 class _Relayed(Response):

@@ -64,10 +64,14 @@ class Forwarding:
         target = spec.target if spec.target is not None else spec.path
         segments = [part for _, part, _, _ in string.Formatter().parse(target) if part]
         upstream, params, reshape, anonymous = spec.upstream, tuple(spec.params), spec.reshape, spec.anonymous
+        # A target without path parameters is one path, made once.
+        fixed = None if segments else target.format_map({})
 
         async def endpoint(request: Request) -> Response:
             # The path and the query first: a path that names nothing is 404 before any token.
-            path = target.format_map({part: segment(request, part) for part in segments})
+            path = fixed
+            if path is None:
+                path = target.format_map({part: segment(request, part) for part in segments})
             passed = query(request, *params) if params else None
             return await door(request).forward(
                 request, upstream, path, anonymous=anonymous, params=passed, reshape=reshape

@@ -48,6 +48,12 @@ class _Connection(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._body = bytearray()
         self.keep_alive = True
+        # The read timeout: the awaited answer's deadline, watched by one timer a connection that
+        # re-arms itself while a later deadline stands (not a timer made and cancelled a request:
+        # uvloop's call_later and cancel were about 2 µs of each forwarded request).
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -94,11 +100,26 @@ class _Connection(asyncio.Protocol):
             self._done.set_exception(exc)
         self.close()
 
-    def _timed_out(self) -> None:
-        self._fail(TimeoutError("no whole answer in time"))
+    def _watch(self) -> None:
+        """The read timer's callback: the awaited answer timed out if its deadline has passed;
+        otherwise the timer is armed again for it (none while no answer is awaited)."""
+        self._timer = None
+        if self._done is None or self._done.done() or self.closed:
+            return
+        if self._loop.time() >= self._deadline:
+            self._fail(TimeoutError("no whole answer in time"))
+        else:
+            self._arm(self._deadline)
+
+    def _arm(self, when: float) -> None:
+        self._timer = self._loop.call_at(when, self._watch)
+        self._timer_at = when
 
     def close(self) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
 
@@ -115,14 +136,18 @@ class _Connection(asyncio.Protocol):
         self._done = done = loop.create_future()
         self._headers, self._body = [], bytearray()
         self.keep_alive = True
+        self._deadline = deadline = loop.time() + read_s
+        timer = self._timer
+        if timer is None or self._timer_at > deadline:  # none armed, or armed for later
+            if timer is not None:
+                timer.cancel()
+            self._arm(deadline)
         assert self.transport is not None
         self.transport.write(request)
-        timer = loop.call_later(read_s, self._timed_out)
         try:
             answer: tuple[int, list[tuple[bytes, bytes]], bytes] = await done
             return answer
         finally:
-            timer.cancel()
             self._done = None
 
 
