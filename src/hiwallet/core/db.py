@@ -161,6 +161,14 @@ def store_error(
     return error
 
 
+def _unsplit(scheme: str, netloc: str, path: str, query: str, fragment: str = "") -> str:
+    # urlunsplit drops the "//" of an empty host ("postgresql:/db?host=/var/run/postgresql"),
+    # which asyncpg reads but libpq (pgbench, pg_dump) refuses; a server on its Unix socket is
+    # named so (docs/performance.md, issue 26), so the "//" is kept whatever the host.
+    url = urlunsplit(("", "", path, query, fragment))
+    return f"{scheme}://{netloc}{url}"
+
+
 def _with_database(url: str, database: str, user: str | None = None) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc
@@ -168,7 +176,7 @@ def _with_database(url: str, database: str, user: str | None = None) -> str:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", user):
             raise DatabaseMisconfigured(f"role name {user!r} is not a plain lower-case identifier")
         netloc = f"{user}@{netloc.rpartition('@')[2]}"
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
+    return _unsplit(parts.scheme, netloc, "/" + database, parts.query, parts.fragment)
 
 
 def server_url(database: str, settings: Settings | None = None) -> str:
@@ -183,7 +191,7 @@ def _without_user(url: str) -> str:
     # The default user of the client (PGUSER or the login user), the superuser of a local
     # trust-auth server.
     parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query, ""))
+    return _unsplit(parts.scheme, parts.netloc.rpartition("@")[2], "", parts.query)
 
 
 def owner_dsn(database: str, settings: Settings | None = None, *, server_of: str | None = None) -> str:
