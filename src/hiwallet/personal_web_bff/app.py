@@ -856,7 +856,8 @@ async def _on_problem(request: Request, exc: Exception) -> Response:
         return web.render(
             request, "error.html", session, status=503, headers=exc.headers, kind="away", service=exc.service
         )
-    assert isinstance(exc, ProblemError)
+    if not isinstance(exc, ProblemError):  # registered for ServiceAway and ProblemError only
+        raise exc
     kind = {403: "forbidden", 401: "sign-in", 404: "not-found", 503: "sign-in-away"}.get(exc.status, "other")
     return web.render(request, "error.html", session, status=exc.status, headers=exc.headers, kind=kind)
 
@@ -866,7 +867,8 @@ async def _on_sign_in_again(request: Request, exc: Exception) -> Response:
 
 
 async def _on_refused(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Refused)
+    if not isinstance(exc, Refused):  # registered for Refused only
+        raise exc
     log.warning("upstream refused", status=exc.status, problem=exc.slug)
     return web_of(request).render(
         request, "error.html", await _session_for_error(request), status=400, kind="other"

@@ -432,7 +432,8 @@ class StaffAdmin:
                 )
             except asyncpg.UniqueViolationError as exc:
                 raise errors.InvitationPending("an invitation to this address is pending") from exc
-            assert row is not None
+            if row is None:  # the insert answers its row or raises
+                raise RuntimeError("the invitation's insert answered no row")
             if bootstrap:
                 await conn.execute(Q["bootstrap_sent"], invitation_id)
             await self._audit(
@@ -529,5 +530,6 @@ class StaffAdmin:
             if row["email"].lower() == address:
                 await self.revoke(actor, row["id"])
         invitation = await self.invite(actor, address, "Administrator", [role_id], bootstrap=True, once=False)
-        assert invitation is not None
+        if invitation is None:  # once=False: invite never skips
+            raise RuntimeError("the bootstrap invitation was skipped")
         return invitation

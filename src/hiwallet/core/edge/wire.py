@@ -142,7 +142,8 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self._arm(deadline)
-        assert self.transport is not None
+        if self.transport is None:  # exchange is only called on a connection made (HttpPool)
+            raise RuntimeError("an upstream connection with no transport")
         self.transport.write(request)
         try:
             answer: tuple[int, list[tuple[bytes, bytes]], bytes] = await done
