@@ -422,6 +422,25 @@ async def test_linger_ends_at_its_timer_when_fewer_come_back() -> None:
     assert calls.calls[-1] == [21]
 
 
+async def test_linger_gathers_at_most_linger_batch() -> None:
+    """With ``linger_batch`` the writer waits for that many at most, not for every caller that
+    was outstanding: six callers lately, a batch of three is sent as soon as three are back."""
+    clock = ManualClock()
+    calls = Recorded()
+    coalescer = Coalescer(
+        calls, writers=1, max_batch=50, linger_s=0.002, linger_batch=3, call_later=clock.call_later
+    )
+    await asyncio.gather(*(coalescer.submit(i) for i in range(6)))
+    first = [asyncio.create_task(coalescer.submit(i)) for i in (30, 31)]
+    await _turns()
+    assert calls.calls == [list(range(6))]  # two of three: the writer lingers
+    third = asyncio.create_task(coalescer.submit(32))
+    # (without the cap the writer would wait for six on a clock that never moves: bounded here)
+    assert await asyncio.wait_for(asyncio.gather(*first, third), 5) == expected([30, 31, 32])
+    assert calls.calls[-1] == [30, 31, 32]
+    assert clock.pending == 0  # no timer had to fire
+
+
 async def test_without_linger_a_lone_caller_is_sent_at_once() -> None:
     calls = Recorded()
     coalescer = Coalescer(calls, writers=1, max_batch=50)

@@ -112,6 +112,7 @@ class Transfers:
             conflict_key=lambda item: (item.bucket, item.src_account),
             spare_after_s=spare_after_ms / 1000 if spare_after_ms > 0 else None,
             linger_s=settings.transfer_linger_ms / 1000 if settings.transfer_linger_ms > 0 else None,
+            linger_batch=settings.transfer_linger_batch,
         )
 
     async def transfer(
