@@ -132,6 +132,9 @@ class _Connection(asyncio.Protocol):
         )
 
     async def exchange(self, request: bytes, read_s: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        # Before any state is set: exchange is only called on a connection made (HttpPool).
+        if self.transport is None:
+            raise RuntimeError("an upstream connection with no transport")
         loop = self._loop
         self._done = done = loop.create_future()
         self._headers, self._body = [], bytearray()
@@ -142,8 +145,6 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self._arm(deadline)
-        if self.transport is None:  # exchange is only called on a connection made (HttpPool)
-            raise RuntimeError("an upstream connection with no transport")
         self.transport.write(request)
         try:
             answer: tuple[int, list[tuple[bytes, bytes]], bytes] = await done
